@@ -1,0 +1,365 @@
+//! The CPU plan op (spec §3.2): batch description -> verify work list and write metadata.
+//!
+//! The op runs in two phases. **Validate** reads every input the plan will read and returns an
+//! error for anything out of range, before any output is touched. **Emit** then writes the outputs
+//! with plain slice copies (no per-entry search, no bounds checks in the inner loops), which is
+//! why planning costs about as much as copying its output bytes.
+
+use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
+use crate::input::{ExpectedTokenPool, ExpectedTokens, Group, PlanInputs};
+use crate::plan::{VerifyPlan, WritePlan};
+use crate::{Error, Shape};
+
+/// What one plan call produced, for logs and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PlanSummary {
+    /// Batch size (padding rows included).
+    pub bs: usize,
+    /// Verify entries the batch asks for (`T`, before the capacity clamp).
+    pub requested_entries: u64,
+    /// `verify_num_valid` as written: `min(T, verify_capacity)`.
+    pub verify_num_valid: usize,
+    /// `enable` as written: false when `T > verify_capacity` (no entries were written).
+    pub enabled: bool,
+    /// Tokens the write op will stamp: `write_offsets[bs]`.
+    pub write_tokens: u64,
+}
+
+/// Per-row facts derived once by validation and reused by emission.
+#[derive(Clone, Copy)]
+struct RowPlan {
+    /// `req_pool_index` as a table row (only meaningful when `verify_len > 0` or `seeds`).
+    rp: usize,
+    window_start: usize,
+    verify_len: usize,
+    write_len: i64,
+    /// Whether the row's seed is read from the table (active, extend > 0, prefix > 0).
+    seeded: bool,
+}
+
+/// Runs the plan op of spec §3.2 on the CPU, writing `verify` and `write` in place.
+///
+/// The shape's capacities must match the buffers' (a compile error for static and branded
+/// capacities; [`Error::CapacityMismatch`] for unchecked ones). On any error no output is modified.
+///
+/// # Choices where SGLang's reference and GPU paths differ (spec §9)
+///
+/// * **LUT index past the end** (`translate(x)` with `x >= lut_len`): an error,
+///   [`Error::LutIndexOutOfRange`], as the reference (the GPU path clamps to the last element).
+///   Every slot the plan would translate is checked, also when the verify entries overflow the
+///   capacity and are not written.
+/// * **`bs > write_req_capacity`**: an error, [`Error::BatchExceedsWriteCapacity`], as the GPU
+///   path (the reference truncates silently).
+/// * **`bs > 4096`**: accepted; the limit belongs to SGLang's GPU offsets kernel, not the contract.
+/// * **Malformed rows the reference would index out of bounds**: an active row whose
+///   `req_pool_index` is not a table row is [`Error::ReqPoolIndexOutOfRange`]; one whose positive
+///   prefix exceeds the row width is [`Error::PrefixBeyondRow`]; an expected-token read outside
+///   the pool is [`Error::ExpectedTokenReadOutOfRange`]. Padding rows are never read, whatever
+///   their values.
+/// * **`valid_lens` length**: must equal `bs` ([`Error::LengthMismatch`]).
+pub fn plan<V, W, E, VB, WB, G, X>(
+    shape: &Shape<V, W, E>,
+    inputs: &PlanInputs<'_, G, X>,
+    verify: &mut VerifyPlan<VB>,
+    write: &mut WritePlan<WB>,
+) -> Result<PlanSummary, Error>
+where
+    V: SameVerifyCapacity<VB>,
+    W: SameWriteReqCapacity<WB>,
+    E: Capacity,
+    VB: Capacity,
+    WB: Capacity,
+    G: Group,
+    X: ExpectedTokens,
+{
+    shape.verify_capacity().check(verify.capacity())?;
+    shape.write_req_capacity().check(write.capacity())?;
+    let pool = inputs.expected.pool();
+    let mut rows = Vec::with_capacity(inputs.batch.len());
+    let totals = validate(inputs, pool, write.capacity().get(), &mut rows)?;
+    Ok(emit(inputs, pool, &rows, totals, verify, write))
+}
+
+struct Totals {
+    verify_entries: u64,
+    write_tokens: i64,
+}
+
+fn validate<G: Group, X: ExpectedTokens>(
+    inputs: &PlanInputs<'_, G, X>,
+    pool: Option<ExpectedTokenPool<'_>>,
+    write_req_capacity: usize,
+    rows: &mut Vec<RowPlan>,
+) -> Result<Totals, Error> {
+    let batch = inputs.batch;
+    let bs = batch.len();
+    if bs > write_req_capacity {
+        return Err(Error::BatchExceedsWriteCapacity {
+            bs,
+            write_req_capacity,
+        });
+    }
+    if i32::try_from(bs).is_err() {
+        return Err(Error::OutOfRange {
+            what: "bs",
+            value: bs as i64,
+            allowed: "[0, i32::MAX]",
+        });
+    }
+    if let Some(pool) = pool {
+        if pool.valid_lens().len() != bs {
+            return Err(Error::LengthMismatch {
+                what: "req_to_verify_expected_tokens_valid_lens",
+                expected: bs,
+                found: pool.valid_lens().len(),
+            });
+        }
+    }
+    let table = inputs.req_to_token;
+    let window = inputs.group.window();
+    let mut totals = Totals {
+        verify_entries: 0,
+        write_tokens: 0,
+    };
+    for (r, row) in batch.rows().enumerate() {
+        let mut plan = RowPlan {
+            rp: 0,
+            window_start: 0,
+            verify_len: 0,
+            write_len: 0,
+            seeded: false,
+        };
+        if row.is_active() {
+            plan.write_len = row.extend_len.max(0);
+            let prefix = row.prefix_len.max(0);
+            if prefix > 0 {
+                plan.rp = usize::try_from(row.req_pool_index)
+                    .ok()
+                    .filter(|&rp| rp < table.rows())
+                    .ok_or(Error::ReqPoolIndexOutOfRange {
+                        row: r,
+                        req_pool_index: row.req_pool_index,
+                        rows: table.rows(),
+                    })?;
+                let prefix_u = usize::try_from(prefix)
+                    .ok()
+                    .filter(|&p| p <= table.width())
+                    .ok_or(Error::PrefixBeyondRow {
+                        row: r,
+                        prefix_len: row.prefix_len,
+                        width: table.width(),
+                    })?;
+                plan.window_start = if window > 0 {
+                    prefix_u.saturating_sub(usize::try_from(window).unwrap_or(usize::MAX))
+                } else {
+                    0
+                };
+                plan.verify_len = prefix_u - plan.window_start;
+                plan.seeded = plan.write_len > 0;
+                if let Some(pool) = pool {
+                    check_pool_reads(r, row.req_pool_index, &plan, pool, inputs.offset.value())?;
+                }
+            }
+            totals.verify_entries += plan.verify_len as u64;
+            totals.write_tokens = totals
+                .write_tokens
+                .checked_add(plan.write_len)
+                .ok_or(Error::WriteTokenCountOverflow { row: r })?;
+        }
+        rows.push(plan);
+    }
+    if let Some(lut) = inputs.group.lut() {
+        check_lut(table.as_slice(), table.width(), rows, lut)?;
+    }
+    Ok(totals)
+}
+
+/// The pool reads of one row: columns `[ws + off, ws + off + k)` of row `rp`, where `k` is the
+/// number of entries whose `pos + off < valid_len`.
+fn check_pool_reads(
+    r: usize,
+    req_pool_index: i64,
+    plan: &RowPlan,
+    pool: ExpectedTokenPool<'_>,
+    offset: i64,
+) -> Result<(), Error> {
+    let reads = pool_read_count(pool.valid_lens()[r], plan, offset);
+    if reads == 0 {
+        return Ok(());
+    }
+    let last_column = plan.window_start as i64 + offset + reads as i64 - 1;
+    let table = pool.table();
+    if plan.rp >= table.rows() || last_column >= table.width() as i64 {
+        return Err(Error::ExpectedTokenReadOutOfRange {
+            row: r,
+            req_pool_index,
+            column: last_column,
+            rows: table.rows(),
+            cols: table.width(),
+        });
+    }
+    Ok(())
+}
+
+/// How many leading entries of a row read the pool: `clamp(valid_len - off - ws, 0, verify_len)`.
+#[inline]
+fn pool_read_count(valid_len: i64, plan: &RowPlan, offset: i64) -> usize {
+    let k = valid_len
+        .saturating_sub(offset)
+        .saturating_sub(plan.window_start as i64);
+    (k.max(0) as u64).min(plan.verify_len as u64) as usize
+}
+
+/// Every slot a plan translates must be inside the LUT: the window's slots, the window head's
+/// predecessor, and the seed (the last prefix slot, already among the window's slots).
+fn check_lut(table: &[i32], width: usize, rows: &[RowPlan], lut: &[i64]) -> Result<(), Error> {
+    for plan in rows.iter().filter(|p| p.verify_len > 0) {
+        let base = plan.rp * width;
+        let first = plan.window_start.saturating_sub(1);
+        let end = plan.window_start + plan.verify_len;
+        for &x in &table[base + first..base + end] {
+            if x >= 0 && x as usize >= lut.len() {
+                return Err(Error::LutIndexOutOfRange {
+                    slot: x as i64,
+                    lut_len: lut.len(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn emit<VB: Capacity, WB: Capacity, G: Group, X: ExpectedTokens>(
+    inputs: &PlanInputs<'_, G, X>,
+    pool: Option<ExpectedTokenPool<'_>>,
+    rows: &[RowPlan],
+    totals: Totals,
+    verify: &mut VerifyPlan<VB>,
+    write: &mut WritePlan<WB>,
+) -> PlanSummary {
+    let capacity = verify.capacity().get();
+    let requested = totals.verify_entries;
+    let enabled = requested <= capacity as u64;
+    if enabled {
+        emit_entries(inputs, pool, rows, verify);
+        verify.num_valid = requested as i32;
+    } else {
+        verify.num_valid = capacity.min(i32::MAX as usize) as i32;
+    }
+    verify.enable = i32::from(enabled);
+    emit_write(inputs, rows, write);
+    PlanSummary {
+        bs: rows.len(),
+        requested_entries: requested,
+        verify_num_valid: verify.num_valid as usize,
+        enabled,
+        write_tokens: totals.write_tokens as u64,
+    }
+}
+
+fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens>(
+    inputs: &PlanInputs<'_, G, X>,
+    pool: Option<ExpectedTokenPool<'_>>,
+    rows: &[RowPlan],
+    verify: &mut VerifyPlan<VB>,
+) {
+    let table = inputs.req_to_token.as_slice();
+    let width = inputs.req_to_token.width();
+    let lut = inputs.group.lut();
+    let offset = inputs.offset.value();
+    let mut at = 0usize;
+    for (r, plan) in rows.iter().enumerate() {
+        let n = plan.verify_len;
+        if n == 0 {
+            continue;
+        }
+        let (ws, end) = (plan.window_start, plan.window_start + plan.verify_len);
+        let row = &table[plan.rp * width..plan.rp * width + width];
+        let slots = &mut verify.slot_indices[at..at + n];
+        let prevs = &mut verify.prev_slot_indices[at..at + n];
+        let positions = &mut verify.expected_positions[at..at + n];
+        let tokens = &mut verify.expected_tokens[at..at + n];
+        // prev of position p is the slot of p - 1; position 0 is a chain head (-1).
+        let (prev_dst, prev_src) = if ws == 0 {
+            prevs[0] = -1;
+            (&mut prevs[1..], &row[..end - 1])
+        } else {
+            (&mut prevs[..], &row[ws - 1..end - 1])
+        };
+        match lut {
+            None => {
+                widen(slots, &row[ws..end]);
+                widen(prev_dst, prev_src);
+            }
+            Some(lut) => {
+                translate(slots, &row[ws..end], lut);
+                translate(prev_dst, prev_src, lut);
+            }
+        }
+        for (i, p) in positions.iter_mut().enumerate() {
+            *p = (ws + i) as i64;
+        }
+        let reads = match pool {
+            Some(pool) => pool_read_count(pool.valid_lens()[r], plan, offset),
+            None => 0,
+        };
+        if reads > 0 {
+            let pool = pool.expect("reads > 0 only with a pool");
+            let src = pool
+                .table()
+                .row(plan.rp)
+                .expect("validated: pool row exists");
+            let col = ws + offset as usize;
+            widen(&mut tokens[..reads], &src[col..col + reads]);
+        }
+        tokens[reads..].fill(-1);
+        at += n;
+    }
+}
+
+#[inline]
+fn widen(dst: &mut [i64], src: &[i32]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = i64::from(s);
+    }
+}
+
+#[inline]
+fn translate(dst: &mut [i64], src: &[i32], lut: &[i64]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        // Validated: every non-negative source slot is inside the LUT.
+        *d = if s < 0 { i64::from(s) } else { lut[s as usize] };
+    }
+}
+
+fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens>(
+    inputs: &PlanInputs<'_, G, X>,
+    rows: &[RowPlan],
+    write: &mut WritePlan<WB>,
+) {
+    let table = inputs.req_to_token.as_slice();
+    let width = inputs.req_to_token.width();
+    let lut = inputs.group.lut();
+    let bs = rows.len();
+    let mut sum = 0i64;
+    for (r, plan) in rows.iter().enumerate() {
+        write.offsets[r] = sum;
+        sum += plan.write_len;
+        write.seed_slot_indices[r] = if plan.seeded {
+            let last = plan.window_start + plan.verify_len - 1;
+            let x = table[plan.rp * width + last];
+            match lut {
+                Some(lut) if x >= 0 => lut[x as usize],
+                _ => i64::from(x),
+            }
+        } else {
+            -1
+        };
+    }
+    write.offsets[bs] = sum;
+    write.offsets[bs + 1..].fill(0);
+    write.num_valid_reqs = bs as i32;
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,309 @@
+//! The crate's one error type.
+//!
+//! Every check that depends only on configuration is a type error; every check that depends on
+//! data returns one of these. Each message starts with `kv-canary:` and names the offending
+//! values. An op that returns an error has not modified any of its outputs.
+
+use core::fmt;
+
+/// Everything that can go wrong at run time. Messages start with `kv-canary:` and name values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A capacity of zero (SGLang: "capacity must be positive").
+    ZeroCapacity {
+        /// Which capacity.
+        what: &'static str,
+        /// The rejected value.
+        value: i64,
+    },
+    /// Two run-time ([`UncheckedCapacity`](crate::UncheckedCapacity)) capacities disagree.
+    CapacityMismatch {
+        /// Which capacity.
+        what: &'static str,
+        /// The shape's (launch's) capacity.
+        expected: usize,
+        /// The buffer's capacity.
+        found: usize,
+    },
+    /// An array has the wrong length.
+    LengthMismatch {
+        /// Which array.
+        what: &'static str,
+        /// The required length.
+        expected: usize,
+        /// The length given.
+        found: usize,
+    },
+    /// A 2-D table's data does not fill `rows x cols`.
+    TableShape {
+        /// Which table.
+        what: &'static str,
+        /// Rows requested.
+        rows: usize,
+        /// Columns requested.
+        cols: usize,
+        /// Elements given.
+        len: usize,
+    },
+    /// More batch rows than the write plan's request capacity.
+    BatchExceedsWriteCapacity {
+        /// Batch size.
+        bs: usize,
+        /// The write plan's request capacity.
+        write_req_capacity: usize,
+    },
+    /// More batch rows than one launch of a backend supports.
+    BatchTooLarge {
+        /// Batch size.
+        bs: usize,
+        /// The backend's limit.
+        max: usize,
+    },
+    /// An active row names a `req_to_token` row that does not exist.
+    ReqPoolIndexOutOfRange {
+        /// Batch row.
+        row: usize,
+        /// Its `req_pool_indices` value.
+        req_pool_index: i64,
+        /// Rows in the table.
+        rows: usize,
+    },
+    /// An active row would read `req_to_token` past its width.
+    PrefixBeyondRow {
+        /// Batch row.
+        row: usize,
+        /// Its `prefix_lens` value.
+        prefix_len: i64,
+        /// Width (`max_seq_len`) of the table.
+        width: usize,
+    },
+    /// A full-pool slot is not covered by the SWA lookup table.
+    LutIndexOutOfRange {
+        /// The untranslated slot.
+        slot: i64,
+        /// Length of `full_to_swa_index_mapping`.
+        lut_len: usize,
+    },
+    /// The expected-token pool is too small for a read the plan must make.
+    ExpectedTokenReadOutOfRange {
+        /// Batch row.
+        row: usize,
+        /// Its `req_pool_indices` value.
+        req_pool_index: i64,
+        /// The column that would be read.
+        column: i64,
+        /// Rows of the pool.
+        rows: usize,
+        /// Columns of the pool.
+        cols: usize,
+    },
+    /// The sum of the active `extend_seq_lens` does not fit in `i64`.
+    WriteTokenCountOverflow {
+        /// Batch row at which the sum overflowed.
+        row: usize,
+    },
+    /// A value that must be one of a few named constants is not.
+    InvalidEnumValue {
+        /// Which value.
+        what: &'static str,
+        /// The rejected value.
+        value: i64,
+    },
+    /// A value outside its allowed range.
+    OutOfRange {
+        /// Which value.
+        what: &'static str,
+        /// The rejected value.
+        value: i64,
+        /// The allowed range, in words (for example `"[0, 4]"`).
+        allowed: &'static str,
+    },
+    /// A slot index outside the canary buffer.
+    SlotOutOfRange {
+        /// Which array the slot came from.
+        what: &'static str,
+        /// Index within that array.
+        index: usize,
+        /// The slot.
+        slot: i64,
+        /// Slots in the canary buffer.
+        num_slots: usize,
+    },
+    /// A real-KV source parameter breaks the rules of spec §2.10.
+    RealKvSource {
+        /// Which parameter.
+        what: &'static str,
+        /// The rejected value.
+        value: i64,
+        /// The rule, in words.
+        rule: &'static str,
+    },
+    /// More real-KV sources than the CUDA ABI carries.
+    TooManyRealKvSources {
+        /// Sources given.
+        count: usize,
+        /// The limit (4).
+        max: usize,
+    },
+    /// An element of the wrong type (conformance input only; the typed API cannot express it).
+    WrongElementType {
+        /// Which input.
+        what: &'static str,
+        /// The required element type.
+        expected: &'static str,
+        /// The element type given.
+        found: String,
+    },
+    /// A malformed input that the typed API cannot express (conformance input only).
+    Malformed {
+        /// What is wrong, with the offending values.
+        detail: String,
+    },
+    /// A CUDA driver call failed.
+    Cuda {
+        /// The call or operation.
+        what: &'static str,
+        /// The driver's error text.
+        detail: String,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use Error::*;
+        f.write_str("kv-canary: ")?;
+        match self {
+            ZeroCapacity { what, value } => write!(f, "{what} must be positive, got {value}"),
+            CapacityMismatch {
+                what,
+                expected,
+                found,
+            } => write!(
+                f,
+                "{what}={expected} does not match the buffer's capacity {found}"
+            ),
+            LengthMismatch {
+                what,
+                expected,
+                found,
+            } => write!(f, "{what} length must be {expected}, got {found}"),
+            TableShape {
+                what,
+                rows,
+                cols,
+                len,
+            } => write!(
+                f,
+                "{what} must hold rows x cols = {rows} x {cols} = {} elements, got {len}",
+                rows.saturating_mul(*cols)
+            ),
+            BatchExceedsWriteCapacity {
+                bs,
+                write_req_capacity,
+            } => write!(f, "bs={bs} exceeds write_req_capacity={write_req_capacity}"),
+            BatchTooLarge { bs, max } => {
+                write!(f, "supports at most bs={max} reqs per launch, got bs={bs}")
+            }
+            ReqPoolIndexOutOfRange {
+                row,
+                req_pool_index,
+                rows,
+            } => write!(
+                f,
+                "batch row {row}: req_pool_index {req_pool_index} is outside req_to_token's {rows} rows"
+            ),
+            PrefixBeyondRow {
+                row,
+                prefix_len,
+                width,
+            } => write!(
+                f,
+                "batch row {row}: prefix_len {prefix_len} exceeds req_to_token's row width {width}"
+            ),
+            LutIndexOutOfRange { slot, lut_len } => write!(
+                f,
+                "SWA slot {slot} is outside full_to_swa_index_mapping length {lut_len}"
+            ),
+            ExpectedTokenReadOutOfRange {
+                row,
+                req_pool_index,
+                column,
+                rows,
+                cols,
+            } => write!(
+                f,
+                "batch row {row}: expected-token read at [{req_pool_index}][{column}] is outside the pool's {rows} x {cols}"
+            ),
+            WriteTokenCountOverflow { row } => write!(
+                f,
+                "the sum of extend_seq_lens overflows i64 at batch row {row}"
+            ),
+            InvalidEnumValue { what, value } => write!(f, "{what} has no meaning for value {value}"),
+            OutOfRange {
+                what,
+                value,
+                allowed,
+            } => write!(f, "{what} must be in {allowed}, got {value}"),
+            SlotOutOfRange {
+                what,
+                index,
+                slot,
+                num_slots,
+            } => write!(
+                f,
+                "{what}[{index}] = {slot} is outside the canary buffer's {num_slots} slots"
+            ),
+            RealKvSource { what, value, rule } => {
+                write!(f, "RealKvSource.{what} must be {rule}, got {value}")
+            }
+            TooManyRealKvSources { count, max } => write!(
+                f,
+                "at most {max} RealKvSource entries supported by the CUDA ABI, got {count}"
+            ),
+            WrongElementType {
+                what,
+                expected,
+                found,
+            } => write!(f, "{what} must be {expected}, got {found}"),
+            Malformed { detail } => f.write_str(detail),
+            Cuda { what, detail } => write!(f, "CUDA {what} failed: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_starts_with_the_crate_name() {
+        let samples = [
+            Error::ZeroCapacity {
+                what: "verify_capacity",
+                value: 0,
+            },
+            Error::BatchExceedsWriteCapacity {
+                bs: 9,
+                write_req_capacity: 8,
+            },
+            Error::LutIndexOutOfRange {
+                slot: 18,
+                lut_len: 18,
+            },
+        ];
+        for e in samples {
+            assert!(e.to_string().starts_with("kv-canary: "), "{e}");
+        }
+        assert_eq!(
+            Error::LutIndexOutOfRange {
+                slot: 18,
+                lut_len: 18
+            }
+            .to_string(),
+            "kv-canary: SWA slot 18 is outside full_to_swa_index_mapping length 18"
+        );
+    }
+}

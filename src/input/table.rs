@@ -1,0 +1,165 @@
+//! [`ReqTable`]: a 2-D `i32` table with one row per request-pool entry.
+//!
+//! Two tables share this shape (spec §3.1): `req_to_token` ([`ReqToToken`], full-pool slot ids)
+//! and the expected-token pool `req_to_verify_expected_tokens` ([`ExpectedTokenTable`], token ids).
+//! A marker type keeps them apart, so one cannot be passed where the other is read.
+
+use crate::Error;
+use core::fmt;
+use core::marker::PhantomData;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What a [`ReqTable`]'s cells hold.
+pub trait TableKind: sealed::Sealed + 'static {
+    /// The table's name in errors and debug output.
+    const NAME: &'static str;
+}
+
+/// Cells are full-pool KV slot ids: `req_to_token`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotIds {}
+/// Cells are token ids: the expected-token pool `req_to_verify_expected_tokens`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenIds {}
+
+impl sealed::Sealed for SlotIds {}
+impl TableKind for SlotIds {
+    const NAME: &'static str = "req_to_token";
+}
+impl sealed::Sealed for TokenIds {}
+impl TableKind for TokenIds {
+    const NAME: &'static str = "req_to_verify_expected_tokens";
+}
+
+/// `req_to_token [max_reqs, max_seq_len]` (i32): the full-pool slot of every (request, position).
+pub type ReqToToken = ReqTable<SlotIds>;
+/// `req_to_verify_expected_tokens [max_reqs, max_context_len]` (i32): token ids the model should
+/// see, filled by [`scatter_req_token_ids`](crate::cpu).
+pub type ExpectedTokenTable = ReqTable<TokenIds>;
+
+/// A dense row-major `[rows, width]` table of `i32`, with a known row width.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ReqTable<K: TableKind> {
+    data: Vec<i32>,
+    rows: usize,
+    width: usize,
+    kind: PhantomData<K>,
+}
+
+impl<K: TableKind> ReqTable<K> {
+    /// A zero-filled table (`req_to_token` is zero-initialised in SGLang: slot 0 is the padding
+    /// slot). `width` must be positive.
+    pub fn zeros(rows: usize, width: usize) -> Result<Self, Error> {
+        let len = rows.checked_mul(width).ok_or(Error::TableShape {
+            what: K::NAME,
+            rows,
+            cols: width,
+            len: usize::MAX,
+        })?;
+        Self::from_vec(rows, width, vec![0; len])
+    }
+
+    /// A table from row-major data of exactly `rows x width` cells; `width` must be positive.
+    pub fn from_vec(rows: usize, width: usize, data: Vec<i32>) -> Result<Self, Error> {
+        if width == 0 || rows.checked_mul(width) != Some(data.len()) {
+            return Err(Error::TableShape {
+                what: K::NAME,
+                rows,
+                cols: width,
+                len: data.len(),
+            });
+        }
+        Ok(ReqTable {
+            data,
+            rows,
+            width,
+            kind: PhantomData,
+        })
+    }
+
+    /// Number of rows (`max_reqs`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Row width (`max_seq_len` or `max_context_len`).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+    /// All cells, row-major.
+    pub fn as_slice(&self) -> &[i32] {
+        &self.data
+    }
+    /// All cells, row-major, mutable.
+    pub fn as_mut_slice(&mut self) -> &mut [i32] {
+        &mut self.data
+    }
+    /// Row `r`, if it exists.
+    pub fn row(&self, r: usize) -> Option<&[i32]> {
+        let start = r.checked_mul(self.width)?;
+        self.data.get(start..start + self.width)
+    }
+    /// Row `r`, mutable, if it exists.
+    pub fn row_mut(&mut self, r: usize) -> Option<&mut [i32]> {
+        let start = r.checked_mul(self.width)?;
+        self.data.get_mut(start..start + self.width)
+    }
+    /// Cell `[r][c]`, if it exists.
+    pub fn get(&self, r: usize, c: usize) -> Option<i32> {
+        if c >= self.width {
+            return None;
+        }
+        self.row(r).map(|row| row[c])
+    }
+    /// Sets cell `[r][c]`; out of range is an error naming the cell.
+    pub fn set(&mut self, r: usize, c: usize, value: i32) -> Result<(), Error> {
+        let (rows, width) = (self.rows, self.width);
+        match self.row_mut(r).and_then(|row| row.get_mut(c)) {
+            Some(cell) => {
+                *cell = value;
+                Ok(())
+            }
+            None => Err(Error::Malformed {
+                detail: format!(
+                    "{} cell [{r}][{c}] is outside its {rows} x {width} cells",
+                    K::NAME
+                ),
+            }),
+        }
+    }
+}
+
+impl<K: TableKind> fmt::Debug for ReqTable<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(K::NAME)
+            .field("rows", &self.rows)
+            .field("width", &self.width)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_is_checked_and_named() {
+        let err = ReqToToken::from_vec(2, 3, vec![0; 5]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kv-canary: req_to_token must hold rows x cols = 2 x 3 = 6 elements, got 5"
+        );
+        assert!(ReqToToken::zeros(4, 0).is_err());
+    }
+
+    #[test]
+    fn rows_and_cells() {
+        let mut t = ExpectedTokenTable::zeros(2, 3).unwrap();
+        t.set(1, 2, 9).unwrap();
+        assert_eq!(t.row(1).unwrap(), &[0, 0, 9]);
+        assert_eq!(t.get(1, 3), None);
+        assert!(t.set(2, 0, 1).is_err());
+    }
+}

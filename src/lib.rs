@@ -1,0 +1,74 @@
+//! # kv-canary
+//!
+//! A type-state Rust port of SGLang's *kv-canary*: a small canary buffer beside an LLM engine's
+//! KV cache that catches slots written to the wrong place, freed too early or reused stale.
+//! Each forward step a **plan** op derives which slots to check and where to write, a **write**
+//! op extends per-request hash chains, and a **verify** op re-derives the chains and reports every
+//! mismatch.
+//!
+//! Every plan buffer carries its capacity in its type, one [`Shape`] derives every capacity from
+//! the engine's knobs, and the ops accept only buffers of matching types: SGLang's run-time
+//! `verify_capacity=40 does not match ... shape[0]=32` is a compile error here.
+//!
+//! ```
+//! use kv_canary::{cpu, Batch, Cap, PlanInputs, ReqToToken, Shape};
+//!
+//! // One expression per capacity: verify 8 entries, 4 requests, 16 written tokens.
+//! let shape = Shape::<Cap<8>, Cap<4>, Cap<16>>::new();
+//! let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+//!
+//! // req_to_token[r][p] = 8r + p; request in pool row 2 has 3 cached tokens and writes 2 more.
+//! let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;
+//! let batch = Batch::from_columns([2, 0, 1], [3, 99, 0], [2, 99, 4]);
+//! let summary = cpu::plan(&shape, &PlanInputs::full(&batch, &table), &mut verify, &mut write)?;
+//!
+//! assert_eq!(summary.verify_num_valid, 3);
+//! assert_eq!(&verify.slot_indices()[..3], &[16, 17, 18]);
+//! assert_eq!(write.offsets(), &[0, 2, 2, 6, 0]);
+//! # Ok::<(), kv_canary::Error>(())
+//! ```
+//!
+//! A buffer from another shape does not compile:
+//!
+//! ```compile_fail
+//! use kv_canary::{cpu, Batch, Cap, PlanInputs, ReqToToken, Shape, VerifyPlan};
+//! let shape = Shape::<Cap<40>, Cap<8>, Cap<40>>::new();
+//! let mut stale = VerifyPlan::<Cap<32>>::new();
+//! let mut write = shape.write_plan();
+//! let table = ReqToToken::zeros(1, 1).unwrap();
+//! let batch = Batch::new();
+//! cpu::plan(&shape, &PlanInputs::full(&batch, &table), &mut stale, &mut write);
+//! ```
+//!
+//! Modules: [`capacity`] (static, derived, branded and unchecked capacities), [`shape`] (knobs to
+//! capacities), [`plan`] (the plan buffers), [`input`] (plan inputs as types), [`hash`] and
+//! [`consts`] (spec §2), [`cpu`] (the reference ops).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod capacity;
+pub mod consts;
+pub mod cpu;
+mod error;
+pub mod hash;
+pub mod input;
+mod memory;
+pub mod plan;
+pub mod shape;
+
+pub use capacity::{
+    Cap, Capacity, Derived, ToCap, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
+    WriteReqCapacity,
+};
+pub use error::Error;
+pub use input::{
+    Batch, BatchRow, ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, Full, Group,
+    NoExpectedTokens, PlanInputs, PositionOffset, ReqToToken, Swa, SwaWindow,
+};
+pub use memory::{Element, Host, Memory};
+pub use plan::{VerifyEntry, VerifyPlan, WritePlan};
+pub use shape::{
+    BrandedShape, EngineKnobs, PoolShape, Shape, SpeculativeShape, StaticShape, UncheckedShape,
+    VerifyCapacityRule,
+};

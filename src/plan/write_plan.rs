@@ -1,0 +1,209 @@
+//! [`WritePlan`]: per-request write metadata (spec §2.5).
+
+use crate::capacity::{Cap, Capacity};
+use crate::memory::{Host, Memory};
+use crate::Error;
+use core::fmt;
+use core::ops::Range;
+
+/// Per-request write metadata of spec §2.5, with the write-request capacity `C` in the type.
+///
+/// `write_offsets` holds `C + 1` entries (an exclusive prefix sum: request `r`'s tokens are flat
+/// indices `[offsets[r], offsets[r + 1])`), `write_seed_slot_indices` holds `C` (the slot of the
+/// token just before request `r`'s first new token, or -1 for a chain head), and
+/// `write_num_valid_reqs` the batch size, padding rows included.
+pub struct WritePlan<C: Capacity, M: Memory = Host> {
+    pub(crate) capacity: C,
+    pub(crate) offsets: M::Array<i64>,
+    pub(crate) seed_slot_indices: M::Array<i64>,
+    pub(crate) num_valid_reqs: M::Scalar<i32>,
+}
+
+/// One request's part of a write: where its chain starts and which flat tokens it stamps.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WriteRequest {
+    /// Batch row.
+    pub row: usize,
+    /// Seed slot (-1 = chain head).
+    pub seed_slot: i64,
+    /// Flat token indices `[write_offsets[r], write_offsets[r + 1])` (empty when the difference
+    /// is not positive).
+    pub tokens: Range<i64>,
+}
+
+/// Mutable views of a host [`WritePlan`]'s fields (lengths fixed).
+#[derive(Debug)]
+pub struct WritePlanMut<'a> {
+    /// `write_offsets` (`C + 1` entries).
+    pub offsets: &'a mut [i64],
+    /// `write_seed_slot_indices` (`C` entries).
+    pub seed_slot_indices: &'a mut [i64],
+    /// `write_num_valid_reqs`.
+    pub num_valid_reqs: &'a mut i32,
+}
+
+impl<const N: usize> WritePlan<Cap<N>> {
+    /// A host write plan for `N` requests (zeroed).
+    pub fn new() -> Self {
+        Self::with_capacity(Cap)
+    }
+}
+
+impl<const N: usize> Default for WritePlan<Cap<N>> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Capacity> WritePlan<C> {
+    /// A host write plan for `capacity` requests, zeroed (SGLang leaves it uninitialised).
+    pub fn with_capacity(capacity: C) -> Self {
+        let n = capacity.get();
+        WritePlan {
+            capacity,
+            offsets: vec![0; n + 1].into(),
+            seed_slot_indices: vec![0; n].into(),
+            num_valid_reqs: 0,
+        }
+    }
+
+    /// A host write plan from raw arrays: `offsets` must hold `capacity + 1` entries and
+    /// `seed_slot_indices` `capacity`.
+    pub fn from_parts(
+        capacity: C,
+        offsets: Vec<i64>,
+        seed_slot_indices: Vec<i64>,
+        num_valid_reqs: i32,
+    ) -> Result<Self, Error> {
+        let n = capacity.get();
+        if offsets.len() != n + 1 {
+            return Err(Error::LengthMismatch {
+                what: "write_offsets",
+                expected: n + 1,
+                found: offsets.len(),
+            });
+        }
+        if seed_slot_indices.len() != n {
+            return Err(Error::LengthMismatch {
+                what: "write_seed_slot_indices",
+                expected: n,
+                found: seed_slot_indices.len(),
+            });
+        }
+        Ok(WritePlan {
+            capacity,
+            offsets: offsets.into(),
+            seed_slot_indices: seed_slot_indices.into(),
+            num_valid_reqs,
+        })
+    }
+
+    /// `write_offsets` (`C + 1` entries).
+    pub fn offsets(&self) -> &[i64] {
+        &self.offsets
+    }
+    /// `write_seed_slot_indices` (`C` entries).
+    pub fn seed_slot_indices(&self) -> &[i64] {
+        &self.seed_slot_indices
+    }
+    /// `write_num_valid_reqs` as stored.
+    pub fn num_valid_reqs(&self) -> i32 {
+        self.num_valid_reqs
+    }
+
+    /// The number of request rows a write processes: `clamp(write_num_valid_reqs, 0, C)`.
+    pub fn active_requests(&self) -> usize {
+        usize::try_from(self.num_valid_reqs)
+            .unwrap_or(0)
+            .min(self.capacity.get())
+    }
+
+    /// The requests a write processes, in row order (empty ones included).
+    pub fn requests(&self) -> impl ExactSizeIterator<Item = WriteRequest> + '_ {
+        (0..self.active_requests()).map(move |r| {
+            let start = self.offsets[r];
+            let end = self.offsets[r + 1].max(start);
+            WriteRequest {
+                row: r,
+                seed_slot: self.seed_slot_indices[r],
+                tokens: start..end,
+            }
+        })
+    }
+
+    /// Mutable access to every field (lengths fixed).
+    pub fn parts_mut(&mut self) -> WritePlanMut<'_> {
+        WritePlanMut {
+            offsets: &mut self.offsets,
+            seed_slot_indices: &mut self.seed_slot_indices,
+            num_valid_reqs: &mut self.num_valid_reqs,
+        }
+    }
+}
+
+impl<C: Capacity, M: Memory> WritePlan<C, M> {
+    /// The write-request capacity.
+    pub fn capacity(&self) -> C {
+        self.capacity
+    }
+}
+
+impl<C: Capacity> Clone for WritePlan<C> {
+    fn clone(&self) -> Self {
+        WritePlan {
+            capacity: self.capacity,
+            offsets: self.offsets.clone(),
+            seed_slot_indices: self.seed_slot_indices.clone(),
+            num_valid_reqs: self.num_valid_reqs,
+        }
+    }
+}
+
+impl<C: Capacity> PartialEq for WritePlan<C> {
+    fn eq(&self, other: &Self) -> bool {
+        self.offsets == other.offsets
+            && self.seed_slot_indices == other.seed_slot_indices
+            && self.num_valid_reqs == other.num_valid_reqs
+    }
+}
+
+impl<C: Capacity> fmt::Debug for WritePlan<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WritePlan")
+            .field("capacity", &self.capacity)
+            .field("write_num_valid_reqs", &self.num_valid_reqs)
+            .field("write_offsets", &self.offsets)
+            .field("write_seed_slot_indices", &self.seed_slot_indices)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::UncheckedCapacity;
+
+    #[test]
+    fn offsets_hold_one_more_than_the_capacity() {
+        let plan = WritePlan::<Cap<4>>::new();
+        assert_eq!(plan.offsets().len(), 5);
+        assert_eq!(plan.seed_slot_indices().len(), 4);
+        let cap = UncheckedCapacity::new("write_req_capacity", 4).unwrap();
+        let err = WritePlan::from_parts(cap, vec![0; 4], vec![0; 4], 0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kv-canary: write_offsets length must be 5, got 4"
+        );
+    }
+
+    #[test]
+    fn requests_clamp_the_count_and_empty_ranges() {
+        let cap = UncheckedCapacity::new("write_req_capacity", 3).unwrap();
+        let plan = WritePlan::from_parts(cap, vec![0, 2, 1, 5], vec![9, -1, 4], 7).unwrap();
+        let reqs: Vec<_> = plan.requests().collect();
+        assert_eq!(reqs.len(), 3);
+        assert_eq!(reqs[0].tokens, 0..2);
+        assert!(reqs[1].tokens.is_empty());
+        assert_eq!(reqs[2].seed_slot, 4);
+    }
+}

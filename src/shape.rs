@@ -1,0 +1,371 @@
+//! [`Shape`]: the engine's knobs turned into every capacity, once.
+//!
+//! A shape holds the three capacities a canary step needs and allocates every buffer from them:
+//!
+//! * **verify capacity** — entries of a [`VerifyPlan`]. SGLang sizes it per forward pass from the
+//!   KV pool (`3 x pool slots` in one version) or from the maximum sequence length (another); for
+//!   speculative decoding the verify plan of a draft step holds `bs x (topk + 1)` entries.
+//! * **write-request capacity** — rows of a [`WritePlan`]: `max_bs`.
+//! * **write-entry capacity** — tokens one write may stamp:
+//!   `max(max_bs x tokens_per_req, max_extend_tokens)`.
+//!
+//! Three ways to build one, each deriving every capacity from one expression:
+//!
+//! * static numbers: `Shape::<Cap<{ BS * (TOPK + 1) }>, Cap<BS>, Cap<{ BS * (TOPK + 1) }>>::new()`
+//!   with `const` items, or [`Shape::of`] with a [`StaticShape`] such as [`SpeculativeShape`]
+//!   that does the arithmetic over generic parameters (typenum) and converts back to decimal;
+//! * run-time numbers from a config, branded: [`Shape::branded`] (mismatches stay compile errors);
+//! * run-time numbers, unchecked: [`Shape::unchecked`] (mismatches are run-time errors).
+
+use crate::capacity::{
+    Brand, Cap, Capacity, Derived, ToCap, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
+    WriteReqCapacity,
+};
+use crate::plan::{VerifyPlan, WritePlan};
+use crate::Error;
+use core::marker::PhantomData;
+use core::ops::{Add, Mul};
+use typenum::{Add1, Max, Maximum, Prod, B1, U3};
+
+/// The three capacities of a canary step, in their types. Allocates every plan buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape<V: Capacity, W: Capacity, E: Capacity> {
+    verify: V,
+    write_reqs: W,
+    write_entries: E,
+}
+
+impl<V: Capacity, W: Capacity, E: Capacity> Shape<V, W, E> {
+    /// The verify capacity.
+    pub fn verify_capacity(&self) -> V {
+        self.verify
+    }
+    /// The write-request capacity (max batch size).
+    pub fn write_req_capacity(&self) -> W {
+        self.write_reqs
+    }
+    /// The write-entry capacity (max tokens stamped by one write).
+    pub fn write_entry_capacity(&self) -> E {
+        self.write_entries
+    }
+    /// A host verify plan of this shape's verify capacity.
+    pub fn verify_plan(&self) -> VerifyPlan<V> {
+        VerifyPlan::with_capacity(self.verify)
+    }
+    /// A host write plan of this shape's write-request capacity.
+    pub fn write_plan(&self) -> WritePlan<W> {
+        WritePlan::with_capacity(self.write_reqs)
+    }
+}
+
+impl<const V: usize, const W: usize, const E: usize> Shape<Cap<V>, Cap<W>, Cap<E>> {
+    /// A static shape; write each capacity once, as an expression over `const` items:
+    ///
+    /// ```
+    /// use kv_canary::{Cap, Shape};
+    /// const MAX_BS: usize = 8;
+    /// const TOPK: usize = 4;
+    /// type Spec = Shape<Cap<{ MAX_BS * (TOPK + 1) }>, Cap<MAX_BS>, Cap<{ MAX_BS * (TOPK + 1) }>>;
+    /// let shape = Spec::new();
+    /// assert_eq!(shape.verify_plan().slot_indices().len(), 40);
+    /// ```
+    pub const fn new() -> Self {
+        Shape {
+            verify: Cap,
+            write_reqs: Cap,
+            write_entries: Cap,
+        }
+    }
+}
+
+impl<const V: usize, const W: usize, const E: usize> Default for Shape<Cap<V>, Cap<W>, Cap<E>> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A static capacity that can be made from nothing: [`Cap<N>`] (and so every [`Derived`]).
+pub trait StaticCapacity: Capacity {
+    /// The capacity value.
+    const VALUE: Self;
+}
+impl<const N: usize> StaticCapacity for Cap<N> {
+    const VALUE: Self = Cap;
+}
+
+/// A shape computed entirely at compile time, typically by typenum arithmetic over the shape's
+/// generic parameters (see [`SpeculativeShape`], [`PoolShape`]).
+pub trait StaticShape {
+    /// Verify capacity.
+    type Verify: StaticCapacity;
+    /// Write-request capacity.
+    type WriteReqs: StaticCapacity;
+    /// Write-entry capacity.
+    type WriteEntries: StaticCapacity;
+}
+
+impl Shape<Cap<1>, Cap<1>, Cap<1>> {
+    /// The shape described by a [`StaticShape`]:
+    ///
+    /// ```
+    /// use kv_canary::{Cap, Shape, SpeculativeShape};
+    /// use typenum::{U4, U8};
+    /// let shape = Shape::of::<SpeculativeShape<U8, U4>>();
+    /// let _: Cap<40> = shape.verify_capacity(); // 8 x (4 + 1), in decimal
+    /// ```
+    pub fn of<S: StaticShape>() -> Shape<S::Verify, S::WriteReqs, S::WriteEntries> {
+        Shape {
+            verify: S::Verify::VALUE,
+            write_reqs: S::WriteReqs::VALUE,
+            write_entries: S::WriteEntries::VALUE,
+        }
+    }
+}
+
+/// Speculative decoding (EAGLE): `MaxBs` requests each verify and write `TopK + 1` tokens.
+///
+/// verify capacity = write-entry capacity = `MaxBs x (TopK + 1)`; write-request capacity =
+/// `MaxBs`. Caching a plan of `MaxBs x TopK` entries (the bug this type removes) no longer
+/// compiles against this shape.
+pub struct SpeculativeShape<MaxBs, TopK>(PhantomData<(MaxBs, TopK)>);
+
+impl<B, K> StaticShape for SpeculativeShape<B, K>
+where
+    K: Add<B1>,
+    B: Mul<Add1<K>> + ToCap,
+    Prod<B, Add1<K>>: ToCap,
+    Derived<B>: StaticCapacity,
+    Derived<Prod<B, Add1<K>>>: StaticCapacity,
+{
+    type Verify = Derived<Prod<B, Add1<K>>>;
+    type WriteReqs = Derived<B>;
+    type WriteEntries = Derived<Prod<B, Add1<K>>>;
+}
+
+/// SGLang's per-forward sizing from the KV pool: verify capacity = `3 x PoolSlots`,
+/// write-request capacity = `MaxBs`, write-entry capacity =
+/// `max(MaxBs x TokensPerReq, MaxExtendTokens)`.
+pub struct PoolShape<MaxBs, PoolSlots, TokensPerReq, MaxExtendTokens>(
+    PhantomData<(MaxBs, PoolSlots, TokensPerReq, MaxExtendTokens)>,
+);
+
+impl<B, P, T, X> StaticShape for PoolShape<B, P, T, X>
+where
+    U3: Mul<P>,
+    Prod<U3, P>: ToCap,
+    B: Mul<T> + ToCap,
+    Prod<B, T>: Max<X>,
+    Maximum<Prod<B, T>, X>: ToCap,
+    Derived<Prod<U3, P>>: StaticCapacity,
+    Derived<B>: StaticCapacity,
+    Derived<Maximum<Prod<B, T>, X>>: StaticCapacity,
+{
+    type Verify = Derived<Prod<U3, P>>;
+    type WriteReqs = Derived<B>;
+    type WriteEntries = Derived<Maximum<Prod<B, T>, X>>;
+}
+
+/// How a run-time shape sizes its verify plan (spec §2.4; SGLang's versions differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyCapacityRule {
+    /// `3 x pool_slots`: every slot of the pool, three times over (one SGLang version).
+    PoolSlots {
+        /// Slots in the KV pool.
+        pool_slots: usize,
+    },
+    /// The maximum sequence length (another SGLang version).
+    MaxSeqLen {
+        /// `max_seq_len` of the `req_to_token` table.
+        max_seq_len: usize,
+    },
+    /// `max_bs x tokens_per_req`: one entry per token of a full forward pass (speculative
+    /// decoding: `bs x (topk + 1)`).
+    TokensPerForward,
+    /// A number chosen by the engine.
+    Exact(usize),
+}
+
+/// The engine's knobs a [`Shape`] is derived from at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineKnobs {
+    /// Maximum batch size (rows of a plan).
+    pub max_bs: usize,
+    /// Tokens each request writes per decode step: 1, or `topk + 1` for speculative decoding.
+    pub tokens_per_req: usize,
+    /// Token budget of one prefill (chunked-prefill size).
+    pub max_extend_tokens: usize,
+    /// How the verify capacity is sized.
+    pub verify: VerifyCapacityRule,
+}
+
+impl EngineKnobs {
+    /// Speculative decoding with `topk` draft tokens: `tokens_per_req = topk + 1`, verify capacity
+    /// `max_bs x (topk + 1)`, no prefill budget beyond that.
+    pub fn speculative(max_bs: usize, topk: usize) -> Self {
+        EngineKnobs {
+            max_bs,
+            tokens_per_req: topk.saturating_add(1),
+            max_extend_tokens: 0,
+            verify: VerifyCapacityRule::TokensPerForward,
+        }
+    }
+
+    /// The verify capacity these knobs derive.
+    pub fn verify_capacity(&self) -> Result<usize, Error> {
+        let n = match self.verify {
+            VerifyCapacityRule::PoolSlots { pool_slots } => pool_slots.checked_mul(3),
+            VerifyCapacityRule::MaxSeqLen { max_seq_len } => Some(max_seq_len),
+            VerifyCapacityRule::TokensPerForward => self.max_bs.checked_mul(self.tokens_per_req),
+            VerifyCapacityRule::Exact(n) => Some(n),
+        };
+        positive("verify_capacity", n)
+    }
+
+    /// The write-request capacity: `max_bs`.
+    pub fn write_req_capacity(&self) -> Result<usize, Error> {
+        positive("write_req_capacity", Some(self.max_bs))
+    }
+
+    /// The write-entry capacity: `max(max_bs x tokens_per_req, max_extend_tokens)`.
+    pub fn write_entry_capacity(&self) -> Result<usize, Error> {
+        let per_step = self.max_bs.checked_mul(self.tokens_per_req);
+        positive(
+            "write_entry_capacity",
+            per_step.map(|n| n.max(self.max_extend_tokens)),
+        )
+    }
+}
+
+fn positive(what: &'static str, n: Option<usize>) -> Result<usize, Error> {
+    match n {
+        Some(0) => Err(Error::ZeroCapacity { what, value: 0 }),
+        Some(n) => Ok(n),
+        None => Err(Error::OutOfRange {
+            what,
+            value: i64::MAX,
+            allowed: "[1, usize::MAX] (the product overflowed)",
+        }),
+    }
+}
+
+/// A shape whose capacities were computed at run time and branded with `'id`.
+pub type BrandedShape<'id> =
+    Shape<VerifyCapacity<'id>, WriteReqCapacity<'id>, WriteEntryCapacity<'id>>;
+
+/// A shape whose capacities were computed at run time and are compared at each call.
+pub type UncheckedShape = Shape<UncheckedCapacity, UncheckedCapacity, UncheckedCapacity>;
+
+impl BrandedShape<'_> {
+    /// Derives a shape from run-time `knobs` and runs `f` with it under a fresh brand.
+    ///
+    /// Every buffer allocated from the shape carries the brand, and every launch that takes the
+    /// shape demands the same brand, so a buffer from another shape — even one computed from the
+    /// same numbers — does not compile. Errors only when a capacity comes out zero or overflows.
+    ///
+    /// ```
+    /// use kv_canary::{EngineKnobs, Shape, VerifyCapacityRule};
+    /// let knobs = EngineKnobs { max_bs: 4, tokens_per_req: 1, max_extend_tokens: 64,
+    ///                           verify: VerifyCapacityRule::PoolSlots { pool_slots: 100 } };
+    /// let entries = Shape::branded(&knobs, |shape| shape.verify_plan().slot_indices().len())?;
+    /// assert_eq!(entries, 300);
+    /// # Ok::<(), kv_canary::Error>(())
+    /// ```
+    pub fn branded<R>(
+        knobs: &EngineKnobs,
+        f: impl for<'id> FnOnce(BrandedShape<'id>) -> R,
+    ) -> Result<R, Error> {
+        let (v, w, e) = (
+            knobs.verify_capacity()?,
+            knobs.write_req_capacity()?,
+            knobs.write_entry_capacity()?,
+        );
+        let brand = Brand::new();
+        Ok(f(Shape {
+            verify: VerifyCapacity::mint(v, brand),
+            write_reqs: WriteReqCapacity::mint(w, brand),
+            write_entries: WriteEntryCapacity::mint(e, brand),
+        }))
+    }
+}
+
+impl UncheckedShape {
+    /// Derives an unbranded run-time shape from `knobs`. Launches compare its capacities with
+    /// the buffers' at each call and return [`Error::CapacityMismatch`] naming both numbers.
+    pub fn unchecked(knobs: &EngineKnobs) -> Result<Self, Error> {
+        Ok(Shape {
+            verify: UncheckedCapacity::new("verify_capacity", knobs.verify_capacity()?)?,
+            write_reqs: UncheckedCapacity::new("write_req_capacity", knobs.write_req_capacity()?)?,
+            write_entries: UncheckedCapacity::new(
+                "write_entry_capacity",
+                knobs.write_entry_capacity()?,
+            )?,
+        })
+    }
+
+    /// An unbranded shape from three explicit capacities (conformance dumps, FFI).
+    pub fn from_capacities(
+        verify: UncheckedCapacity,
+        write_reqs: UncheckedCapacity,
+        write_entries: UncheckedCapacity,
+    ) -> Self {
+        Shape {
+            verify,
+            write_reqs,
+            write_entries,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use typenum::{U1, U100, U16, U256, U4, U8};
+
+    #[test]
+    fn speculative_shape_is_bs_times_topk_plus_one() {
+        let s = Shape::of::<SpeculativeShape<U8, U4>>();
+        let _: Shape<Cap<40>, Cap<8>, Cap<40>> = s;
+    }
+
+    #[test]
+    fn pool_shape_follows_sglang() {
+        let s = Shape::of::<PoolShape<U16, U100, U1, U256>>();
+        let _: Shape<Cap<300>, Cap<16>, Cap<256>> = s;
+    }
+
+    #[test]
+    fn knobs_derive_each_capacity_once() {
+        let k = EngineKnobs {
+            max_bs: 8,
+            tokens_per_req: 5,
+            max_extend_tokens: 64,
+            verify: VerifyCapacityRule::PoolSlots { pool_slots: 10 },
+        };
+        assert_eq!(k.verify_capacity().unwrap(), 30);
+        assert_eq!(k.write_req_capacity().unwrap(), 8);
+        assert_eq!(k.write_entry_capacity().unwrap(), 64);
+        let spec = EngineKnobs::speculative(8, 4);
+        assert_eq!(spec.verify_capacity().unwrap(), 40);
+        assert_eq!(spec.write_entry_capacity().unwrap(), 40);
+        let zero = EngineKnobs::speculative(0, 4);
+        assert_eq!(
+            zero.verify_capacity().unwrap_err().to_string(),
+            "kv-canary: verify_capacity must be positive, got 0"
+        );
+    }
+
+    #[test]
+    fn branded_and_unchecked_shapes_allocate_their_capacities() {
+        let k = EngineKnobs::speculative(3, 1);
+        let n = Shape::branded(&k, |s| {
+            (
+                s.verify_plan().slot_indices().len(),
+                s.write_plan().offsets().len(),
+            )
+        })
+        .unwrap();
+        assert_eq!(n, (6, 4));
+        let u = Shape::unchecked(&k).unwrap();
+        assert_eq!(u.verify_capacity().get(), 6);
+    }
+}
