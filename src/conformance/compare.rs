@@ -64,25 +64,27 @@ fn collect_leaves(path: &str, json: &Json, out: &mut Vec<(String, Tensor)>) -> R
 
 /// Compares one tensor: dtype, shape, then elements.
 pub fn compare_tensor(path: &str, want: &Tensor, have: &Tensor) -> Result<(), String> {
-    if want.dtype() != have.dtype() {
-        return Err(format!(
-            "{path} dtype expected {} got {}",
-            want.dtype(),
-            have.dtype()
-        ));
-    }
-    if want.shape != have.shape {
-        return Err(format!(
-            "{path} shape expected {:?} got {:?}",
-            want.shape, have.shape
-        ));
-    }
     let first_diff = match (&want.data, &have.data) {
         (TensorData::I64(a), TensorData::I64(b)) => first_difference(a, b),
         (TensorData::I32(a), TensorData::I32(b)) => first_difference(a, b),
         (TensorData::U8(a), TensorData::U8(b)) => first_difference(a, b),
-        _ => unreachable!("dtypes compared above"),
+        _ => {
+            return Err(format!(
+                "{path} dtype expected {} got {}",
+                want.dtype(),
+                have.dtype()
+            ))
+        }
     };
+    if want.shape != have.shape || want.len() != have.len() {
+        return Err(format!(
+            "{path} shape expected {:?} ({} elements) got {:?} ({} elements)",
+            want.shape,
+            want.len(),
+            have.shape,
+            have.len()
+        ));
+    }
     match first_diff {
         None => Ok(()),
         Some(i) => {
@@ -177,7 +179,7 @@ mod tests {
         );
         assert!(compare_outputs(&golden(PLAN), &produced(vec![16, -7], 1))
             .unwrap_err()
-            .contains("shape expected [3] got [2]"));
+            .contains("shape expected [3] (3 elements) got [2] (2 elements)"));
     }
 
     #[test]

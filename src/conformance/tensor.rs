@@ -77,7 +77,7 @@ impl Tensor {
         }
     }
 
-    /// A 2-D byte tensor of `rows x (data.len() / rows)`.
+    /// A byte tensor of `shape` (row-major `data`, `product(shape)` bytes).
     pub fn u8(shape: Vec<usize>, data: Vec<u8>) -> Self {
         Tensor {
             shape,
