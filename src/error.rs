@@ -155,6 +155,21 @@ pub enum Error {
         /// The element type given.
         found: String,
     },
+    /// An input that another input requires is absent (conformance input only: the typed API
+    /// pairs them, for example [`ExpectedTokenTable::with_valid_lens`](crate::ExpectedTokenTable::with_valid_lens)).
+    MissingInput {
+        /// The absent input.
+        what: &'static str,
+        /// The input (or setting) that requires it.
+        required_by: &'static str,
+    },
+    /// A file or directory could not be read (conformance runner).
+    Io {
+        /// The path.
+        path: String,
+        /// The operating system's error text.
+        detail: String,
+    },
     /// A malformed input that the typed API cannot express (conformance input only).
     Malformed {
         /// What is wrong, with the offending values.
@@ -266,6 +281,8 @@ impl fmt::Display for Error {
                 expected,
                 found,
             } => write!(f, "{what} must be {expected}, got {found}"),
+            MissingInput { what, required_by } => write!(f, "{required_by} requires {what}"),
+            Io { path, detail } => write!(f, "cannot read {path}: {detail}"),
             Malformed { detail } => f.write_str(detail),
             Cuda { what, detail } => write!(f, "CUDA {what} failed: {detail}"),
         }
@@ -292,6 +309,10 @@ mod tests {
             Error::LutIndexOutOfRange {
                 slot: 18,
                 lut_len: 18,
+            },
+            Error::MissingInput {
+                what: "req_to_verify_expected_tokens_valid_lens",
+                required_by: "req_to_verify_expected_tokens",
             },
         ];
         for e in samples {

@@ -42,12 +42,13 @@
 //!
 //! Modules: [`capacity`] (static, derived, branded and unchecked capacities), [`shape`] (knobs to
 //! capacities), [`plan`] (the plan buffers), [`input`] (plan inputs as types), [`hash`] and
-//! [`consts`] (spec §2), [`cpu`] (the reference ops).
+//! [`consts`] (spec §2), [`cpu`] (the reference ops), [`conformance`] (the golden-vector runner).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod capacity;
+pub mod conformance;
 pub mod consts;
 pub mod cpu;
 mod error;

@@ -1,0 +1,149 @@
+//! The golden-vector conformance runner: replays SGLang's recorded calls through this crate and
+//! compares every output, element for element.
+//!
+//! The golden files (`tests/golden/*.json`, format described in `tests/golden/README.md`) record
+//! one call per case: its complete inputs, including the initial contents of every buffer it
+//! writes, and the complete contents afterwards — or, for error cases, the error. The runner
+//!
+//! 1. parses each file with a small exact JSON parser ([`json`]; integers never pass through
+//!    `f64`) and decodes tensors ([`tensor`]);
+//! 2. replays each case through the typed API on a chosen [`Backend`] (one replay function per
+//!    op, dispatched by the case's `op`);
+//! 3. compares every output tensor in full, untouched tails included, reporting the first
+//!    difference as `field[index] expected X got Y`; error cases are compared by error kind and
+//!    the values the error names ([`expected_error`]);
+//! 4. skips, and says so, ops it cannot replay yet — a skip is never a pass.
+//!
+//! ```no_run
+//! use kv_canary::conformance::{run_dir, RunOptions};
+//! let report = run_dir("tests/golden", &RunOptions::default())?;
+//! println!("{report}"); // one line per case, then `N passed, M failed, K skipped`
+//! assert_eq!(report.failed(), 0);
+//! # Ok::<(), kv_canary::Error>(())
+//! ```
+
+mod case;
+mod compare;
+pub mod expected_error;
+pub mod json;
+mod replay;
+mod report;
+pub mod tensor;
+
+pub use case::{Case, Fields, GoldenError, GoldenFile, FORMAT, FORMAT_VERSION};
+pub use compare::{compare_outputs, compare_tensor, Produced};
+pub use replay::{judge, replay, replay_case, Replayed, UNSUPPORTED_OP};
+pub use report::{CaseResult, Outcome, Report};
+
+use crate::Error;
+use std::path::Path;
+
+/// Which implementation replays the cases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The CPU reference ops ([`crate::cpu`]).
+    #[default]
+    Cpu,
+}
+
+impl Backend {
+    /// The backend's command-line name (`"cpu"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+        }
+    }
+
+    /// Every backend compiled into this build.
+    pub fn all() -> &'static [Backend] {
+        &[Backend::Cpu]
+    }
+
+    /// The backend named `name` (see [`Backend::name`]), if compiled in.
+    pub fn from_name(name: &str) -> Option<Backend> {
+        Backend::all().iter().copied().find(|b| b.name() == name)
+    }
+}
+
+/// How to run the cases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// The implementation under test.
+    pub backend: Backend,
+}
+
+/// Replays every case of `files` (in order) and collects the results.
+pub fn run_files(files: &[GoldenFile], options: &RunOptions) -> Report {
+    let results = files
+        .iter()
+        .flat_map(|f| {
+            f.cases.iter().map(|case| CaseResult {
+                file: f.file.clone(),
+                name: case.name.clone(),
+                op: case.op.clone(),
+                outcome: replay_case(case, options.backend),
+            })
+        })
+        .collect();
+    Report { results }
+}
+
+/// Reads every `*.json` file in `dir` (sorted by file name); each must be a golden file.
+/// Case names must be unique across the files.
+pub fn load_dir(dir: impl AsRef<Path>) -> Result<Vec<GoldenFile>, Error> {
+    let dir = dir.as_ref();
+    let io = |path: &Path, e: std::io::Error| Error::Io {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    };
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
+        let path = entry.map_err(|e| io(dir, e))?.path();
+        if path.extension().is_some_and(|x| x == "json") && path.is_file() {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    let mut files = Vec::with_capacity(paths.len());
+    let mut names = std::collections::HashSet::new();
+    for path in paths {
+        let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+        let file = GoldenFile::parse(&path.display().to_string(), &text)?;
+        if let Some(dup) = file.cases.iter().find(|c| !names.insert(c.name.clone())) {
+            return Err(Error::Malformed {
+                detail: format!(
+                    "{}: case name {:?} appears twice in {}",
+                    path.display(),
+                    dup.name,
+                    dir.display()
+                ),
+            });
+        }
+        files.push(file);
+    }
+    Ok(files)
+}
+
+/// Loads the golden files of `dir` ([`load_dir`]) and replays every case ([`run_files`]).
+pub fn run_dir(dir: impl AsRef<Path>, options: &RunOptions) -> Result<Report, Error> {
+    Ok(run_files(&load_dir(dir)?, options))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_round_trip_their_names() {
+        for &b in Backend::all() {
+            assert_eq!(Backend::from_name(b.name()), Some(b));
+        }
+        assert_eq!(Backend::from_name("gpu"), None);
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_io_error() {
+        let err = run_dir("/nonexistent/kv-canary-golden", &RunOptions::default()).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err}");
+    }
+}

@@ -1,0 +1,31 @@
+//! Replay of `verify_plan_allocate` / `write_plan_allocate`: building a plan buffer of a
+//! run-time capacity. The golden files hold only failing allocations (capacity 0, which
+//! [`UncheckedCapacity::new`](crate::UncheckedCapacity::new) rejects); a successful allocation
+//! produces no outputs to compare.
+
+use super::{capacity, Replayed};
+use crate::conformance::case::Case;
+use crate::{VerifyPlan, WritePlan};
+
+/// `VerifyPlan.allocate(verify_capacity)`.
+pub(super) fn replay_verify_plan(case: &Case) -> Replayed {
+    let run = || {
+        let cap = capacity("verify_capacity", case.inputs().int("verify_capacity")?)?;
+        let _ = VerifyPlan::with_capacity(cap);
+        Ok(Vec::new())
+    };
+    run().into()
+}
+
+/// `WritePlan.allocate(write_req_capacity)`.
+pub(super) fn replay_write_plan(case: &Case) -> Replayed {
+    let run = || {
+        let cap = capacity(
+            "write_req_capacity",
+            case.inputs().int("write_req_capacity")?,
+        )?;
+        let _ = WritePlan::with_capacity(cap);
+        Ok(Vec::new())
+    };
+    run().into()
+}
