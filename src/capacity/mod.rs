@@ -8,7 +8,7 @@
 //! | static | [`Cap<N>`] | capacities known when the engine is compiled | a compile error that reads in decimal (`Cap<40>` vs `Cap<32>`) |
 //! | derived | [`Derived<T>`] = `Cap<N>` | arithmetic over generic parameters (typenum) | the same decimal compile error |
 //! | branded | [`VerifyCapacity<'id>`], [`WriteReqCapacity<'id>`], [`WriteEntryCapacity<'id>`] | read from a config at start-up | a compile (borrow-check) error: two brands never unify |
-//! | unchecked | [`UncheckedCapacity`] | FFI, quick experiments | a run-time [`Error::CapacityMismatch`](crate::Error::CapacityMismatch) naming both numbers |
+//! | unchecked | [`UncheckedCapacity`] | FFI, quick experiments | a run-time [`Error::CapacityMismatch`] naming both numbers |
 //!
 //! Capacities are always positive: `Cap<0>` is rejected when a buffer of it is built (a
 //! post-monomorphization error, visible in `cargo build`), the run-time kinds at construction.
@@ -49,7 +49,10 @@ impl<const N: usize> Cap<N> {
     /// The capacity as a number.
     pub const VALUE: usize = N;
     /// Evaluating this fails the build when `N == 0` (SGLang: "capacity must be positive").
-    pub(crate) const POSITIVE: () = assert!(N > 0, "kv-canary: a static capacity must be positive");
+    pub(crate) const POSITIVE: () = assert!(
+        N > 0,
+        "kv-canary: `Cap<0>` is not a capacity: capacities must be positive, got 0"
+    );
 
     /// The capacity value (a zero-sized token).
     pub const fn new() -> Self {
@@ -73,7 +76,7 @@ impl<const N: usize> Capacity for Cap<N> {
 }
 
 /// A capacity known only at run time and **not** branded: every launch compares it with the
-/// buffer's at the call and returns [`Error::CapacityMismatch`](crate::Error::CapacityMismatch)
+/// buffer's at the call and returns [`Error::CapacityMismatch`]
 /// naming both numbers when they differ — SGLang's own run-time check, kept for FFI and quick
 /// experiments. Prefer [`Shape::branded`](crate::Shape::branded), which makes the same mistake a
 /// compile error.
