@@ -5,12 +5,42 @@
 //! unchecked capacities are compared at run time. Because the unmet obligation is the annotated
 //! trait itself, `#[diagnostic::on_unimplemented]` fires and the first line of the error says
 //! which capacities disagree, in decimal.
+//!
+//! One more impl per trait, for the private uninhabited `NoBuffer`, keeps that promise for
+//! static capacities. A launch takes the shape before the buffers, and with a single impl for
+//! `Cap<N>` the compiler would *infer* the buffer's capacity from the shape's (`Cap<40>` has only
+//! one partner) and then report the real buffer as a bare "mismatched types" (E0308). With two
+//! candidate partners it cannot guess, takes the buffer's capacity from the buffer, and reports
+//! the unmet bound with the message below (`ui-tests/fail/verify_capacity_static.rs`).
+//! `NoBuffer` cannot be constructed or named outside this module.
+//!
+//! The `Cap<N>` impls are written out rather than generated, so that the compiler's "the trait is
+//! implemented for `Cap<N>`" hint quotes one line instead of a macro invocation.
 
 use super::{
     check_equal, Cap, Capacity, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
     WriteReqCapacity,
 };
 use crate::Error;
+use core::fmt;
+
+/// A capacity no buffer has: uninhabited, private, and only a second impl partner of `Cap<N>`
+/// (see the module docs).
+#[derive(Clone, Copy)]
+pub(crate) enum NoBuffer {}
+
+impl fmt::Debug for NoBuffer {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {}
+    }
+}
+
+impl super::Sealed for NoBuffer {}
+impl Capacity for NoBuffer {
+    fn get(self) -> usize {
+        match self {}
+    }
+}
 
 macro_rules! same_capacity_trait {
     (
@@ -28,17 +58,17 @@ macro_rules! same_capacity_trait {
             fn check(self, buffer: Buffer) -> Result<(), Error>;
         }
 
-        impl<const N: usize> $name<Cap<N>> for Cap<N> {
-            #[inline]
-            fn check(self, _: Cap<N>) -> Result<(), Error> {
-                Ok(())
-            }
-        }
-
         impl<'id> $name<$branded<'id>> for $branded<'id> {
             #[inline]
             fn check(self, _: $branded<'id>) -> Result<(), Error> {
                 Ok(())
+            }
+        }
+
+        #[diagnostic::do_not_recommend]
+        impl<const N: usize> $name<NoBuffer> for Cap<N> {
+            fn check(self, buffer: NoBuffer) -> Result<(), Error> {
+                match buffer {}
             }
         }
 
@@ -55,7 +85,7 @@ same_capacity_trait!(
     /// The shape's verify capacity (`Self`) equals a verify plan's capacity (`Buffer`).
     SameVerifyCapacity, VerifyCapacity, "verify_capacity",
     message = "kv-canary: verify capacity mismatch: the shape derives `{Self}` but the verify plan holds `{Buffer}`",
-    label = "this verify plan was allocated with another verify capacity",
+    label = "the shape's verify capacity is `{Self}`, the verify plan's `{Buffer}`",
     note = "allocate plan buffers from the shape you launch with (`shape.verify_plan()`), so both come from one expression",
 );
 
@@ -63,7 +93,7 @@ same_capacity_trait!(
     /// The shape's write-request capacity (`Self`) equals a write plan's capacity (`Buffer`).
     SameWriteReqCapacity, WriteReqCapacity, "write_req_capacity",
     message = "kv-canary: write-request capacity mismatch: the shape derives `{Self}` but the write plan holds `{Buffer}`",
-    label = "this write plan was allocated with another write-request capacity",
+    label = "the shape's write-request capacity is `{Self}`, the write plan's `{Buffer}`",
     note = "allocate plan buffers from the shape you launch with (`shape.write_plan()`), so both come from one expression",
 );
 
@@ -71,6 +101,27 @@ same_capacity_trait!(
     /// The shape's write-entry capacity (`Self`) equals a per-token input buffer's (`Buffer`).
     SameWriteEntryCapacity, WriteEntryCapacity, "write_entry_capacity",
     message = "kv-canary: write-entry capacity mismatch: the shape derives `{Self}` but the write inputs hold `{Buffer}`",
-    label = "these write inputs were allocated with another write-entry capacity",
+    label = "the shape's write-entry capacity is `{Self}`, the write inputs' `{Buffer}`",
     note = "allocate write inputs from the shape you launch with (`shape.write_inputs()`), so both come from one expression",
 );
+
+impl<const N: usize> SameVerifyCapacity<Cap<N>> for Cap<N> {
+    #[inline]
+    fn check(self, _: Cap<N>) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+impl<const N: usize> SameWriteReqCapacity<Cap<N>> for Cap<N> {
+    #[inline]
+    fn check(self, _: Cap<N>) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+impl<const N: usize> SameWriteEntryCapacity<Cap<N>> for Cap<N> {
+    #[inline]
+    fn check(self, _: Cap<N>) -> Result<(), Error> {
+        Ok(())
+    }
+}

@@ -49,7 +49,10 @@ impl<const N: usize> Cap<N> {
     /// The capacity as a number.
     pub const VALUE: usize = N;
     /// Evaluating this fails the build when `N == 0` (SGLang: "capacity must be positive").
-    pub(crate) const POSITIVE: () = assert!(N > 0, "kv-canary: a static capacity must be positive");
+    pub(crate) const POSITIVE: () = assert!(
+        N > 0,
+        "kv-canary: `Cap<0>` is not a capacity: capacities must be positive, got 0"
+    );
 
     /// The capacity value (a zero-sized token).
     pub const fn new() -> Self {

@@ -13,9 +13,9 @@ mod sealed {
 /// req_to_verify_expected_tokens_valid_lens when req_to_verify_expected_tokens is set" is a
 /// compile error here.
 #[diagnostic::on_unimplemented(
-    message = "kv-canary: `{Self}` cannot supply expected tokens: an expected-token pool needs its valid lengths",
-    label = "a pool without `req_to_verify_expected_tokens_valid_lens`",
-    note = "call `table.with_valid_lens(&valid_lens)` (one length per batch row), or pass `NoExpectedTokens`"
+    message = "kv-canary: `{Self}` cannot supply expected tokens: an expected-token table (`ExpectedTokenTable` = `ReqTable<TokenIds>`) needs its valid lengths",
+    label = "expected tokens without `req_to_verify_expected_tokens_valid_lens`",
+    note = "pass `table.with_valid_lens(&valid_lens)` (one length per batch row), or `NoExpectedTokens`"
 )]
 pub trait ExpectedTokens: Copy + sealed::Sealed {
     /// The pool and its valid lengths, if any.
