@@ -139,6 +139,64 @@ pub enum Error {
         /// The rule, in words.
         rule: &'static str,
     },
+    /// `read_bytes` is not a positive multiple of 16 in `(0, num_bytes_per_token]`.
+    RealKvReadBytes {
+        /// The rejected `read_bytes`.
+        read_bytes: i64,
+        /// The source's `num_bytes_per_token`.
+        num_bytes_per_token: i64,
+    },
+    /// A real-KV source tensor whose shape cannot be viewed as `[rows, row_bytes]` bytes.
+    RealKvShape {
+        /// The shape given.
+        shape: Vec<usize>,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A real-KV source row narrower than `page_size x num_bytes_per_token`.
+    RealKvRowTooNarrow {
+        /// Bytes per row.
+        row_bytes: usize,
+        /// The source's page size.
+        page_size: usize,
+        /// The source's bytes per token.
+        num_bytes_per_token: usize,
+    },
+    /// A canary slot whose real-KV row lies past a source's rows.
+    RealKvSlotOutOfRange {
+        /// Index of the source in fold order.
+        source: usize,
+        /// The slot.
+        slot: i64,
+        /// The row it maps to (`slot / page_size`).
+        row: usize,
+        /// Rows in the source.
+        num_rows: usize,
+    },
+    /// An offsets array (write plan or scatter) that decreases or leaves its flat array.
+    MalformedOffsets {
+        /// Which array.
+        what: &'static str,
+        /// Index within it.
+        index: usize,
+        /// The value there.
+        value: i64,
+        /// The smallest allowed value (the previous offset, or 0).
+        min: i64,
+        /// The largest allowed value (the flat array's length).
+        max: i64,
+    },
+    /// A batch row of `scatter_req_token_ids` names a pool row that does not exist.
+    PoolRowOutOfRange {
+        /// Which pool.
+        what: &'static str,
+        /// Batch row.
+        row: usize,
+        /// Its `req_pool_indices` value.
+        req_pool_index: i64,
+        /// Rows in the pool.
+        rows: usize,
+    },
     /// More real-KV sources than the CUDA ABI carries.
     TooManyRealKvSources {
         /// Sources given.
@@ -272,6 +330,53 @@ impl fmt::Display for Error {
             RealKvSource { what, value, rule } => {
                 write!(f, "RealKvSource.{what} must be {rule}, got {value}")
             }
+            RealKvReadBytes {
+                read_bytes,
+                num_bytes_per_token,
+            } => write!(
+                f,
+                "RealKvSource.read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token={num_bytes_per_token}], got {read_bytes}"
+            ),
+            RealKvShape { shape, detail } => {
+                write!(f, "RealKvSource.tensor has shape {shape:?}: {detail}")
+            }
+            RealKvRowTooNarrow {
+                row_bytes,
+                page_size,
+                num_bytes_per_token,
+            } => write!(
+                f,
+                "RealKvSource row is too narrow for its slot layout: a row holds {row_bytes} bytes but page_size={page_size} x num_bytes_per_token={num_bytes_per_token} needs {}",
+                page_size.saturating_mul(*num_bytes_per_token)
+            ),
+            RealKvSlotOutOfRange {
+                source,
+                slot,
+                row,
+                num_rows,
+            } => write!(
+                f,
+                "real_kv_sources[{source}]: slot {slot} lies in row {row}, past the source's {num_rows} rows"
+            ),
+            MalformedOffsets {
+                what,
+                index,
+                value,
+                min,
+                max,
+            } => write!(
+                f,
+                "{what}[{index}] = {value} is outside [{min}, {max}]: offsets must be non-decreasing and within the flat arrays"
+            ),
+            PoolRowOutOfRange {
+                what,
+                row,
+                req_pool_index,
+                rows,
+            } => write!(
+                f,
+                "batch row {row}: req_pool_index {req_pool_index} is outside {what}'s {rows} rows"
+            ),
             TooManyRealKvSources { count, max } => write!(
                 f,
                 "at most {max} RealKvSource entries supported by the CUDA ABI, got {count}"

@@ -42,11 +42,14 @@
 //!
 //! Modules: [`capacity`] (static, derived, branded and unchecked capacities), [`shape`] (knobs to
 //! capacities), [`plan`] (the plan buffers), [`input`] (plan inputs as types), [`hash`] and
-//! [`consts`] (spec §2), [`cpu`] (the reference ops), [`conformance`] (the golden-vector runner).
+//! [`consts`] (spec §2), [`canary`] (canary buffer, violation ring, counters, launch settings),
+//! [`real_kv`] (real-KV fingerprints), [`cpu`] (the reference ops: plan, write, verify, scatter),
+//! [`conformance`] (the golden-vector runner).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod canary;
 pub mod capacity;
 pub mod conformance;
 pub mod consts;
@@ -56,8 +59,13 @@ pub mod hash;
 pub mod input;
 mod memory;
 pub mod plan;
+pub mod real_kv;
 pub mod shape;
 
+pub use canary::{
+    CanaryBuffer, CanarySlot, ChainPositionAssert, FailReason, HealthCounters, Launch, LaunchTag,
+    SlotStride, TokenCheck, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
+};
 pub use capacity::{
     Cap, Capacity, Derived, ToCap, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
     WriteReqCapacity,
@@ -65,10 +73,12 @@ pub use capacity::{
 pub use error::Error;
 pub use input::{
     Batch, BatchRow, ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, Full, Group,
-    NoExpectedTokens, PlanInputs, PositionOffset, ReqToToken, Swa, SwaWindow,
+    InputAssertOff, InputAssertOn, NoExpectedTokens, PlanInputs, PositionOffset, ReqToToken, Swa,
+    SwaWindow, WriteInputs,
 };
 pub use memory::{Element, Host, Memory};
 pub use plan::{VerifyEntry, VerifyPlan, WritePlan};
+pub use real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 pub use shape::{
     BrandedShape, EngineKnobs, PoolShape, Shape, SpeculativeShape, StaticShape, UncheckedShape,
     VerifyCapacityRule,

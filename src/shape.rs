@@ -21,6 +21,7 @@ use crate::capacity::{
     Brand, Cap, Capacity, Derived, ToCap, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
     WriteReqCapacity,
 };
+use crate::input::WriteInputs;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::Error;
 use core::marker::PhantomData;
@@ -55,6 +56,11 @@ impl<V: Capacity, W: Capacity, E: Capacity> Shape<V, W, E> {
     /// A host write plan of this shape's write-request capacity.
     pub fn write_plan(&self) -> WritePlan<W> {
         WritePlan::with_capacity(self.write_reqs)
+    }
+    /// Host per-token write inputs of this shape's write-entry capacity, input assert off
+    /// (turn it on with [`WriteInputs::with_input_assert`]).
+    pub fn write_inputs(&self) -> WriteInputs<E> {
+        WriteInputs::with_capacity(self.write_entries)
     }
 }
 

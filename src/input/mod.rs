@@ -1,16 +1,21 @@
 //! Plan inputs as types (spec §3.1): the batch's per-request columns, the `req_to_token` table,
 //! the KV group (FULL, or SWA with its window and LUT), the optional expected-token pool with its
-//! valid lengths, and the position offset.
+//! valid lengths, and the position offset; and the write op's per-token [`WriteInputs`] (spec §4).
 
 mod batch;
 mod expected;
 mod group;
 mod table;
+mod write_inputs;
 
 pub use batch::{Batch, BatchRow};
 pub use expected::{ExpectedTokenPool, ExpectedTokens, NoExpectedTokens};
 pub use group::{Full, Group, Swa, SwaWindow};
 pub use table::{ExpectedTokenTable, ReqTable, ReqToToken, SlotIds, TableKind, TokenIds};
+pub use write_inputs::{
+    ExpectedWriteInputs, ExpectedWriteInputsMut, InputAssertOff, InputAssertOn, WriteInputAssert,
+    WriteInputs, WriteInputsMut,
+};
 
 use crate::Error;
 

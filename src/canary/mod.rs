@@ -1,0 +1,22 @@
+//! The canary state of spec §2: the [`CanaryBuffer`] the write op stamps and the verify op
+//! checks, the [`ViolationRing`] both report into, the [`HealthCounters`], and what a launch
+//! stamps into a row ([`LaunchTag`], [`FailReason`]), decoded as a [`Violation`].
+//!
+//! Buffers carry their capacity in their type (`CanaryBuffer<S>` has `S` slots,
+//! `ViolationRing<R>` `R` rows) and are generic over the [`Memory`](crate::Memory) they live in.
+
+mod buffer;
+mod counters;
+mod fail_reason;
+mod launch;
+mod ring;
+mod tag;
+mod violation;
+
+pub use buffer::{CanaryBuffer, CanarySlot, SlotStride};
+pub use counters::HealthCounters;
+pub use fail_reason::FailReason;
+pub use launch::{ChainPositionAssert, Launch, TokenCheck, TokenCheckOff, TokenCheckOn};
+pub use ring::ViolationRing;
+pub use tag::LaunchTag;
+pub use violation::Violation;

@@ -1,0 +1,213 @@
+//! [`ViolationRing`]: the fill-once violation log and its write index (spec §2.6).
+
+use super::Violation;
+use crate::capacity::{Cap, Capacity};
+use crate::consts::VIOLATION_FIELDS;
+use crate::memory::{Host, Memory};
+use crate::Error;
+use core::fmt;
+
+/// The violation ring of spec §2.6: `R` rows (its capacity, in the type) of 8 `i64` fields, and
+/// the `i32` write index counting every violation ever recorded.
+///
+/// "Fill-once": recording a row takes `seq = write_index` and increments the index; the row is
+/// stored at `seq` only if `seq < R`, otherwise dropped. The index keeps counting past the
+/// capacity, so `write_index - R` rows were lost once it exceeds `R`. There is no wrap-around;
+/// the host clears the ring with [`clear`](ViolationRing::clear).
+pub struct ViolationRing<R: Capacity, M: Memory = Host> {
+    pub(crate) capacity: R,
+    pub(crate) rows: M::Array<i64>,
+    pub(crate) write_index: M::Scalar<i32>,
+}
+
+impl<const N: usize> ViolationRing<Cap<N>> {
+    /// An empty host ring of `N` rows.
+    pub fn new() -> Self {
+        Self::with_capacity(Cap)
+    }
+}
+
+impl<const N: usize> Default for ViolationRing<Cap<N>> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<R: Capacity> ViolationRing<R> {
+    /// An empty host ring of `capacity` rows (rows zeroed, write index 0).
+    pub fn with_capacity(capacity: R) -> Self {
+        let len = capacity
+            .get()
+            .checked_mul(VIOLATION_FIELDS)
+            .expect("kv-canary: violation ring size overflows usize");
+        ViolationRing {
+            capacity,
+            rows: vec![0; len].into(),
+            write_index: 0,
+        }
+    }
+
+    /// A host ring from raw contents (conformance dumps, FFI): `rows` holds `capacity x 8`
+    /// fields row-major, `write_index` is stored as given (it may exceed the capacity).
+    pub fn from_parts(capacity: R, rows: Vec<i64>, write_index: i32) -> Result<Self, Error> {
+        if capacity.get().checked_mul(VIOLATION_FIELDS) != Some(rows.len()) {
+            return Err(Error::TableShape {
+                what: "violation_ring",
+                rows: capacity.get(),
+                cols: VIOLATION_FIELDS,
+                len: rows.len(),
+            });
+        }
+        Ok(ViolationRing {
+            capacity,
+            rows: rows.into(),
+            write_index,
+        })
+    }
+
+    /// Every field of every row, row-major (`capacity x 8`), unused rows included.
+    pub fn rows_flat(&self) -> &[i64] {
+        &self.rows
+    }
+
+    /// The write index: the number of violations recorded since the last clear (it keeps
+    /// counting past the capacity).
+    pub fn write_index(&self) -> i32 {
+        self.write_index
+    }
+
+    /// The number of rows actually stored: `clamp(write_index, 0, capacity)`.
+    pub fn stored_len(&self) -> usize {
+        usize::try_from(self.write_index)
+            .unwrap_or(0)
+            .min(self.capacity.get())
+    }
+
+    /// Violations recorded but dropped because the ring was full.
+    pub fn dropped(&self) -> u64 {
+        u64::try_from(self.write_index)
+            .unwrap_or(0)
+            .saturating_sub(self.capacity.get() as u64)
+    }
+
+    /// The stored rows, raw, in recording order.
+    pub fn raw_rows(&self) -> impl ExactSizeIterator<Item = [i64; VIOLATION_FIELDS]> + '_ {
+        self.rows[..self.stored_len() * VIOLATION_FIELDS]
+            .chunks_exact(VIOLATION_FIELDS)
+            .map(|row| {
+                let mut out = [0; VIOLATION_FIELDS];
+                out.copy_from_slice(row);
+                out
+            })
+    }
+
+    /// The stored rows, decoded, in recording order.
+    pub fn violations(&self) -> impl ExactSizeIterator<Item = Violation> + '_ {
+        self.raw_rows().map(Violation::from_row)
+    }
+
+    /// Empties the ring: every row zeroed, write index 0.
+    pub fn clear(&mut self) {
+        self.rows.fill(0);
+        self.write_index = 0;
+    }
+
+    /// Records one row: stored at `write_index` if that is inside the ring, dropped otherwise;
+    /// the index is incremented either way (wrapping like the device's `atomicAdd` on `i32`).
+    #[inline]
+    pub(crate) fn record(&mut self, row: [i64; VIOLATION_FIELDS]) {
+        let seq = self.write_index;
+        self.write_index = seq.wrapping_add(1);
+        if let Ok(seq) = usize::try_from(seq) {
+            if seq < self.capacity.get() {
+                let at = seq * VIOLATION_FIELDS;
+                self.rows[at..at + VIOLATION_FIELDS].copy_from_slice(&row);
+            }
+        }
+    }
+}
+
+impl<R: Capacity, M: Memory> ViolationRing<R, M> {
+    /// The capacity (number of rows).
+    pub fn capacity(&self) -> R {
+        self.capacity
+    }
+}
+
+impl<R: Capacity> Clone for ViolationRing<R> {
+    fn clone(&self) -> Self {
+        ViolationRing {
+            capacity: self.capacity,
+            rows: self.rows.clone(),
+            write_index: self.write_index,
+        }
+    }
+}
+
+impl<R: Capacity> PartialEq for ViolationRing<R> {
+    fn eq(&self, other: &Self) -> bool {
+        self.rows == other.rows && self.write_index == other.write_index
+    }
+}
+
+impl<R: Capacity> fmt::Debug for ViolationRing<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ViolationRing")
+            .field("capacity", &self.capacity)
+            .field("write_index", &self.write_index)
+            .field("rows", &self.raw_rows().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::UncheckedCapacity;
+
+    #[test]
+    fn ten_violations_into_four_rows_count_ten() {
+        let mut ring = ViolationRing::<Cap<4>>::new();
+        for i in 0..10 {
+            ring.record([0, i, 0, 0, 0, 0, 0, 2]);
+        }
+        assert_eq!(ring.write_index(), 10);
+        assert_eq!(ring.stored_len(), 4);
+        assert_eq!(ring.dropped(), 6);
+        let slots: Vec<i64> = ring.violations().map(|v| v.slot).collect();
+        assert_eq!(slots, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn rows_append_after_existing_ones() {
+        let cap = UncheckedCapacity::new("ring_capacity", 3).unwrap();
+        let mut rows = vec![0; 24];
+        rows[..8].copy_from_slice(&[0, 5, 1, 2, 3, 4, 5, 2]);
+        let mut ring = ViolationRing::from_parts(cap, rows, 1).unwrap();
+        ring.record([1, 6, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(
+            &ring.rows_flat()[..16],
+            &[0, 5, 1, 2, 3, 4, 5, 2, 1, 6, 0, 0, 0, 0, 0, 1]
+        );
+        assert_eq!(ring.write_index(), 2);
+        ring.clear();
+        assert_eq!((ring.write_index(), ring.stored_len()), (0, 0));
+        assert!(ring.rows_flat().iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn from_parts_checks_the_row_count() {
+        let cap = UncheckedCapacity::new("ring_capacity", 2).unwrap();
+        let err = ViolationRing::from_parts(cap, vec![0; 15], 0).unwrap_err();
+        assert!(err.to_string().contains("15"), "{err}");
+    }
+
+    #[test]
+    fn a_negative_index_stores_nothing() {
+        let cap = UncheckedCapacity::new("ring_capacity", 2).unwrap();
+        let mut ring = ViolationRing::from_parts(cap, vec![0; 16], -1).unwrap();
+        ring.record([9; 8]);
+        assert!(ring.rows_flat().iter().all(|&x| x == 0));
+        assert_eq!(ring.write_index(), 0);
+    }
+}

@@ -1,0 +1,111 @@
+//! Helpers shared by the write and verify unit tests.
+
+use crate::canary::{CanaryBuffer, HealthCounters, Launch, LaunchTag, ViolationRing};
+use crate::hash::{chain_step, CHAIN_HEAD};
+use crate::input::WriteInputs;
+use crate::plan::{VerifyEntry, VerifyPlan, WritePlan};
+use crate::{Cap, Shape};
+
+/// Verify 16 entries, 4 requests, 16 written tokens.
+pub type Spec = Shape<Cap<16>, Cap<4>, Cap<16>>;
+/// A 64-slot buffer of 32-byte slots.
+pub type Buf = CanaryBuffer<Cap<64>>;
+/// An 8-row ring.
+pub type Ring = ViolationRing<Cap<8>>;
+
+/// Everything a launch mutates, so tests can compare before/after in one go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct State {
+    pub buf: Buf,
+    pub ring: Ring,
+    pub counters: HealthCounters,
+}
+
+impl State {
+    pub fn new() -> Self {
+        State {
+            buf: Buf::new(),
+            ring: Ring::new(),
+            counters: HealthCounters::new(),
+        }
+    }
+}
+
+/// A write plan of `offsets.len() - 1` requests (the rest of the capacity zero).
+pub fn write_plan(offsets: &[i64], seeds: &[i64]) -> WritePlan<Cap<4>> {
+    let mut plan = WritePlan::new();
+    let p = plan.parts_mut();
+    p.offsets[..offsets.len()].copy_from_slice(offsets);
+    p.seed_slot_indices[..seeds.len()].copy_from_slice(seeds);
+    *p.num_valid_reqs = seeds.len() as i32;
+    plan
+}
+
+/// Write inputs whose first entries are `ids`, `positions`, `slots` (the rest skip).
+pub fn write_inputs(ids: &[i64], positions: &[i64], slots: &[i64]) -> WriteInputs<Cap<16>> {
+    let mut inputs = Spec::new().write_inputs();
+    let p = inputs.parts_mut();
+    p.input_ids[..ids.len()].copy_from_slice(ids);
+    p.positions[..positions.len()].copy_from_slice(positions);
+    p.out_cache_loc[..slots.len()].copy_from_slice(slots);
+    inputs
+}
+
+/// A verify plan whose active entries are `entries`.
+pub fn verify_plan(entries: &[VerifyEntry]) -> VerifyPlan<Cap<16>> {
+    let mut plan = Spec::new().verify_plan();
+    plan.set_entries(entries).unwrap();
+    plan
+}
+
+/// The verify entries of one request written at `slots` with positions `first..`, chain head
+/// first, token check skipped.
+pub fn chain_entries(slots: &[i64], first: i64, prev: i64) -> Vec<VerifyEntry> {
+    let mut prev = prev;
+    slots
+        .iter()
+        .enumerate()
+        .map(|(i, &slot)| {
+            let e = VerifyEntry {
+                slot,
+                expected_token: -1,
+                expected_position: first + i as i64,
+                prev_slot: prev,
+            };
+            prev = slot;
+            e
+        })
+        .collect()
+}
+
+/// The prev hashes a chain of `(token, position)` pairs stores, computed from `mix3` directly.
+pub fn expected_prev_hashes(start: i64, tokens: &[(i64, i64)]) -> Vec<i64> {
+    let mut h = start;
+    tokens
+        .iter()
+        .map(|&(t, p)| {
+            let prev = h;
+            h = chain_step(h, t, p);
+            prev
+        })
+        .collect()
+}
+
+pub const HEAD: i64 = CHAIN_HEAD;
+pub const LAUNCH: Launch<'static> = Launch::new(LaunchTag::HeadKFull);
+
+/// Writes one anchored request of `tokens` at `slots` (positions from 0).
+pub fn stamp_chain(state: &mut State, tokens: &[i64], slots: &[i64]) {
+    let n = tokens.len() as i64;
+    let positions: Vec<i64> = (0..n).collect();
+    super::write(
+        &Spec::new(),
+        &write_plan(&[0, n], &[-1]),
+        &write_inputs(tokens, &positions, slots),
+        &LAUNCH,
+        &mut state.buf,
+        &mut state.ring,
+        &mut state.counters,
+    )
+    .unwrap();
+}

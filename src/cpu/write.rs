@@ -1,0 +1,222 @@
+//! The CPU write op (spec §4): stamp every planned token into its canary slot, extending each
+//! request's hash chain.
+
+use crate::canary::{CanaryBuffer, CanarySlot, FailReason, HealthCounters, Launch, ViolationRing};
+use crate::capacity::{Capacity, SameWriteEntryCapacity, SameWriteReqCapacity};
+use crate::hash::chain_step;
+use crate::input::{WriteInputAssert, WriteInputs};
+use crate::plan::WritePlan;
+use crate::{Error, Shape};
+use core::ops::Range;
+
+/// What one write call did, for logs and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WriteSummary {
+    /// Requests with at least one planned token.
+    pub requests: usize,
+    /// Entries stamped (slot >= 0); the amount added to `slot_run_counter`.
+    pub written: u64,
+    /// Violation rows recorded (stored or dropped); the amount added to the write index.
+    pub violations: u64,
+}
+
+/// Runs the write op of spec §4 on the CPU: for every request `r` of `plan`, stamps flat entries
+/// `[write_offsets[r], write_offsets[r + 1])` of `inputs` into `canary`, chaining each token's
+/// `prev_hash` to its predecessor, and reports assert failures into `ring`.
+///
+/// Per call: `kernel_run_counter += 1`; per request with tokens, the running hash starts at
+/// `slot_hash(seed)` (the anchor hash for a seed < 0); each entry with `out_cache_loc >= 0`
+/// stores `(token, position, running, real_kv_hash)` and advances
+/// `running = mix3(running, token, position)` on the *actual* values; entries with a negative
+/// slot write nothing and do not advance the chain. Slot 0 is written like any other slot.
+/// `slot_run_counter` grows by the number of stamped entries.
+///
+/// Rows, in entry order (an entry can produce both, input-assert row first):
+/// * input assert on ([`InputAssertOn`](crate::InputAssertOn), a type): token or position
+///   differs from the expected tensors → `[tag, slot, pos, token, expected_token, running,
+///   expected_position, WRITE_TOKEN | WRITE_POSITION bits]`;
+/// * chain-position assert (run-time flag in `launch`, only for requests with a seed >= 0):
+///   `pos != prev_pos + 1` → `[tag, slot, pos, token, token, running, prev_pos + 1,
+///   WRITE_POSITION]`, where `prev_pos` starts at the seed's stored position and follows every
+///   stamped entry.
+///
+/// The shape's write-request and write-entry capacities must match the plan's and the inputs'
+/// (compile errors for static and branded capacities, [`Error::CapacityMismatch`] for unchecked).
+///
+/// # Malformed inputs (spec §7, §9): validated before anything is mutated
+///
+/// SGLang's GPU path reads or writes out of bounds on these and its reference raises or wraps;
+/// here each is an error and **nothing** (buffer, ring, index, counters) is modified — unlike
+/// SGLang's reference, which bumps `kernel_run_counter` before it validates.
+/// * `write_num_valid_reqs` is clamped to `[0, write_req_capacity]` (a negative count processes
+///   no request, as in the reference).
+/// * `write_offsets[0..=active]` must be non-decreasing and inside `[0, E]` (`E` = entries of
+///   `inputs`), else [`Error::MalformedOffsets`] naming the index and value. An empty range
+///   (`offsets[r] == offsets[r + 1]`) is an empty request; its seed is never read.
+/// * A seed `>= num_slots` (of a request with tokens) or an `out_cache_loc >= num_slots` is
+///   [`Error::SlotOutOfRange`] naming the array, index and value. Negative seeds are chain heads
+///   and negative `out_cache_loc` entries are skipped, as in SGLang.
+/// * With a real-KV fingerprint active (mode not NONE, at least one source), a written slot
+///   whose row lies past a source's rows is [`Error::RealKvSlotOutOfRange`].
+///
+/// # Seeds written earlier in the same call
+///
+/// On the GPU, requests run concurrently, so a seed slot that another request of the same launch
+/// writes is a data race (spec §9.8). This op is sequential like SGLang's reference: requests
+/// run in row order and a later request sees the seed as already rewritten.
+pub fn write<V, W, E, WB, EB, A, S, R>(
+    shape: &Shape<V, W, E>,
+    plan: &WritePlan<WB>,
+    inputs: &WriteInputs<EB, A>,
+    launch: &Launch<'_>,
+    canary: &mut CanaryBuffer<S>,
+    ring: &mut ViolationRing<R>,
+    counters: &mut HealthCounters,
+) -> Result<WriteSummary, Error>
+where
+    V: Capacity,
+    W: SameWriteReqCapacity<WB>,
+    E: SameWriteEntryCapacity<EB>,
+    WB: Capacity,
+    EB: Capacity,
+    A: WriteInputAssert,
+    S: Capacity,
+    R: Capacity,
+{
+    shape.write_req_capacity().check(plan.capacity())?;
+    shape.write_entry_capacity().check(inputs.capacity())?;
+    let active = validate(plan, inputs, launch, canary)?;
+
+    counters.add_kernel_run();
+    let mut summary = WriteSummary::default();
+    for r in 0..active {
+        let tokens = request_tokens(plan, r);
+        if tokens.is_empty() {
+            continue;
+        }
+        let seed = plan.seed_slot_indices[r];
+        summary.requests += 1;
+        let (written, violations) = write_request(seed, tokens, inputs, launch, canary, ring);
+        counters.add_slots(written);
+        summary.written += written;
+        summary.violations += violations;
+    }
+    Ok(summary)
+}
+
+/// Flat entries of request `r`, once `validate` has passed.
+#[inline]
+fn request_tokens<WB: Capacity>(plan: &WritePlan<WB>, r: usize) -> Range<usize> {
+    plan.offsets[r] as usize..plan.offsets[r + 1] as usize
+}
+
+/// Checks every index the write will follow; returns the number of request rows to process.
+fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, S: Capacity>(
+    plan: &WritePlan<WB>,
+    inputs: &WriteInputs<EB, A>,
+    launch: &Launch<'_>,
+    canary: &CanaryBuffer<S>,
+) -> Result<usize, Error> {
+    let active = plan.active_requests();
+    if active == 0 {
+        return Ok(0);
+    }
+    let n = inputs.capacity().get();
+    let offsets = &plan.offsets[..=active];
+    let mut min = 0i64;
+    for (index, &value) in offsets.iter().enumerate() {
+        if value < min || value as u64 > n as u64 {
+            return Err(Error::MalformedOffsets {
+                what: "write_offsets",
+                index,
+                value,
+                min,
+                max: n as i64,
+            });
+        }
+        min = value;
+    }
+    for r in 0..active {
+        let tokens = request_tokens(plan, r);
+        if tokens.is_empty() {
+            continue;
+        }
+        let seed = plan.seed_slot_indices[r];
+        if seed >= 0 {
+            canary.check_slot("write_seed_slot_indices", r, seed)?;
+        }
+        for i in tokens {
+            let slot = inputs.out_cache_loc[i];
+            if slot >= 0 {
+                let s = canary.check_slot("out_cache_loc", i, slot)?;
+                launch.real_kv.check_slot(s)?;
+            }
+        }
+    }
+    Ok(active)
+}
+
+/// Stamps one validated request; returns `(entries written, rows recorded)`.
+#[inline]
+fn write_request<EB: Capacity, A: WriteInputAssert, S: Capacity, R: Capacity>(
+    seed: i64,
+    tokens: Range<usize>,
+    inputs: &WriteInputs<EB, A>,
+    launch: &Launch<'_>,
+    canary: &mut CanaryBuffer<S>,
+    ring: &mut ViolationRing<R>,
+) -> (u64, u64) {
+    let tag = launch.tag.value();
+    let expected = inputs.expected_host();
+    let mut running = canary.slot_hash(seed);
+    let chain_assert = seed >= 0 && launch.chain_position_assert.is_on();
+    let mut prev_pos = if chain_assert {
+        canary.load(seed as usize).position
+    } else {
+        0
+    };
+    let (mut written, mut violations) = (0u64, 0u64);
+    for i in tokens {
+        let slot = inputs.out_cache_loc[i];
+        if slot < 0 {
+            continue;
+        }
+        let (token, pos) = (inputs.input_ids[i], inputs.positions[i]);
+        if let Some((tokens, positions)) = expected {
+            let (et, ep) = (tokens[i], positions[i]);
+            let bits = FailReason::NONE
+                .with_if(FailReason::WRITE_TOKEN_MISMATCH, token != et)
+                .with_if(FailReason::WRITE_POSITION_MISMATCH, pos != ep);
+            if !bits.is_empty() {
+                ring.record([tag, slot, pos, token, et, running, ep, bits.bits()]);
+                violations += 1;
+            }
+        }
+        if chain_assert {
+            let want = prev_pos.wrapping_add(1);
+            if pos != want {
+                let bits = FailReason::WRITE_POSITION_MISMATCH.bits();
+                ring.record([tag, slot, pos, token, token, running, want, bits]);
+                violations += 1;
+            }
+            prev_pos = pos;
+        }
+        let s = slot as usize;
+        let real_kv_hash = launch.real_kv.hash(s);
+        canary.store(
+            s,
+            CanarySlot {
+                token,
+                position: pos,
+                prev_hash: running,
+                real_kv_hash,
+            },
+        );
+        running = chain_step(running, token, pos);
+        written += 1;
+    }
+    (written, violations)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,209 @@
+//! Real-KV fingerprints (spec §2.10, §2.11): which KV bytes back a canary slot, and how they are
+//! folded into the slot's `real_kv_hash`.
+//!
+//! A launch hashes its [`RealKvSources`] (0 to 4, in fold order) under one [`RealKvHashMode`];
+//! together they form a [`RealKv`]. Head launches use [`RealKv::NONE`]; tail launches fold.
+
+mod source;
+mod sources;
+
+pub use source::{RealKvParams, RealKvSource, RowLayout};
+pub use sources::{AtMostFourSources, RealKvSources, SourceCount};
+
+use crate::hash::splitmix64;
+use crate::Error;
+
+/// How much of each source's per-slot strip is hashed (spec §2.11).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum RealKvHashMode {
+    /// 0: nothing is read; the hash is 0.
+    #[default]
+    None = 0,
+    /// 1: exactly the first 16 bytes of each strip, whatever `read_bytes` says.
+    Partial = 1,
+    /// 2: the first `read_bytes` bytes of each strip.
+    All = 2,
+}
+
+impl RealKvHashMode {
+    /// The mode's value as the kernels take it.
+    pub const fn value(self) -> i64 {
+        self as i32 as i64
+    }
+}
+
+impl TryFrom<i64> for RealKvHashMode {
+    type Error = Error;
+    /// 0, 1 or 2. SGLang's kernels treat any other value like ALL; here it is
+    /// [`Error::InvalidEnumValue`].
+    fn try_from(v: i64) -> Result<Self, Error> {
+        match v {
+            0 => Ok(RealKvHashMode::None),
+            1 => Ok(RealKvHashMode::Partial),
+            2 => Ok(RealKvHashMode::All),
+            _ => Err(Error::InvalidEnumValue {
+                what: "real_kv_hash_mode",
+                value: v,
+            }),
+        }
+    }
+}
+
+/// The real-KV part of a launch: a mode and the sources it applies to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RealKv<'a> {
+    mode: RealKvHashMode,
+    sources: RealKvSources<'a>,
+}
+
+impl<'a> RealKv<'a> {
+    /// No fingerprint: every slot's expected `real_kv_hash` is 0 and no source is read.
+    pub const NONE: RealKv<'static> = RealKv {
+        mode: RealKvHashMode::None,
+        sources: RealKvSources::EMPTY,
+    };
+
+    /// `sources` hashed under `mode`. With [`RealKvHashMode::None`] the sources are kept but
+    /// never read (the hash is 0), as in SGLang.
+    pub fn new(mode: RealKvHashMode, sources: RealKvSources<'a>) -> Self {
+        RealKv { mode, sources }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> RealKvHashMode {
+        self.mode
+    }
+
+    /// The sources.
+    pub fn sources(&self) -> &RealKvSources<'a> {
+        &self.sources
+    }
+
+    /// Whether any bytes are read: a mode other than NONE and at least one source.
+    #[inline]
+    pub fn is_active(&self) -> bool {
+        self.mode != RealKvHashMode::None && !self.sources.is_empty()
+    }
+
+    /// Checks that every source covers slot `s` (when active); otherwise
+    /// [`Error::RealKvSlotOutOfRange`] naming the source and the row.
+    #[inline]
+    pub(crate) fn check_slot(&self, s: usize) -> Result<(), Error> {
+        if !self.is_active() {
+            return Ok(());
+        }
+        for (i, src) in self.sources.as_slice().iter().enumerate() {
+            if !src.covers(s) {
+                return Err(Error::RealKvSlotOutOfRange {
+                    source: i,
+                    slot: s as i64,
+                    row: s / src.page_size(),
+                    num_rows: src.num_rows(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `real_kv_hash(s)` of spec §2.11 as stored (`i64`); `check_slot(s)` has passed.
+    #[inline]
+    pub fn hash(&self, s: usize) -> i64 {
+        if !self.is_active() {
+            return 0;
+        }
+        let partial = self.mode == RealKvHashMode::Partial;
+        let mut acc = 0u64;
+        for src in self.sources.as_slice() {
+            let n = if partial { 16 } else { src.read_bytes() };
+            acc = splitmix64(acc ^ src.strip_hash(s, n));
+        }
+        acc as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STRIP: [u8; 16] = [
+        0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x81, 0x82, 0x84, 0x88, 0x90, 0xA0, 0xC0,
+        0xFF,
+    ];
+
+    #[test]
+    fn fold_vector_for_partial_and_all() {
+        let src = RealKvSource::new(&STRIP, 16, RealKvParams::new(1, 16, 16)).unwrap();
+        let sources = RealKvSources::from_array([src]);
+        for mode in [RealKvHashMode::Partial, RealKvHashMode::All] {
+            let rk = RealKv::new(mode, sources);
+            rk.check_slot(0).unwrap();
+            assert_eq!(rk.hash(0) as u64, 0x6041_5808_49E6_407D, "{mode:?}");
+        }
+        assert_eq!(RealKv::new(RealKvHashMode::None, sources).hash(0), 0);
+    }
+
+    #[test]
+    fn partial_reads_only_the_first_16_bytes() {
+        let mut kv = [0u8; 64];
+        let params = RealKvParams::new(1, 64, 64);
+        let before = {
+            let src = RealKvSource::new(&kv, 64, params).unwrap();
+            let all = RealKv::new(RealKvHashMode::All, RealKvSources::from_array([src]));
+            let part = RealKv::new(RealKvHashMode::Partial, RealKvSources::from_array([src]));
+            (all.hash(0), part.hash(0))
+        };
+        kv[20] = 1;
+        let src = RealKvSource::new(&kv, 64, params).unwrap();
+        let all = RealKv::new(RealKvHashMode::All, RealKvSources::from_array([src]));
+        let part = RealKv::new(RealKvHashMode::Partial, RealKvSources::from_array([src]));
+        assert_ne!(all.hash(0), before.0);
+        assert_eq!(part.hash(0), before.1);
+    }
+
+    #[test]
+    fn source_order_matters() {
+        let a_bytes = [1u8; 16];
+        let b_bytes = [2u8; 16];
+        let p = RealKvParams::new(1, 16, 16);
+        let a = RealKvSource::new(&a_bytes, 16, p).unwrap();
+        let b = RealKvSource::new(&b_bytes, 16, p).unwrap();
+        let ab = RealKv::new(RealKvHashMode::All, RealKvSources::from_array([a, b]));
+        let ba = RealKv::new(RealKvHashMode::All, RealKvSources::from_array([b, a]));
+        assert_ne!(ab.hash(0), ba.hash(0));
+    }
+
+    #[test]
+    fn slots_past_a_source_are_errors_only_when_read() {
+        let kv = [0u8; 32];
+        let src = RealKvSource::new(&kv, 16, RealKvParams::new(1, 16, 16)).unwrap();
+        let sources = RealKvSources::from_array([src]);
+        let err = RealKv::new(RealKvHashMode::All, sources)
+            .check_slot(2)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::RealKvSlotOutOfRange {
+                source: 0,
+                slot: 2,
+                row: 2,
+                num_rows: 2
+            }
+        );
+        assert!(RealKv::new(RealKvHashMode::None, sources)
+            .check_slot(2)
+            .is_ok());
+    }
+
+    #[test]
+    fn modes_round_trip() {
+        for m in [
+            RealKvHashMode::None,
+            RealKvHashMode::Partial,
+            RealKvHashMode::All,
+        ] {
+            assert_eq!(RealKvHashMode::try_from(m.value()).unwrap(), m);
+        }
+        assert!(RealKvHashMode::try_from(3).is_err());
+    }
+}

@@ -1,0 +1,382 @@
+//! [`RealKvSource`]: one piece of real KV memory to fingerprint, validated once (spec §2.10).
+
+use crate::hash::fold_words;
+use crate::Error;
+
+/// The three per-source parameters of spec §2.10, as the engine states them (signed, so that a
+/// bad value can be reported as given).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RealKvParams {
+    /// Tokens per row of the tensor (>= 1).
+    pub page_size: i64,
+    /// Bytes of one token's strip within a row (> 0, a multiple of 16).
+    pub num_bytes_per_token: i64,
+    /// Leading bytes of each strip hashed in ALL mode (> 0, a multiple of 16,
+    /// <= `num_bytes_per_token`).
+    pub read_bytes: i64,
+}
+
+impl RealKvParams {
+    /// The three parameters.
+    pub const fn new(page_size: i64, num_bytes_per_token: i64, read_bytes: i64) -> Self {
+        RealKvParams {
+            page_size,
+            num_bytes_per_token,
+            read_bytes,
+        }
+    }
+}
+
+/// One real-KV source (spec §2.10): a 2-D byte view `[num_rows, row_bytes]` of KV memory with a
+/// row stride, plus its page size, bytes per token and read bytes.
+///
+/// Canary slot `s` maps to row `s / page_size`, strip
+/// `[(s % page_size) x num_bytes_per_token, +num_bytes_per_token)` of that row. Bytes of a row
+/// past `page_size x num_bytes_per_token` ("holes") are never read.
+///
+/// Every rule is checked at construction: the parameters of [`RealKvParams`], the 16-byte rules
+/// (bytes per token, read bytes and row stride are multiples of 16; the base address is assumed
+/// aligned, as in SGLang), the row being wide enough for its page, and every value fitting the
+/// CUDA ABI's `int32`. A slot whose row is past `num_rows` is rejected by the ops before anything
+/// is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RealKvSource<'a> {
+    bytes: &'a [u8],
+    num_rows: usize,
+    row_bytes: usize,
+    row_stride: usize,
+    page_size: usize,
+    num_bytes_per_token: usize,
+    read_bytes: usize,
+}
+
+/// How a source's rows lie in its byte slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowLayout {
+    /// Rows in the view.
+    pub num_rows: usize,
+    /// Bytes per row that belong to the view (dim 1).
+    pub row_bytes: usize,
+    /// Bytes from one row's start to the next's (dim-0 stride; >= `row_bytes`).
+    pub row_stride_bytes: usize,
+}
+
+const ABI_INT32: &str = "at most i32::MAX (the CUDA ABI passes it as int32)";
+
+impl<'a> RealKvSource<'a> {
+    /// A dense source: `bytes` is `[num_rows, row_bytes]`, row after row.
+    ///
+    /// ```
+    /// use kv_canary::{RealKvParams, RealKvSource};
+    /// let kv = vec![0u8; 4 * 64];
+    /// let src = RealKvSource::new(&kv, 64, RealKvParams::new(2, 32, 32))?;
+    /// assert_eq!(src.num_rows(), 4);
+    /// # Ok::<(), kv_canary::Error>(())
+    /// ```
+    pub fn new(bytes: &'a [u8], row_bytes: usize, params: RealKvParams) -> Result<Self, Error> {
+        let num_rows = bytes.len().checked_div(row_bytes).unwrap_or(0);
+        if row_bytes == 0 || num_rows * row_bytes != bytes.len() {
+            return Err(Error::RealKvShape {
+                shape: vec![bytes.len()],
+                detail: format!(
+                    "{} bytes do not form rows of {row_bytes} bytes",
+                    bytes.len()
+                ),
+            });
+        }
+        let layout = RowLayout {
+            num_rows,
+            row_bytes,
+            row_stride_bytes: row_bytes,
+        };
+        Self::strided(bytes, layout, params)
+    }
+
+    /// A source from a raw dump: `shape` must be 2-D `[num_rows, row_bytes]` and `bytes` hold
+    /// exactly that many bytes.
+    pub fn from_shape(
+        bytes: &'a [u8],
+        shape: &[usize],
+        params: RealKvParams,
+    ) -> Result<Self, Error> {
+        check_params(params)?;
+        let &[num_rows, row_bytes] = shape else {
+            return Err(Error::RealKvShape {
+                shape: shape.to_vec(),
+                detail: "the tensor (viewed as bytes) must be 2-D".to_owned(),
+            });
+        };
+        if num_rows.checked_mul(row_bytes) != Some(bytes.len()) {
+            return Err(Error::RealKvShape {
+                shape: shape.to_vec(),
+                detail: format!("the shape does not match the {} bytes given", bytes.len()),
+            });
+        }
+        let layout = RowLayout {
+            num_rows,
+            row_bytes,
+            row_stride_bytes: row_bytes,
+        };
+        Self::strided(bytes, layout, params)
+    }
+
+    /// A source whose rows are `layout.row_stride_bytes` apart (a per-layer view into a larger
+    /// buffer). `bytes` must reach the end of the last row.
+    pub fn strided(
+        bytes: &'a [u8],
+        layout: RowLayout,
+        params: RealKvParams,
+    ) -> Result<Self, Error> {
+        let (page_size, num_bytes_per_token, read_bytes) = check_params(params)?;
+        let RowLayout {
+            num_rows,
+            row_bytes,
+            row_stride_bytes: stride,
+        } = layout;
+        if !stride.is_multiple_of(16) {
+            return Err(Error::RealKvSource {
+                what: "tensor row stride (bytes)",
+                value: clamp_i64(stride),
+                rule: "a multiple of 16",
+            });
+        }
+        if stride > i32::MAX as usize {
+            return Err(Error::RealKvSource {
+                what: "tensor row stride (bytes)",
+                value: clamp_i64(stride),
+                rule: ABI_INT32,
+            });
+        }
+        let needed = num_rows.checked_sub(1).map_or(Some(0), |last| {
+            last.checked_mul(stride)?.checked_add(row_bytes)
+        });
+        if row_bytes > stride || needed.is_none_or(|n| n > bytes.len()) {
+            return Err(Error::RealKvShape {
+                shape: vec![num_rows, row_bytes],
+                detail: format!(
+                    "rows {stride} bytes apart do not fit in the {} bytes given",
+                    bytes.len()
+                ),
+            });
+        }
+        if page_size
+            .checked_mul(num_bytes_per_token)
+            .is_none_or(|n| n > row_bytes)
+        {
+            return Err(Error::RealKvRowTooNarrow {
+                row_bytes,
+                page_size,
+                num_bytes_per_token,
+            });
+        }
+        Ok(RealKvSource {
+            bytes,
+            num_rows,
+            row_bytes,
+            row_stride: stride,
+            page_size,
+            num_bytes_per_token,
+            read_bytes,
+        })
+    }
+
+    /// An empty stand-in that is never read (the CUDA ABI's unused-source dummy).
+    pub(crate) const fn unused() -> RealKvSource<'static> {
+        RealKvSource {
+            bytes: &[],
+            num_rows: 0,
+            row_bytes: 0,
+            row_stride: 0,
+            page_size: 1,
+            num_bytes_per_token: 16,
+            read_bytes: 16,
+        }
+    }
+
+    /// Rows in the view.
+    pub fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+    /// Bytes per row (dim 1).
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+    /// Bytes between row starts.
+    pub fn row_stride_bytes(&self) -> usize {
+        self.row_stride
+    }
+    /// Tokens per row.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+    /// Bytes of one token's strip.
+    pub fn num_bytes_per_token(&self) -> usize {
+        self.num_bytes_per_token
+    }
+    /// Leading strip bytes hashed in ALL mode.
+    pub fn read_bytes(&self) -> usize {
+        self.read_bytes
+    }
+    /// The bytes of the view.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+    /// The number of canary slots this source covers: `num_rows x page_size`.
+    pub fn num_slots(&self) -> usize {
+        self.num_rows.saturating_mul(self.page_size)
+    }
+
+    /// Whether slot `s` (non-negative) lies in a row of this source.
+    #[inline]
+    pub(crate) fn covers(&self, s: usize) -> bool {
+        s / self.page_size < self.num_rows
+    }
+
+    /// The fold of the first `n` bytes of slot `s`'s strip (`n` is 16 or `read_bytes`);
+    /// `covers(s)` holds.
+    #[inline]
+    pub(crate) fn strip_hash(&self, s: usize, n: usize) -> u64 {
+        let at = (s / self.page_size) * self.row_stride
+            + (s % self.page_size) * self.num_bytes_per_token;
+        fold_words(&self.bytes[at..at + n])
+    }
+}
+
+fn clamp_i64(v: usize) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Checks the three parameters; returns them as `usize`.
+fn check_params(p: RealKvParams) -> Result<(usize, usize, usize), Error> {
+    let abi = |what, value: i64| {
+        if value > i64::from(i32::MAX) {
+            Err(Error::RealKvSource {
+                what,
+                value,
+                rule: ABI_INT32,
+            })
+        } else {
+            Ok(value as usize)
+        }
+    };
+    if p.page_size < 1 {
+        return Err(Error::RealKvSource {
+            what: "page_size",
+            value: p.page_size,
+            rule: ">= 1",
+        });
+    }
+    let page_size = abi("page_size", p.page_size)?;
+    if p.num_bytes_per_token <= 0 || p.num_bytes_per_token % 16 != 0 {
+        return Err(Error::RealKvSource {
+            what: "num_bytes_per_token",
+            value: p.num_bytes_per_token,
+            rule: "a positive multiple of 16",
+        });
+    }
+    let nbpt = abi("num_bytes_per_token", p.num_bytes_per_token)?;
+    if p.read_bytes <= 0 || p.read_bytes % 16 != 0 || p.read_bytes > p.num_bytes_per_token {
+        return Err(Error::RealKvReadBytes {
+            read_bytes: p.read_bytes,
+            num_bytes_per_token: p.num_bytes_per_token,
+        });
+    }
+    Ok((page_size, nbpt, p.read_bytes as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(page: i64, nbpt: i64, read: i64) -> RealKvParams {
+        RealKvParams::new(page, nbpt, read)
+    }
+
+    #[test]
+    fn golden_validation_messages_name_the_values() {
+        let kv = vec![0u8; 4 * 64];
+        let msg = |r: Result<RealKvSource<'_>, Error>| r.unwrap_err().to_string();
+        assert_eq!(
+            msg(RealKvSource::from_shape(&kv, &[4, 64], p(0, 32, 32))),
+            "kv-canary: RealKvSource.page_size must be >= 1, got 0"
+        );
+        assert_eq!(
+            msg(RealKvSource::from_shape(&kv, &[4, 64], p(-2, 32, 32))),
+            "kv-canary: RealKvSource.page_size must be >= 1, got -2"
+        );
+        assert_eq!(
+            msg(RealKvSource::from_shape(&kv, &[4, 64], p(1, 32, 24))),
+            "kv-canary: RealKvSource.read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token=32], got 24"
+        );
+        assert!(msg(RealKvSource::from_shape(&kv[..64], &[64], p(1, 32, 32))).contains("[64]"));
+        let kv40 = vec![0u8; 4 * 40];
+        assert_eq!(
+            msg(RealKvSource::from_shape(&kv40, &[4, 40], p(1, 16, 16))),
+            "kv-canary: RealKvSource.tensor row stride (bytes) must be a multiple of 16, got 40"
+        );
+    }
+
+    #[test]
+    fn other_rules() {
+        let kv = vec![0u8; 4 * 64];
+        let err = |r: Result<RealKvSource<'_>, Error>| r.unwrap_err();
+        assert!(matches!(
+            err(RealKvSource::new(&kv, 64, p(1, 24, 16))),
+            Error::RealKvSource {
+                what: "num_bytes_per_token",
+                value: 24,
+                ..
+            }
+        ));
+        assert!(matches!(
+            err(RealKvSource::new(&kv, 64, p(1, 32, 0))),
+            Error::RealKvReadBytes { read_bytes: 0, .. }
+        ));
+        assert!(matches!(
+            err(RealKvSource::new(&kv, 64, p(1, 32, 48))),
+            Error::RealKvReadBytes {
+                read_bytes: 48,
+                num_bytes_per_token: 32
+            }
+        ));
+        assert_eq!(
+            err(RealKvSource::new(&kv, 64, p(4, 32, 32))).to_string(),
+            "kv-canary: RealKvSource row is too narrow for its slot layout: a row holds 64 bytes but page_size=4 x num_bytes_per_token=32 needs 128"
+        );
+        assert!(
+            RealKvSource::new(&kv, 48, p(1, 16, 16)).is_err(),
+            "256 bytes are not rows of 48"
+        );
+        assert!(RealKvSource::new(&kv, 64, p(i64::from(i32::MAX) + 1, 16, 16)).is_err());
+    }
+
+    #[test]
+    fn strided_views_skip_the_gap() {
+        let mut kv = vec![0u8; 3 * 64];
+        kv[64] = 1;
+        let layout = RowLayout {
+            num_rows: 3,
+            row_bytes: 32,
+            row_stride_bytes: 64,
+        };
+        let src = RealKvSource::strided(&kv, layout, p(1, 32, 16)).unwrap();
+        assert_eq!(src.strip_hash(1, 16), fold_words(&kv[64..80]));
+        assert_ne!(src.strip_hash(1, 16), src.strip_hash(0, 16));
+        assert!(src.covers(2) && !src.covers(3));
+        let short = RowLayout {
+            num_rows: 4,
+            ..layout
+        };
+        assert!(RealKvSource::strided(&kv, short, p(1, 32, 16)).is_err());
+    }
+
+    #[test]
+    fn pages_map_slots_to_rows_and_strips() {
+        let kv: Vec<u8> = (0..2 * 64).map(|i| i as u8).collect();
+        let src = RealKvSource::new(&kv, 64, p(4, 16, 16)).unwrap();
+        assert_eq!(src.num_slots(), 8);
+        // slot 5: row 1, strip 1 -> bytes 64 + 16 .. 64 + 32
+        assert_eq!(src.strip_hash(5, 16), fold_words(&kv[80..96]));
+        assert!(src.covers(7) && !src.covers(8));
+    }
+}
