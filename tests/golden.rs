@@ -10,12 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Ops the runner cannot replay yet: their cases must be skipped, and nothing else may be.
 /// Shrink this list when adding a replay.
-const NOT_YET_SUPPORTED: &[&str] = &[
-    "write",
-    "verify",
-    "scatter_req_token_ids",
-    "real_kv_source_new",
-];
+const NOT_YET_SUPPORTED: &[&str] = &[];
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
@@ -63,6 +58,72 @@ fn every_plan_case_actually_runs() {
         ran("errors", &["verify_plan_allocate", "write_plan_allocate"]),
         2
     );
+}
+
+#[test]
+fn every_write_verify_and_scatter_case_actually_runs() {
+    let report = run();
+    let ran = |file: &str, ops: &[&str]| {
+        let cases: Vec<_> = report
+            .results
+            .iter()
+            .filter(|r| r.file == file && ops.contains(&r.op.as_str()))
+            .collect();
+        for r in &cases {
+            assert_eq!(r.outcome, Outcome::Pass, "{r}");
+        }
+        cases.len()
+    };
+    assert_eq!(ran("write", &["write"]), 11);
+    assert_eq!(ran("verify", &["verify"]), 17);
+    assert_eq!(ran("pipeline", &["write"]), 11);
+    assert_eq!(ran("pipeline", &["verify"]), 12);
+    assert_eq!(ran("pipeline", &["scatter_req_token_ids"]), 2);
+    assert_eq!(ran("errors", &["write"]), 2);
+    assert_eq!(ran("errors", &["real_kv_source_new"]), 5);
+    assert_eq!(ran("errors", &["scatter_req_token_ids"]), 3);
+}
+
+/// A stride-64 write must leave the tail bytes of every slot alone: a golden tail byte changed
+/// to something else is reported with its row and column.
+#[test]
+fn a_changed_canary_tail_byte_is_reported() {
+    let files = load();
+    let mut case = find(&files, "write/anchor_chain_5_stride64");
+    let Some(Json::Object(outputs)) = case.outputs.as_mut() else {
+        panic!("outputs")
+    };
+    let (_, buf) = outputs.iter_mut().find(|(k, _)| k == "canary_buf").unwrap();
+    let Json::Object(members) = buf else {
+        panic!("canary_buf")
+    };
+    let (_, hex) = members.iter_mut().find(|(k, _)| k == "hex").unwrap();
+    let Json::Str(h) = hex else { panic!("hex") };
+    // slot 3, byte 40: a tail byte (pre-filled with 0xa5)
+    let at = 2 * (3 * 64 + 40);
+    assert_eq!(&h[at..at + 2], "a5");
+    h.replace_range(at..at + 2, "00");
+    assert_eq!(
+        replay_case(&case, Backend::Cpu),
+        Outcome::Fail("canary_buf[3][40] expected 0x00 got 0xa5".into())
+    );
+}
+
+/// A violation row recorded in another order than the reference's fails on the CPU backend,
+/// which records rows sequentially like the reference.
+#[test]
+fn violation_rows_are_compared_in_order_on_the_cpu() {
+    let files = load();
+    let mut case = find(&files, "verify/token_flip_check_on");
+    let rows = data_mut(case.outputs.as_mut().unwrap(), &["violation_ring"]);
+    let (first, second): (Vec<Json>, Vec<Json>) = (rows[..8].to_vec(), rows[8..16].to_vec());
+    assert_ne!(first, second);
+    rows[..8].clone_from_slice(&second);
+    rows[8..16].clone_from_slice(&first);
+    assert!(matches!(
+        replay_case(&case, Backend::Cpu),
+        Outcome::Fail(why) if why.starts_with("violation_ring[0]")
+    ));
 }
 
 #[test]

@@ -17,6 +17,15 @@
 //! | `plan` | `SWA slot X is outside full_to_swa_index_mapping length L` | `LutIndexOutOfRange` | `X`, `L` |
 //! | `verify_plan_allocate` | `VerifyPlan.allocate`: `verify_capacity must be positive, got 0` | `ZeroCapacity` | `0` |
 //! | `write_plan_allocate` | `WritePlan.allocate`: `write_req_capacity must be positive, got 0` | `ZeroCapacity` | `0` |
+//! | `write` | `expected input tensors are required when enable_write_input_assert=True` | `MissingInput` | the flag's and both tensors' names (a compile error in the typed API: `InputAssertOn` inputs always carry them) |
+//! | `write` / `verify` | `at most 4 RealKvSource entries supported by the CUDA ABI, got N` | `TooManyRealKvSources` | `N`, `4` |
+//! | `real_kv_source_new` | `page_size must be >= 1, got N` | `RealKvSource` | `N` |
+//! | `real_kv_source_new` | `read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token=B], got R` | `RealKvReadBytes` | `R`, `B` |
+//! | `real_kv_source_new` | `tensor must be at least 2-D, got shape S` | `RealKvShape` | the dimensions of `S` |
+//! | `real_kv_source_new` | `tensor row stride must be a multiple of 16 bytes, got N bytes` | `RealKvSource` | `N` |
+//! | `scatter_req_token_ids` | `flat_in must be 1-D, got shape S` | `Malformed` (the dumped tensor's rank) | the dimensions of `S` |
+//! | `scatter_req_token_ids` | `pool_out must be int32, got torch.int64` (`TypeError`) | `WrongElementType` | `i64` |
+//! | `scatter_req_token_ids` | `offsets length L != bs+1 (B)` | `LengthMismatch` | `L`, `bs` |
 //!
 //! Ops gain rows here when their replay is added; an error case with no row fails (never passes).
 
@@ -72,6 +81,34 @@ pub fn expected_error(case: &Case) -> Result<ExpectedError, String> {
             (&["LutIndexOutOfRange"], all())
         }
         "verify_plan_allocate" | "write_plan_allocate" => (&["ZeroCapacity"], all()),
+        "write" if message.contains("expected input tensors are required") => {
+            (&["MissingInput"], all())
+        }
+        "write" | "verify" if message.contains("at most 4 RealKvSource entries") => {
+            (&["TooManyRealKvSources"], all())
+        }
+        "real_kv_source_new" if message.contains("read_bytes must be") => {
+            (&["RealKvReadBytes"], all())
+        }
+        "real_kv_source_new" if message.contains("must be at least 2-D") => {
+            (&["RealKvShape"], all())
+        }
+        "real_kv_source_new"
+            if message.contains("page_size must be")
+                || message.contains("num_bytes_per_token must be")
+                || message.contains("row stride must be") =>
+        {
+            (&["RealKvSource"], all())
+        }
+        "scatter_req_token_ids" if golden.kind == "TypeError" => (&["WrongElementType"], all()),
+        "scatter_req_token_ids"
+            if message.contains("must be 1-D") || message.contains("must be 2-D") =>
+        {
+            (&["Malformed"], all())
+        }
+        "scatter_req_token_ids" if message.contains("offsets length") => {
+            (&["LengthMismatch"], all())
+        }
         _ => {
             return Err(format!(
                 "no Error mapping for {} `{}` raised by {}",
@@ -82,8 +119,9 @@ pub fn expected_error(case: &Case) -> Result<ExpectedError, String> {
     Ok(ExpectedError { variants, values })
 }
 
-/// Every offending value as a needle: integers (also inside arrays) as numbers, anything else as
-/// the key's name.
+/// Every offending value as a needle: integers (also inside arrays) as numbers, the presence
+/// markers `"present"` / `"absent"` and non-strings (flags) as the key's name, and any other
+/// string (a dtype such as `"i64"`) as itself.
 fn needles(offending: &[(String, Json)]) -> Vec<Needle> {
     let mut out = Vec::new();
     for (key, value) in offending {
@@ -92,6 +130,7 @@ fn needles(offending: &[(String, Json)]) -> Vec<Needle> {
             Json::Array(items) if items.iter().all(|i| i.as_i64().is_some()) => {
                 out.extend(items.iter().filter_map(Json::as_i64).map(Needle::Number));
             }
+            Json::Str(s) if s != "present" && s != "absent" => out.push(Needle::Name(s.clone())),
             _ => out.push(Needle::Name(key.clone())),
         }
     }
@@ -251,7 +290,7 @@ mod tests {
 
     #[test]
     fn unmapped_errors_fail() {
-        let c = case("write", "kv-canary: something", r#"{"x": 1}"#);
+        let c = case("defragment", "kv-canary: something", r#"{"x": 1}"#);
         let e = Error::ZeroCapacity {
             what: "x",
             value: 1,

@@ -54,6 +54,16 @@ impl Backend {
         }
     }
 
+    /// Whether the backend records violation rows in the reference's sequential order (requests,
+    /// then entries, in order). A parallel backend does not; its new rows are compared as a
+    /// multiset (golden README §7), while the write index, counters and buffer bytes must still
+    /// match exactly.
+    pub fn records_rows_in_order(self) -> bool {
+        match self {
+            Backend::Cpu => true,
+        }
+    }
+
     /// Every backend compiled into this build.
     pub fn all() -> &'static [Backend] {
         &[Backend::Cpu]

@@ -247,6 +247,45 @@ impl Tensor {
         }
     }
 
+    /// The one element of an `i64` tensor of shape `[1]` (the health counters).
+    pub fn into_i64_scalar(self, what: &'static str) -> Result<i64, Error> {
+        let v = self.into_i64(what)?;
+        match v.as_slice() {
+            [x] => Ok(*x),
+            _ => Err(Error::LengthMismatch {
+                what,
+                expected: 1,
+                found: v.len(),
+            }),
+        }
+    }
+
+    /// `(rows, cols, cells)` of a 2-D `i64` tensor (the violation ring).
+    pub fn into_i64_table(self, what: &'static str) -> Result<(usize, usize, Vec<i64>), Error> {
+        self.require_rank(what, 2)?;
+        let (rows, cols) = (self.shape[0], self.shape[1]);
+        match self.data {
+            TensorData::I64(v) => Ok((rows, cols, v)),
+            _ => Err(self.wrong_type(what, Dtype::I64)),
+        }
+    }
+
+    /// `(shape, bytes)` of a byte tensor of any rank (a real-KV source as dumped).
+    pub fn into_u8(self, what: &'static str) -> Result<(Vec<usize>, Vec<u8>), Error> {
+        match self.data {
+            TensorData::U8(v) => Ok((self.shape, v)),
+            _ => Err(self.wrong_type(what, Dtype::U8)),
+        }
+    }
+
+    /// `(rows, cols, bytes)` of a 2-D byte tensor (the canary buffer).
+    pub fn into_u8_table(self, what: &'static str) -> Result<(usize, usize, Vec<u8>), Error> {
+        self.require_rank(what, 2)?;
+        let (rows, cols) = (self.shape[0], self.shape[1]);
+        let (_, bytes) = self.into_u8(what)?;
+        Ok((rows, cols, bytes))
+    }
+
     /// `(rows, cols, cells)` of a 2-D `i32` tensor.
     pub fn into_i32_table(self, what: &'static str) -> Result<(usize, usize, Vec<i32>), Error> {
         self.require_rank(what, 2)?;
@@ -369,6 +408,20 @@ mod tests {
         let two_d = decode(r#"{"dtype":"i64","shape":[1,2],"data":[1,2]}"#)
             .unwrap()
             .unwrap();
-        assert!(two_d.into_i64("flat_in").is_err());
+        assert!(two_d.clone().into_i64("flat_in").is_err());
+        assert_eq!(two_d.into_i64_table("ring").unwrap(), (1, 2, vec![1, 2]));
+        let bytes = decode(r#"{"dtype":"u8","shape":[1,2],"hex":"0aff"}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            bytes.clone().into_u8_table("buf").unwrap(),
+            (1, 2, vec![10, 255])
+        );
+        assert!(bytes.into_i64_scalar("c").is_err());
+        let counter = decode(r#"{"dtype":"i64","shape":[1],"data":[-9]}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(counter.clone().into_i64_scalar("c").unwrap(), -9);
+        assert!(counter.into_u8("buf").is_err());
     }
 }

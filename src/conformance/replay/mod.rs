@@ -6,7 +6,12 @@
 //! [`expected_error`](super::expected_error).
 
 mod allocate;
+mod context;
 mod plan;
+mod real_kv;
+mod scatter;
+mod verify;
+mod write;
 
 use super::case::Case;
 use super::compare::{compare_outputs, Produced};
@@ -59,6 +64,10 @@ pub fn replay_case(case: &Case, backend: Backend) -> Outcome {
 pub fn replay(case: &Case, backend: Backend) -> Option<Replayed> {
     Some(match case.op.as_str() {
         "plan" => plan::replay(case, backend),
+        "write" => write::replay(case, backend),
+        "verify" => verify::replay(case, backend),
+        "scatter_req_token_ids" => scatter::replay(case, backend),
+        "real_kv_source_new" => real_kv::replay(case),
         "verify_plan_allocate" => allocate::replay_verify_plan(case),
         "write_plan_allocate" => allocate::replay_write_plan(case),
         _ => return None,
@@ -117,8 +126,8 @@ mod tests {
     #[test]
     fn unknown_ops_are_skipped_never_passed() {
         assert_eq!(
-            replay_case(&case("write"), Backend::Cpu),
-            Outcome::Skip("op not supported by this runner yet (write)".into())
+            replay_case(&case("defragment"), Backend::Cpu),
+            Outcome::Skip("op not supported by this runner yet (defragment)".into())
         );
     }
 

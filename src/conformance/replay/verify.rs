@@ -1,0 +1,83 @@
+//! Replay of `verify` cases (golden README §5.4) through the typed API: the verify plan's
+//! capacity is its array length, and `check_verify_expected_token` picks the compile-time
+//! variant ([`TokenCheckOn`] or [`TokenCheckOff`]).
+
+use super::context::{self, State};
+use super::{capacity, Replayed};
+use crate::canary::TokenCheck;
+use crate::conformance::case::{Case, Fields};
+use crate::conformance::Backend;
+use crate::{
+    cpu, Error, Launch, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan,
+};
+
+/// Replays one `verify` case on `backend`.
+pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
+    let inputs = case.inputs();
+    let decoded = context::decode(&inputs).and_then(|(state, settings)| {
+        let plan = decode_plan(&inputs)?;
+        let check = inputs.bool("check_verify_expected_token")?;
+        Ok((state, settings, plan, check))
+    });
+    let (mut state, settings, plan, check) = match decoded {
+        Ok(d) => d,
+        Err(e) => return Replayed::Error(e),
+    };
+    let launch = match settings.launch() {
+        Ok(l) => l,
+        Err(e) => return Replayed::Error(e),
+    };
+    let initial_index = state.ring.write_index();
+    let mut replayed = context::run(&mut state, |st| {
+        if check {
+            launch_verify(backend, &plan, TokenCheckOn, &launch, st)
+        } else {
+            launch_verify(backend, &plan, TokenCheckOff, &launch, st)
+        }
+    });
+    if !backend.records_rows_in_order() {
+        replayed = context::realign(case, initial_index, &mut state, replayed);
+    }
+    replayed
+}
+
+fn decode_plan(inputs: &Fields<'_>) -> Result<VerifyPlan<UncheckedCapacity>, Error> {
+    let vp = inputs.object("verify_plan")?;
+    let i64s = |key: &'static str| vp.required_tensor(key)?.into_i64(key);
+    let scalar = |key: &'static str| vp.required_tensor(key)?.into_i32_scalar(key);
+    let slots = i64s("verify_slot_indices")?;
+    VerifyPlan::from_parts(
+        capacity("verify_capacity", slots.len() as i64)?,
+        slots,
+        i64s("verify_expected_tokens")?,
+        i64s("verify_expected_positions")?,
+        i64s("verify_prev_slot_indices")?,
+        scalar("verify_num_valid")?,
+        scalar("enable")?,
+    )
+}
+
+/// One verify launch on `backend`. A new backend adds its arm here.
+fn launch_verify<K: TokenCheck>(
+    backend: Backend,
+    plan: &VerifyPlan<UncheckedCapacity>,
+    check: K,
+    launch: &Launch<'_>,
+    st: &mut State,
+) -> Result<(), Error> {
+    // The verify op never reads the write capacities; any positive value will do.
+    let one = UncheckedCapacity::new("write capacity", 1)?;
+    let shape = UncheckedShape::from_capacities(plan.capacity(), one, one);
+    match backend {
+        Backend::Cpu => cpu::verify(
+            &shape,
+            plan,
+            check,
+            launch,
+            &st.buf,
+            &mut st.ring,
+            &mut st.counters,
+        )
+        .map(drop),
+    }
+}

@@ -1,0 +1,131 @@
+//! Replay of `write` cases (golden README §5.3) through the typed API.
+//!
+//! The write inputs' capacity is `N`, the length of `input_ids` (so offsets past `N` are caught
+//! by the op); the write plan's capacity is its seed array's length. What the types cannot
+//! express becomes a typed error before the op runs:
+//!
+//! * the input assert on without both expected tensors: [`Error::MissingInput`] (SGLang:
+//!   "expected input tensors are required when enable_write_input_assert=True");
+//! * the input assert off with expected tensors: [`Error::Malformed`] (SGLang: "must be None");
+//! * more than four real-KV sources: [`Error::TooManyRealKvSources`].
+
+use super::context::{self, State};
+use super::{capacity, Replayed};
+use crate::conformance::case::{Case, Fields};
+use crate::conformance::Backend;
+use crate::input::WriteInputAssert;
+use crate::{cpu, Error, Launch, UncheckedCapacity, UncheckedShape, WriteInputs, WritePlan};
+
+/// Replays one `write` case on `backend`.
+pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
+    let inputs = case.inputs();
+    let decoded = context::decode(&inputs).and_then(|(state, settings)| {
+        let (plan, ids) = decode_plan_and_inputs(&inputs)?;
+        Ok((state, settings, plan, ids))
+    });
+    let (mut state, settings, plan, ids) = match decoded {
+        Ok(d) => d,
+        Err(e) => return Replayed::Error(e),
+    };
+    let launch = match settings.launch() {
+        Ok(l) => l,
+        Err(e) => return Replayed::Error(e),
+    };
+    let initial_index = state.ring.write_index();
+    let mut replayed = context::run(&mut state, |st| match &ids {
+        Inputs::Off(i) => launch_write(backend, &plan, i, &launch, st),
+        Inputs::On(i) => launch_write(backend, &plan, i, &launch, st),
+    });
+    if !backend.records_rows_in_order() {
+        replayed = context::realign(case, initial_index, &mut state, replayed);
+    }
+    replayed
+}
+
+/// The per-token inputs, with the input assert off or on.
+enum Inputs {
+    Off(WriteInputs<UncheckedCapacity>),
+    On(WriteInputs<UncheckedCapacity, crate::InputAssertOn>),
+}
+
+fn decode_plan_and_inputs(
+    inputs: &Fields<'_>,
+) -> Result<(WritePlan<UncheckedCapacity>, Inputs), Error> {
+    let i64s = |f: &Fields<'_>, key: &'static str| f.required_tensor(key)?.into_i64(key);
+    let wp = inputs.object("write_plan")?;
+    let seeds = i64s(&wp, "write_seed_slot_indices")?;
+    let plan = WritePlan::from_parts(
+        capacity("write_req_capacity", seeds.len() as i64)?,
+        i64s(&wp, "write_offsets")?,
+        seeds,
+        wp.required_tensor("write_num_valid_reqs")?
+            .into_i32_scalar("write_num_valid_reqs")?,
+    )?;
+
+    let ids = i64s(inputs, "input_ids")?;
+    let entries = capacity("write_entry_capacity (input_ids length)", ids.len() as i64)?;
+    let positions = i64s(inputs, "positions")?;
+    let slots = i64s(inputs, "out_cache_loc")?;
+    let optional = |key: &'static str| inputs.tensor(key)?.map(|t| t.into_i64(key)).transpose();
+    let expected = (
+        optional("expected_input_tokens")?,
+        optional("expected_input_positions")?,
+    );
+    let assert_on = inputs.bool("enable_write_input_assert")?;
+    let decoded =
+        match (assert_on, expected) {
+            (false, (None, None)) => {
+                Inputs::Off(WriteInputs::from_parts(entries, ids, positions, slots)?)
+            }
+            (false, _) => return Err(Error::Malformed {
+                detail:
+                    "expected input tensors must be absent when enable_write_input_assert is false"
+                        .into(),
+            }),
+            (true, (Some(tokens), Some(expected_positions))) => {
+                Inputs::On(WriteInputs::from_parts_with_expected(
+                    entries,
+                    ids,
+                    positions,
+                    slots,
+                    tokens,
+                    expected_positions,
+                )?)
+            }
+            (true, _) => {
+                return Err(Error::MissingInput {
+                    what: "expected_input_tokens and expected_input_positions",
+                    required_by: "enable_write_input_assert",
+                })
+            }
+        };
+    Ok((plan, decoded))
+}
+
+/// One write launch on `backend`. A new backend adds its arm here.
+fn launch_write<A: WriteInputAssert>(
+    backend: Backend,
+    plan: &WritePlan<UncheckedCapacity>,
+    inputs: &WriteInputs<UncheckedCapacity, A>,
+    launch: &Launch<'_>,
+    st: &mut State,
+) -> Result<(), Error> {
+    // The write op never reads the verify capacity; any positive value will do.
+    let shape = UncheckedShape::from_capacities(
+        UncheckedCapacity::new("verify_capacity", 1)?,
+        plan.capacity(),
+        inputs.capacity(),
+    );
+    match backend {
+        Backend::Cpu => cpu::write(
+            &shape,
+            plan,
+            inputs,
+            launch,
+            &mut st.buf,
+            &mut st.ring,
+            &mut st.counters,
+        )
+        .map(drop),
+    }
+}
