@@ -43,6 +43,46 @@ pub struct WriteSummary {
 /// The shape's write-request and write-entry capacities must match the plan's and the inputs'
 /// (compile errors for static and branded capacities, [`Error::CapacityMismatch`] for unchecked).
 ///
+/// ```
+/// use kv_canary::{cpu, Batch, CanaryBuffer, Cap, HealthCounters, Launch, LaunchTag, PlanInputs,
+///                 ReqToToken, Shape, TokenCheckOff, ViolationRing};
+/// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
+/// let (mut verify_plan, mut write_plan) = (shape.verify_plan(), shape.write_plan());
+/// let table = ReqToToken::from_vec(4, 8, (0..32).collect())?; // row 1 holds slots 8..16
+/// let mut canary = CanaryBuffer::<Cap<32>>::new();
+/// let (mut ring, mut counters) = (ViolationRing::<Cap<16>>::new(), HealthCounters::new());
+/// let launch = Launch::new(LaunchTag::HeadKFull);
+///
+/// // Step 1: the request in pool row 1 prefills three tokens into slots 8, 9, 10.
+/// let batch = Batch::from_columns([1], [0], [3]);
+/// cpu::plan(&shape, &PlanInputs::full(&batch, &table), &mut verify_plan, &mut write_plan)?;
+/// let mut inputs = shape.write_inputs();
+/// let p = inputs.parts_mut();
+/// p.input_ids[..3].copy_from_slice(&[7, 8, 9]);
+/// p.positions[..3].copy_from_slice(&[0, 1, 2]);
+/// p.out_cache_loc[..3].copy_from_slice(&[8, 9, 10]);
+/// cpu::write(&shape, &write_plan, &inputs, &launch, &mut canary, &mut ring, &mut counters)?;
+///
+/// // Step 2: it decodes one more token; verify re-derives the chain of its three-token prefix.
+/// let batch = Batch::from_columns([1], [3], [1]);
+/// cpu::plan(&shape, &PlanInputs::full(&batch, &table), &mut verify_plan, &mut write_plan)?;
+/// let s = cpu::verify(&shape, &verify_plan, TokenCheckOff, &launch, &canary, &mut ring, &mut counters)?;
+/// assert_eq!((s.checked, ring.write_index()), (3, 0));
+/// # Ok::<(), kv_canary::Error>(())
+/// ```
+///
+/// Write inputs allocated from another shape do not compile:
+///
+/// ```compile_fail
+/// use kv_canary::{cpu, CanaryBuffer, Cap, HealthCounters, Launch, LaunchTag, Shape, ViolationRing};
+/// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
+/// let stale = Shape::<Cap<8>, Cap<4>, Cap<4>>::new().write_inputs(); // 4 entries, not 8
+/// let (mut canary, mut ring) = (CanaryBuffer::<Cap<32>>::new(), ViolationRing::<Cap<4>>::new());
+/// let launch = Launch::new(LaunchTag::HeadKFull);
+/// cpu::write(&shape, &shape.write_plan(), &stale, &launch, &mut canary, &mut ring,
+///            &mut HealthCounters::new());
+/// ```
+///
 /// # Malformed inputs (spec §7, §9): validated before anything is mutated
 ///
 /// SGLang's GPU path reads or writes out of bounds on these and its reference raises or wraps;

@@ -16,7 +16,21 @@ mod sealed {
 /// With the assert on, [`WriteInputs`] always carries the expected tensors; with it off, it has
 /// nowhere to put them. SGLang's run-time errors "expected input tensors are required when
 /// enable_write_input_assert=True" and "must be None when enable_write_input_assert=False" cannot
-/// be written here.
+/// be written here:
+///
+/// ```
+/// use kv_canary::{Cap, Shape};
+/// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
+/// let mut inputs = shape.write_inputs().with_input_assert(); // WriteInputs<Cap<8>, InputAssertOn>
+/// inputs.expected_mut().tokens[0] = 7;
+/// assert_eq!(inputs.expected_tokens()[0], 7);
+/// ```
+///
+/// ```compile_fail
+/// use kv_canary::{Cap, Shape};
+/// let inputs = Shape::<Cap<8>, Cap<4>, Cap<8>>::new().write_inputs(); // assert off
+/// inputs.expected_tokens(); // no expected tensors exist
+/// ```
 pub trait WriteInputAssert: sealed::Sealed + 'static {
     /// `enable_write_input_assert`.
     const ENABLED: bool;
