@@ -233,6 +233,11 @@ pub enum Error {
         /// What is wrong, with the offending values.
         detail: String,
     },
+    /// No CUDA device to run on (`cuInit` reports none); GPU tests report themselves skipped.
+    NoCudaDevice {
+        /// What the driver said.
+        detail: String,
+    },
     /// A CUDA driver call failed.
     Cuda {
         /// The call or operation.
@@ -389,6 +394,7 @@ impl fmt::Display for Error {
             MissingInput { what, required_by } => write!(f, "{required_by} requires {what}"),
             Io { path, detail } => write!(f, "cannot read {path}: {detail}"),
             Malformed { detail } => f.write_str(detail),
+            NoCudaDevice { detail } => write!(f, "no CUDA device: {detail}"),
             Cuda { what, detail } => write!(f, "CUDA {what} failed: {detail}"),
         }
     }

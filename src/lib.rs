@@ -44,8 +44,11 @@
 //! capacities), [`plan`] (the plan buffers), [`input`] (plan inputs as types), [`hash`] and
 //! [`consts`] (spec §2), [`canary`] (canary buffer, violation ring, counters, launch settings),
 //! [`real_kv`] (real-KV fingerprints), [`cpu`] (the reference ops: plan, write, verify, scatter),
-//! [`conformance`] (the golden-vector runner).
-#![forbid(unsafe_code)]
+//! [`conformance`] (the golden-vector runner), and with the `cuda` feature `cuda` (the same ops
+//! as CUDA kernels on typed device buffers).
+// `unsafe` is denied everywhere; only the CUDA backend (driver calls) allows it, with a
+// `// SAFETY:` comment on every block.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -54,6 +57,10 @@ pub mod capacity;
 pub mod conformance;
 pub mod consts;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+#[allow(unsafe_code)]
+pub mod cuda;
 mod error;
 pub mod hash;
 pub mod input;
@@ -76,6 +83,8 @@ pub use input::{
     InputAssertOff, InputAssertOn, NoExpectedTokens, PlanInputs, PositionOffset, ReqToToken, Swa,
     SwaWindow, WriteInputs,
 };
+#[cfg(feature = "cuda")]
+pub use memory::Device;
 pub use memory::{Element, Host, Memory};
 pub use plan::{VerifyEntry, VerifyPlan, WritePlan};
 pub use real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};

@@ -9,24 +9,31 @@ use core::fmt::Debug;
 
 mod sealed {
     pub trait Sealed {}
+
+    /// Element types; with the `cuda` feature they can live in device memory too.
+    #[cfg(feature = "cuda")]
+    pub trait ElementSealed: cust::memory::DeviceCopy {}
+    /// Element types; with the `cuda` feature they can live in device memory too.
+    #[cfg(not(feature = "cuda"))]
+    pub trait ElementSealed {}
 }
 
 /// An element type of a canary buffer: `i32`, `i64` or `u8`. Fixed by each buffer's type, so
 /// SGLang's dtype checks have no counterpart here.
 pub trait Element:
-    Copy + Default + Debug + PartialEq + Send + Sync + 'static + sealed::Sealed
+    Copy + Default + Debug + PartialEq + Send + Sync + 'static + sealed::ElementSealed
 {
 }
 
 macro_rules! elements {
     ($($t:ty),*) => {$(
-        impl sealed::Sealed for $t {}
+        impl sealed::ElementSealed for $t {}
         impl Element for $t {}
     )*};
 }
 elements!(i32, i64, u8);
 
-/// A memory space. Sealed: [`Host`], and the device memory of the `cuda` feature.
+/// A memory space. Sealed: [`Host`], and [`Device`] memory of the `cuda` feature.
 pub trait Memory: sealed::Sealed + 'static {
     /// A fixed-length array of `T` in this memory.
     type Array<T: Element>;
@@ -42,6 +49,22 @@ impl sealed::Sealed for Host {}
 impl Memory for Host {
     type Array<T: Element> = Box<[T]>;
     type Scalar<T: Element> = T;
+}
+
+/// CUDA device memory (feature `cuda`): arrays are `cust` device buffers, scalars one-element
+/// device boxes. Buffers in it are filled and read through the typed transfers of
+/// [`cuda`](crate::cuda) and handed to its launches; the CPU ops do not accept them.
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Device;
+
+#[cfg(feature = "cuda")]
+impl sealed::Sealed for Device {}
+#[cfg(feature = "cuda")]
+impl Memory for Device {
+    type Array<T: Element> = cust::memory::DeviceBuffer<T>;
+    type Scalar<T: Element> = cust::memory::DeviceBox<T>;
 }
 
 #[cfg(test)]

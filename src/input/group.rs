@@ -44,6 +44,11 @@ pub struct SwaWindow {
 }
 
 impl SwaWindow {
+    /// The window (`swa_window_size`).
+    pub fn size(self) -> u64 {
+        self.window
+    }
+
     /// Attaches `full_to_swa_index_mapping` (length = full pool size + 1 in production, its last
     /// element -1), making a plannable [`Swa`] group.
     pub fn with_lut(self, lut: &[i64]) -> Swa<'_> {

@@ -1,0 +1,127 @@
+//! The few raw driver calls this backend makes itself, each behind a checked, typed wrapper.
+//!
+//! cust 0.3 keeps its result conversion private and copies through `&mut self`; the backend
+//! needs copies into buffers it only shares (see the module docs), so it calls the driver.
+
+use crate::Error;
+use crate::Element;
+use cust::memory::{DeviceBox, DeviceBuffer};
+use cust::sys::{self, CUresult};
+
+/// `Ok` for `CUDA_SUCCESS`, else [`Error::Cuda`] naming the call and the driver's code.
+pub(crate) fn check(what: &'static str, result: CUresult) -> Result<(), Error> {
+    if result == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            what,
+            detail: format!("{result:?}"),
+        })
+    }
+}
+
+/// A cust error as [`Error::Cuda`].
+pub(crate) fn cust_error(what: &'static str) -> impl FnOnce(cust::error::CudaError) -> Error {
+    move |e| Error::Cuda {
+        what,
+        detail: format!("{e:?} ({e})"),
+    }
+}
+
+/// The device address of a buffer's first element.
+pub(crate) fn addr<T: Element>(buffer: &DeviceBuffer<T>) -> u64 {
+    buffer.as_device_ptr().as_raw()
+}
+
+/// The device address of a boxed scalar.
+pub(crate) fn box_addr<T: Element>(b: &DeviceBox<T>) -> u64 {
+    b.as_device_ptr().as_raw()
+}
+
+/// A zero-filled device buffer of `len` elements.
+pub(crate) fn zeroed<T: Element>(len: usize) -> Result<DeviceBuffer<T>, Error> {
+    let bytes = len
+        .checked_mul(core::mem::size_of::<T>())
+        .ok_or(Error::OutOfRange {
+            what: "device buffer size in bytes",
+            value: i64::MAX,
+            allowed: "[0, usize::MAX]",
+        })?;
+    // SAFETY: the buffer is filled with zero bytes below before anything can read it, and zero
+    // bytes are a valid value of every element type of this crate (i32, i64, u8).
+    let buffer = unsafe { DeviceBuffer::<T>::uninitialized(len) }.map_err(cust_error("cuMemAlloc"))?;
+    if bytes > 0 {
+        // SAFETY: `addr(&buffer)` points to a live allocation of exactly `bytes` bytes.
+        check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(addr(&buffer), 0, bytes) })?;
+    }
+    Ok(buffer)
+}
+
+/// A device scalar holding `value`.
+pub(crate) fn scalar<T: Element>(value: T) -> Result<DeviceBox<T>, Error> {
+    DeviceBox::new(&value).map_err(cust_error("cuMemAlloc"))
+}
+
+/// Copies `src` into `dst[at..at + src.len()]`; synchronous, on the legacy default stream.
+pub(crate) fn upload<T: Element>(dst: &DeviceBuffer<T>, at: usize, src: &[T]) -> Result<(), Error> {
+    let end = at.checked_add(src.len()).filter(|&e| e <= dst.len());
+    if end.is_none() {
+        return Err(Error::LengthMismatch {
+            what: "device upload",
+            expected: dst.len().saturating_sub(at),
+            found: src.len(),
+        });
+    }
+    if src.is_empty() {
+        return Ok(());
+    }
+    let dst_addr = addr(dst) + (at * core::mem::size_of::<T>()) as u64;
+    // SAFETY: `[dst_addr, dst_addr + size_of_val(src))` lies inside `dst`'s allocation (checked
+    // above), `src` is a live host slice of that many bytes, and the copy is synchronous, so
+    // `src` outlives it. Device memory is not Rust memory: writing it through `&` creates no
+    // aliasing, and stream ordering keeps kernels from racing this copy (module docs).
+    check("cuMemcpyHtoD", unsafe {
+        sys::cuMemcpyHtoD_v2(dst_addr, src.as_ptr().cast(), core::mem::size_of_val(src))
+    })
+}
+
+/// Copies `src[at..at + dst.len()]` to the host; synchronous, on the legacy default stream.
+pub(crate) fn download<T: Element>(dst: &mut [T], src: &DeviceBuffer<T>, at: usize) -> Result<(), Error> {
+    if at.checked_add(dst.len()).is_none_or(|e| e > src.len()) {
+        return Err(Error::LengthMismatch {
+            what: "device download",
+            expected: src.len().saturating_sub(at),
+            found: dst.len(),
+        });
+    }
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let src_addr = addr(src) + (at * core::mem::size_of::<T>()) as u64;
+    // SAFETY: the source range lies inside `src`'s allocation (checked above); `dst` is a live,
+    // exclusively borrowed host slice of exactly the copied size; the copy is synchronous; every
+    // bit pattern is a valid value of the crate's element types.
+    check("cuMemcpyDtoH", unsafe {
+        sys::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src_addr, core::mem::size_of_val(dst))
+    })
+}
+
+/// Writes `value` into a device scalar; synchronous.
+pub(crate) fn set_scalar<T: Element>(dst: &DeviceBox<T>, value: T) -> Result<(), Error> {
+    // SAFETY: `dst` is a live device allocation of `size_of::<T>()` bytes; `value` lives on the
+    // stack for the duration of the synchronous copy.
+    check("cuMemcpyHtoD", unsafe {
+        sys::cuMemcpyHtoD_v2(box_addr(dst), (&value as *const T).cast(), core::mem::size_of::<T>())
+    })
+}
+
+/// Reads a device scalar; synchronous.
+pub(crate) fn get_scalar<T: Element>(src: &DeviceBox<T>) -> Result<T, Error> {
+    let mut value = T::default();
+    // SAFETY: `src` is a live device allocation of `size_of::<T>()` bytes, `value` a live host
+    // value of that size; the copy is synchronous and every bit pattern is valid for T here.
+    check("cuMemcpyDtoH", unsafe {
+        sys::cuMemcpyDtoH_v2((&mut value as *mut T).cast(), box_addr(src), core::mem::size_of::<T>())
+    })?;
+    Ok(value)
+}

@@ -1,0 +1,170 @@
+//! [`Gpu`]: one CUDA device with its context and the kernels loaded.
+
+use super::driver::cust_error;
+use super::ptx;
+use crate::Error;
+use cust::context::Context;
+use cust::device::{Device, DeviceAttribute};
+use cust::error::CudaError;
+use cust::module::Module;
+use cust::sys::CUfunction;
+use cust::CudaFlags;
+
+/// Grid sizes of the launches, in blocks per multiprocessor (the write op always runs one block
+/// per request row). The defaults fill an H200 at full occupancy; the benchmark sweeps them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Plan: blocks of 512 threads per SM (two fit: 33 KB shared memory, 64 registers each).
+    pub plan_blocks_per_sm: u32,
+    /// Verify without real-KV folds: blocks of 512 threads per SM (four fit: 32 registers).
+    pub verify_blocks_per_sm: u32,
+    /// Verify with real-KV folds: blocks of 512 threads per SM (two fit: 64 registers).
+    pub verify_fold_blocks_per_sm: u32,
+}
+
+impl Default for LaunchConfig {
+    fn default() -> Self {
+        LaunchConfig {
+            plan_blocks_per_sm: 2,
+            verify_blocks_per_sm: 4,
+            verify_fold_blocks_per_sm: 2,
+        }
+    }
+}
+
+/// The kernel entry points of one loaded set of modules.
+#[derive(Clone, Copy)]
+pub(crate) struct Kernels {
+    /// `[full, full_pool, lut, lut_pool]`.
+    pub(crate) plan: [CUfunction; 4],
+    /// `[none, none_tokens, partial, partial_tokens, all, all_tokens]`.
+    pub(crate) verify: [CUfunction; 6],
+    /// `[none, none_assert, partial, partial_assert, all, all_assert]`.
+    pub(crate) write: [CUfunction; 6],
+    pub(crate) gather_floor: CUfunction,
+    pub(crate) chain_floor: CUfunction,
+}
+
+/// One CUDA device: its (primary) context, the kernels of `kernels/*.cu` loaded from their
+/// embedded PTX, and its multiprocessor count.
+///
+/// Everything CUDA in this module starts here. Buffers are allocated in this context and must
+/// not outlive it in use (dropping them later is harmless). Not `Send`: the context is current
+/// on the thread that made it.
+pub struct Gpu {
+    kernels: Kernels,
+    config: LaunchConfig,
+    sm_count: u32,
+    name: String,
+    // Dropped after the kernels' handles are gone, before the context.
+    _modules: Vec<Module>,
+    _context: Context,
+}
+
+impl Gpu {
+    /// Device 0. Without a CUDA device (CI machines, `cuInit` reports
+    /// `CUDA_ERROR_NO_DEVICE`) this is [`Error::NoCudaDevice`], which GPU tests report as
+    /// skipped.
+    pub fn new() -> Result<Gpu, Error> {
+        Gpu::with_ordinal(0)
+    }
+
+    /// Device `ordinal`.
+    pub fn with_ordinal(ordinal: u32) -> Result<Gpu, Error> {
+        cust::init(CudaFlags::empty()).map_err(|e| match e {
+            CudaError::NoDevice => Error::NoCudaDevice {
+                detail: "cuInit reported CUDA_ERROR_NO_DEVICE".to_owned(),
+            },
+            other => cust_error("cuInit")(other),
+        })?;
+        let device = Device::get_device(ordinal).map_err(|e| match e {
+            CudaError::NoDevice | CudaError::InvalidDevice => Error::NoCudaDevice {
+                detail: format!("no CUDA device {ordinal}: {e}"),
+            },
+            other => cust_error("cuDeviceGet")(other),
+        })?;
+        let context = Context::new(device).map_err(cust_error("cuDevicePrimaryCtxRetain"))?;
+        let sm_count = device
+            .get_attribute(DeviceAttribute::MultiprocessorCount)
+            .map_err(cust_error("cuDeviceGetAttribute"))?;
+        let name = device.name().map_err(cust_error("cuDeviceGetName"))?;
+        let load = |ptx: &str| Module::from_ptx(ptx, &[]).map_err(cust_error("cuModuleLoadDataEx"));
+        let modules = vec![load(ptx::PLAN)?, load(ptx::VERIFY)?, load(ptx::WRITE)?, load(ptx::BENCH)?];
+        let f = |m: &Module, name: &str| -> Result<CUfunction, Error> {
+            Ok(m.get_function(name).map_err(cust_error("cuModuleGetFunction"))?.to_raw())
+        };
+        let (pm, vm, wm, bm) = (&modules[0], &modules[1], &modules[2], &modules[3]);
+        let kernels = Kernels {
+            plan: [
+                f(pm, "kv_canary_plan_full")?,
+                f(pm, "kv_canary_plan_full_pool")?,
+                f(pm, "kv_canary_plan_lut")?,
+                f(pm, "kv_canary_plan_lut_pool")?,
+            ],
+            verify: [
+                f(vm, "kv_canary_verify")?,
+                f(vm, "kv_canary_verify_tokens")?,
+                f(vm, "kv_canary_verify_partial")?,
+                f(vm, "kv_canary_verify_partial_tokens")?,
+                f(vm, "kv_canary_verify_all")?,
+                f(vm, "kv_canary_verify_all_tokens")?,
+            ],
+            write: [
+                f(wm, "kv_canary_write")?,
+                f(wm, "kv_canary_write_assert")?,
+                f(wm, "kv_canary_write_partial")?,
+                f(wm, "kv_canary_write_partial_assert")?,
+                f(wm, "kv_canary_write_all")?,
+                f(wm, "kv_canary_write_all_assert")?,
+            ],
+            gather_floor: f(bm, "kv_canary_gather_floor")?,
+            chain_floor: f(bm, "kv_canary_chain_floor")?,
+        };
+        Ok(Gpu {
+            kernels,
+            config: LaunchConfig::default(),
+            sm_count: sm_count.max(1) as u32,
+            name,
+            _modules: modules,
+            _context: context,
+        })
+    }
+
+    /// The device's name (`NVIDIA H200`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Streaming multiprocessors (132 on an H200).
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    /// The grid sizes launches use.
+    pub fn launch_config(&self) -> LaunchConfig {
+        self.config
+    }
+
+    /// Changes the grid sizes of later launches (each count is clamped to at least 1).
+    pub fn set_launch_config(&mut self, config: LaunchConfig) {
+        self.config = LaunchConfig {
+            plan_blocks_per_sm: config.plan_blocks_per_sm.max(1),
+            verify_blocks_per_sm: config.verify_blocks_per_sm.max(1),
+            verify_fold_blocks_per_sm: config.verify_fold_blocks_per_sm.max(1),
+        };
+    }
+
+    pub(crate) fn kernels(&self) -> &Kernels {
+        &self.kernels
+    }
+}
+
+impl core::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("name", &self.name)
+            .field("sm_count", &self.sm_count)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,123 @@
+//! Device twins of the plan buffers: allocation from a shape and typed transfers that keep the
+//! capacity type (`VerifyPlan<C>` <-> `VerifyPlan<C, Device>`).
+
+use super::driver;
+use super::gpu::Gpu;
+use crate::capacity::Capacity;
+use crate::plan::{VerifyPlan, WritePlan};
+use crate::{Device, Error, Shape};
+
+impl<C: Capacity> VerifyPlan<C, Device> {
+    /// A device verify plan of `capacity` entries: arrays zeroed, `verify_num_valid = 0`,
+    /// `enable = 1`, like [`VerifyPlan::with_capacity`]. Prefer [`Shape::device_verify_plan`].
+    pub fn on_device(_gpu: &Gpu, capacity: C) -> Result<Self, Error> {
+        let n = capacity.get();
+        Ok(VerifyPlan {
+            capacity,
+            slot_indices: driver::zeroed(n)?,
+            expected_tokens: driver::zeroed(n)?,
+            expected_positions: driver::zeroed(n)?,
+            prev_slot_indices: driver::zeroed(n)?,
+            num_valid: driver::scalar(0)?,
+            enable: driver::scalar(1)?,
+        })
+    }
+
+    /// Overwrites every field with `host`'s (a synchronous copy; same capacity type, so the
+    /// same lengths).
+    pub fn upload(&self, host: &VerifyPlan<C>) -> Result<(), Error> {
+        driver::upload(&self.slot_indices, 0, &host.slot_indices)?;
+        driver::upload(&self.expected_tokens, 0, &host.expected_tokens)?;
+        driver::upload(&self.expected_positions, 0, &host.expected_positions)?;
+        driver::upload(&self.prev_slot_indices, 0, &host.prev_slot_indices)?;
+        driver::set_scalar(&self.num_valid, host.num_valid)?;
+        driver::set_scalar(&self.enable, host.enable)
+    }
+
+    /// A host copy (synchronous: waits for the launches queued before it).
+    pub fn to_host(&self) -> Result<VerifyPlan<C>, Error> {
+        let mut host = VerifyPlan::with_capacity(self.capacity);
+        driver::download(&mut host.slot_indices, &self.slot_indices, 0)?;
+        driver::download(&mut host.expected_tokens, &self.expected_tokens, 0)?;
+        driver::download(&mut host.expected_positions, &self.expected_positions, 0)?;
+        driver::download(&mut host.prev_slot_indices, &self.prev_slot_indices, 0)?;
+        host.num_valid = driver::get_scalar(&self.num_valid)?;
+        host.enable = driver::get_scalar(&self.enable)?;
+        Ok(host)
+    }
+}
+
+impl<C: Capacity> VerifyPlan<C> {
+    /// A device copy with the same capacity type.
+    pub fn to_device(&self, gpu: &Gpu) -> Result<VerifyPlan<C, Device>, Error> {
+        let device = VerifyPlan::on_device(gpu, self.capacity)?;
+        device.upload(self)?;
+        Ok(device)
+    }
+}
+
+impl<C: Capacity> WritePlan<C, Device> {
+    /// A device write plan for `capacity` requests, zeroed like [`WritePlan::with_capacity`].
+    /// Prefer [`Shape::device_write_plan`].
+    pub fn on_device(_gpu: &Gpu, capacity: C) -> Result<Self, Error> {
+        let n = capacity.get();
+        let len = n.checked_add(1).ok_or(Error::OutOfRange {
+            what: "write_req_capacity",
+            value: i64::MAX,
+            allowed: "[1, usize::MAX - 1]",
+        })?;
+        Ok(WritePlan {
+            capacity,
+            offsets: driver::zeroed(len)?,
+            seed_slot_indices: driver::zeroed(n)?,
+            num_valid_reqs: driver::scalar(0)?,
+        })
+    }
+
+    /// Overwrites every field with `host`'s (synchronous).
+    pub fn upload(&self, host: &WritePlan<C>) -> Result<(), Error> {
+        driver::upload(&self.offsets, 0, &host.offsets)?;
+        driver::upload(&self.seed_slot_indices, 0, &host.seed_slot_indices)?;
+        driver::set_scalar(&self.num_valid_reqs, host.num_valid_reqs)
+    }
+
+    /// A host copy (synchronous).
+    pub fn to_host(&self) -> Result<WritePlan<C>, Error> {
+        let mut host = WritePlan::with_capacity(self.capacity);
+        driver::download(&mut host.offsets, &self.offsets, 0)?;
+        driver::download(&mut host.seed_slot_indices, &self.seed_slot_indices, 0)?;
+        host.num_valid_reqs = driver::get_scalar(&self.num_valid_reqs)?;
+        Ok(host)
+    }
+}
+
+impl<C: Capacity> WritePlan<C> {
+    /// A device copy with the same capacity type.
+    pub fn to_device(&self, gpu: &Gpu) -> Result<WritePlan<C, Device>, Error> {
+        let device = WritePlan::on_device(gpu, self.capacity)?;
+        device.upload(self)?;
+        Ok(device)
+    }
+}
+
+impl<V: Capacity, W: Capacity, E: Capacity> Shape<V, W, E> {
+    /// A device verify plan of this shape's verify capacity.
+    pub fn device_verify_plan(&self, gpu: &Gpu) -> Result<VerifyPlan<V, Device>, Error> {
+        VerifyPlan::on_device(gpu, self.verify_capacity())
+    }
+
+    /// A device write plan of this shape's write-request capacity.
+    pub fn device_write_plan(&self, gpu: &Gpu) -> Result<WritePlan<W, Device>, Error> {
+        WritePlan::on_device(gpu, self.write_req_capacity())
+    }
+
+    /// Device batch columns for up to the write-request capacity rows.
+    pub fn device_batch(&self, gpu: &Gpu) -> Result<super::DeviceBatch<W>, Error> {
+        super::DeviceBatch::new(gpu, self.write_req_capacity())
+    }
+
+    /// Device expected-token valid lengths for up to the write-request capacity rows.
+    pub fn device_valid_lens(&self, gpu: &Gpu) -> Result<super::DeviceValidLens<W>, Error> {
+        super::DeviceValidLens::new(gpu, self.write_req_capacity())
+    }
+}

@@ -1,0 +1,76 @@
+//! The CUDA backend (feature `cuda`): the plan, write and verify ops as CUDA kernels on device
+//! buffers typed like the host ones.
+//!
+//! ```no_run
+//! use kv_canary::{cuda, Batch, Cap, ReqToToken, Shape};
+//!
+//! let gpu = cuda::Gpu::new()?;
+//! let stream = cuda::Stream::new(&gpu)?;
+//! let shape = Shape::<Cap<8>, Cap<4>, Cap<16>>::new();
+//! // Device twins of the host buffers, allocated from the same shape.
+//! let (verify, write) = (shape.device_verify_plan(&gpu)?, shape.device_write_plan(&gpu)?);
+//! let batch = shape.device_batch(&gpu)?;
+//! let table = cuda::DeviceReqToToken::from_host(&gpu, &ReqToToken::from_vec(4, 8, (0..32).collect())?)?;
+//!
+//! batch.upload(&Batch::from_columns([2, 0, 1], [3, 99, 0], [2, 99, 4]))?;
+//! cuda::plan(&stream, &shape, &cuda::PlanInputs::full(&batch, &table), &verify, &write)?;
+//! stream.status()?; // synchronises; reports what the kernels found malformed
+//! assert_eq!(&verify.to_host()?.slot_indices()[..3], &[16, 17, 18]);
+//! # Ok::<(), kv_canary::Error>(())
+//! ```
+//!
+//! # Types
+//!
+//! [`Device`](crate::Device) memory makes `VerifyPlan<C, Device>`, `WritePlan<C, Device>` and
+//! the other buffers device twins of the host types, with the same capacity types; launches
+//! accept device buffers only and demand the same capacity relations as the CPU ops
+//! ([`SameVerifyCapacity`](crate::capacity::SameVerifyCapacity) and friends), so a host buffer
+//! or a device buffer of another capacity does not compile. Transfers keep the capacity type:
+//! `VerifyPlan<C>::to_device` gives a `VerifyPlan<C, Device>`, whose `to_host` gives the
+//! `VerifyPlan<C>` back.
+//!
+//! # Streams, ordering and graphs
+//!
+//! * A [`Stream`] is a *blocking* CUDA stream: it synchronises with the legacy default stream.
+//!   (cust 0.3 silently drops `NON_BLOCKING`, Rust-GPU/rust-cuda#15; this backend relies on the
+//!   blocking behaviour and says so.) All transfers of this module (`upload`, `to_host`, ...)
+//!   are synchronous copies on the legacy default stream, so they are ordered after every
+//!   launch queued before them and before every launch queued after them, on any `Stream`.
+//! * Launches are stream-ordered, allocate nothing and never synchronise the host. They read
+//!   the batch size, `verify_num_valid`, `enable` and `write_num_valid_reqs` from device memory,
+//!   as SGLang does, so one sequence of launches serves every batch.
+//! * Device buffers are written through shared references: Rust never borrows device memory,
+//!   and every access to it is ordered on the streams. `&mut` would stop a captured graph from
+//!   sharing the buffers it replays over.
+//! * [`Stream::capture`] records launches into a CUDA [`Graph`]. Every buffer a captured launch
+//!   uses is borrowed for the graph's lifetime (the launches of a [`Capture`] demand it), so
+//!   none can be dropped or moved while the graph can replay; refill the inputs in place
+//!   (`upload`) between replays.
+//!
+//! # Malformed data on the device
+//!
+//! Kernels bounds-check every slot, row, position and count they read from device memory and
+//! never access memory out of bounds. What they cannot serve is skipped and recorded in the
+//! stream's sticky status word (the first error since the last [`Stream::clear_status`] wins);
+//! [`Stream::status`] synchronises and returns it as the same [`Error`](crate::Error) the CPU
+//! op returns. Each launch documents what it skips and how that differs from the CPU op, which
+//! validates everything before it modifies anything.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod abi;
+mod driver;
+mod gpu;
+mod inputs;
+mod memory;
+mod plan;
+mod ptx;
+mod status;
+mod stream;
+
+pub use gpu::{Gpu, LaunchConfig};
+pub use inputs::{
+    DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
+    DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, Swa,
+};
+pub use plan::plan;
+pub use stream::{Capture, Event, Graph, Launch, Stream};
