@@ -24,7 +24,13 @@ const NEWEST_LOADABLE_PTX: (u32, u32) = (9, 0);
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=kernels");
-    for var in ["NVCC", "CUDA_PATH", "KV_CANARY_CUDA_ARCH", "DOCS_RS", "PATH"] {
+    for var in [
+        "NVCC",
+        "CUDA_PATH",
+        "KV_CANARY_CUDA_ARCH",
+        "DOCS_RS",
+        "PATH",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {

@@ -1,1 +1,2 @@
+//! One step on the GPU: plan (more to come).
 fn main() {}

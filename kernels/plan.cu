@@ -2,6 +2,11 @@
 // validates them, writes its share of the write metadata, and copies its contiguous chunk of the
 // verify work list.
 //
+// With a LUT the op takes two launches, so that an index past the LUT's end leaves every output
+// untouched, as on the CPU: a check kernel reads every slot the plan would translate (the table
+// values only, no LUT gathers) and keeps the first offending read in a stream scratch word; the
+// plan kernel then writes nothing when that word is set, records the error, and resets it.
+//
 // Layout of the work (grid G blocks x PLAN_THREADS threads, G fixed when the launch is built):
 //  1. Every block loads the bs <= PLAN_MAX_ROWS rows (bs is read from device memory), computes
 //     each row's verify length, write length and first error, and scans both lengths
@@ -54,6 +59,8 @@ struct PlanArgs {
     i32* w_num_valid_reqs;
     i64 write_capacity;
     i64* status;
+    i64* lut_key;   // stream scratch: INT64_MAX, or the first out-of-LUT read (LUT variants)
+    i64* lut_done;  // stream scratch: blocks of the write kernel done with lut_key
 };
 
 __device__ __forceinline__ u64 sat_add(u64 a, u64 b) {
@@ -157,11 +164,41 @@ __device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r, bool has_pool)
     return w;
 }
 
-template <bool HAS_LUT, bool HAS_POOL>
-__device__ __forceinline__ void plan_body(const PlanArgs& a) {
+// Entry chunking: the T entries in G chunks of whole rounds; [c0, c1) for this block.
+struct Chunk {
+    i64 c0, c1;
+};
+__device__ __forceinline__ Chunk block_chunk(i64 total) {
+    const i64 per_block = (total + gridDim.x - 1) / gridDim.x;
+    const i64 chunk = (per_block + PLAN_THREADS - 1) / PLAN_THREADS * PLAN_THREADS;
+    const i64 c0 = static_cast<i64>(blockIdx.x) * chunk;
+    return {c0, c0 + chunk < total ? c0 + chunk : total};
+}
+
+// The largest r in [0, bs) with s_off[r] <= f (s_off[bs] > f): the row holding entry f.
+__device__ __forceinline__ i64 row_of(const i64* s_off, i64 bs, i64 f) {
+    i64 lo = 0, hi = bs;
+    while (hi - lo > 1) {
+        const i64 mid = (lo + hi) >> 1;
+        if (s_off[mid] <= f) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ i64 window_start(const PlanArgs& a, i64 prefix) {
+    return (a.window > 0 && prefix > a.window) ? prefix - a.window : 0;
+}
+
+enum PlanMode { PLAN_WRITE = 0, PLAN_LUT_CHECK = 1 };
+
+// One plan launch. PLAN_LUT_CHECK only validates and looks for table values past the LUT end;
+// PLAN_WRITE writes the outputs (with a LUT: unless the check found one, given as lut_key).
+template <bool HAS_LUT, bool HAS_POOL, int MODE>
+__device__ __forceinline__ void plan_body(const PlanArgs& a, i64 lut_key) {
     __shared__ i64 s_off[PLAN_MAX_ROWS + 1];
     __shared__ u64 s_warp[32];
     __shared__ i64 s_err;
+    constexpr bool WRITE = MODE == PLAN_WRITE;
 
     const int tid = threadIdx.x;
     const i64 bs = *a.bs;
@@ -186,7 +223,7 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
             f2 = *a.valid_lens_len;
         }
         if (code != 0) {
-            if (blockIdx.x == 0 && tid == 0) record_status(a.status, code, f1, f2);
+            if (WRITE && blockIdx.x == 0 && tid == 0) record_status(a.status, code, f1, f2);
             return;
         }
     }
@@ -206,7 +243,9 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
             Row w = load_row(a, r, HAS_POOL);
             vlen[k] = static_cast<u32>(w.vlen);
             wlen[k] = w.wlen;
-            if (w.code != 0 && err_key == INT64_MAX) err_key = r * 8 + (w.code == ST_REQ_POOL_INDEX ? 1 : w.code == ST_PREFIX_BEYOND_ROW ? 2 : 3);
+            if (w.code != 0 && err_key == INT64_MAX) {
+                err_key = r * 8 + (w.code == ST_REQ_POOL_INDEX ? 1 : w.code == ST_PREFIX_BEYOND_ROW ? 2 : 3);
+            }
             vsum += w.vlen;
             wsum = sat_add(wsum, w.wlen);
         }
@@ -238,7 +277,7 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     const i64 first_err = s_err;
     if (first_err != INT64_MAX) {
         const i64 r = first_err >> 3;
-        if (blockIdx.x == 0 && r / rpt == tid) {
+        if (WRITE && blockIdx.x == 0 && r / rpt == tid) {
             const int kind = static_cast<int>(first_err & 7);
             if (kind == 4) {
                 record_status(a.status, ST_WRITE_TOKEN_OVERFLOW, r);
@@ -248,6 +287,59 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
             }
         }
         return;  // nothing written
+    }
+
+    // s_off = exclusive verify offsets, s_off[bs] = T (the write step below reuses it first).
+    auto verify_offsets = [&]() {
+        u64 run = vexcl;
+#pragma unroll
+        for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+            const i64 r = static_cast<i64>(tid) * rpt + k;
+            if (k < rpt && r < bs) {
+                s_off[r] = static_cast<i64>(run);
+                run += vlen[k];
+            }
+        }
+        if (tid == 0) s_off[bs] = static_cast<i64>(vtotal);
+        __syncthreads();
+    };
+    const i64 total = static_cast<i64>(vtotal);
+
+    if (MODE == PLAN_LUT_CHECK) {
+        // Every slot the plan translates: each entry's own, and the predecessor of a window
+        // that starts past position 0; all T entries, also when they overflow the capacity
+        // (as the CPU). Key 2f: the predecessor read of entry f, 2f + 1: its own read.
+        verify_offsets();
+        if (total == 0) return;
+        const Chunk ch = block_chunk(total);
+        if (ch.c0 >= ch.c1) return;
+        i64 best = INT64_MAX;
+        i64 f = ch.c0 + tid;
+        i64 r = row_of(s_off, bs, f < ch.c1 ? f : ch.c1 - 1);
+        for (; f < ch.c1; f += PLAN_THREADS) {
+            while (f >= s_off[r + 1]) ++r;
+            const i64 rp = __ldg(a.req_pool_indices + r);
+            const i64 ws = window_start(a, __ldg(a.prefix_lens + r));
+            const i64 pos = ws + (f - s_off[r]);
+            const i32* row_ptr = a.table + rp * a.table_width;
+            if (f == s_off[r] && pos > 0 && __ldg(row_ptr + pos - 1) >= a.lut_len) best = min(best, 2 * f);
+            if (__ldg(row_ptr + pos) >= a.lut_len) best = min(best, 2 * f + 1);
+        }
+        if (best != INT64_MAX) atomicMin(reinterpret_cast<long long*>(a.lut_key), best);
+        return;
+    }
+
+    if (HAS_LUT && lut_key != INT64_MAX) {
+        // The check kernel found a slot past the LUT: report the first, write nothing.
+        verify_offsets();
+        if (blockIdx.x == 0 && tid == 0) {
+            const i64 f = lut_key >> 1;
+            const i64 r = row_of(s_off, bs, f);
+            const i64 rp = __ldg(a.req_pool_indices + r);
+            const i64 pos = window_start(a, __ldg(a.prefix_lens + r)) + (f - s_off[r]) - ((lut_key & 1) ? 0 : 1);
+            record_status(a.status, ST_LUT_INDEX, __ldg(a.table + rp * a.table_width + pos), a.lut_len);
+        }
+        return;
     }
 
     // Step 3: write metadata. s_off = exclusive write offsets, s_off[bs] = total.
@@ -281,21 +373,8 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     }
     __syncthreads();  // s_off is reused
 
-    // Step 4: verify entries. s_off = exclusive verify offsets, s_off[bs] = T.
-    {
-        u64 run = vexcl;
-#pragma unroll
-        for (int k = 0; k < ROWS_PER_THREAD; ++k) {
-            const i64 r = static_cast<i64>(tid) * rpt + k;
-            if (k < rpt && r < bs) {
-                s_off[r] = static_cast<i64>(run);
-                run += vlen[k];
-            }
-        }
-        if (tid == 0) s_off[bs] = static_cast<i64>(vtotal);
-    }
-    __syncthreads();
-    const i64 total = static_cast<i64>(vtotal);
+    // Step 4: verify entries.
+    verify_offsets();
     const bool enable = total <= a.verify_capacity;
     if (blockIdx.x == 0 && tid == 0) {
         *a.v_num_valid = static_cast<i32>(enable ? total : a.verify_capacity);
@@ -303,27 +382,14 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         *a.w_num_valid_reqs = static_cast<i32>(bs);
     }
     if (!enable || total == 0) return;
+    const Chunk ch = block_chunk(total);
+    if (ch.c0 >= ch.c1) return;
+    const i64 c0 = ch.c0, c1 = ch.c1;
 
-    // Chunks of whole rounds: [c0, c1) for this block.
-    const i64 per_block = (total + gridDim.x - 1) / gridDim.x;
-    const i64 chunk = (per_block + PLAN_THREADS - 1) / PLAN_THREADS * PLAN_THREADS;
-    const i64 c0 = static_cast<i64>(blockIdx.x) * chunk;
-    if (c0 >= total) return;
-    const i64 c1 = c0 + chunk < total ? c0 + chunk : total;
-
-    // This thread's first row: the largest r with s_off[r] <= f (once per thread).
+    // This thread's first row (once per thread), then a forward walk.
     i64 f = c0 + tid;
-    i64 r = 0;
-    {
-        const i64 key = f < c1 ? f : c1 - 1;
-        i64 lo = 0, hi = bs;
-        while (hi - lo > 1) {
-            const i64 mid = (lo + hi) >> 1;
-            if (s_off[mid] <= key) lo = mid; else hi = mid;
-        }
-        r = lo;
-    }
-    i64 row_start = -1, row_end = -1, rp = 0, ws = 0, vl = 0;
+    i64 r = row_of(s_off, bs, f < c1 ? f : c1 - 1);
+    i64 row_start = -1, rp = 0, ws = 0, vl = 0;
     const int lane = tid & 31;
     for (i64 base = c0; base < c1; base += PLAN_THREADS, f += PLAN_THREADS) {
         const bool active = f < c1;
@@ -333,10 +399,8 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
             while (f >= s_off[r + 1]) ++r;
             if (s_off[r] != row_start) {
                 row_start = s_off[r];
-                row_end = s_off[r + 1];
                 rp = __ldg(a.req_pool_indices + r);
-                const i64 prefix = __ldg(a.prefix_lens + r);
-                ws = (a.window > 0 && prefix > a.window) ? prefix - a.window : 0;
+                ws = window_start(a, __ldg(a.prefix_lens + r));
                 if (HAS_POOL) vl = __ldg(a.valid_lens + r);
             }
             row_ptr = a.table + rp * a.table_width;
@@ -362,20 +426,41 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
             a.v_prevs[f] = prev;
         }
     }
-    (void)row_end;
+}
+
+// After every block of a LUT write kernel has read lut_key (at its start), the last block
+// done resets it for the next launch.
+__device__ __forceinline__ void release_lut_key(const PlanArgs& a) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const u32 done = atomicAdd(reinterpret_cast<u32*>(a.lut_done), 1u);
+        if (done == gridDim.x - 1) {
+            *reinterpret_cast<volatile i64*>(a.lut_key) = INT64_MAX;
+            *reinterpret_cast<volatile i64*>(a.lut_done) = 0;
+            __threadfence();
+        }
+    }
 }
 
 }  // namespace kvc
 
 using kvc::PlanArgs;
-static_assert(sizeof(PlanArgs) == 28 * 8, "PlanArgs layout (src/cuda/abi.rs)");
+static_assert(sizeof(PlanArgs) == 30 * 8, "PlanArgs layout (src/cuda/abi.rs)");
 
-#define KVC_PLAN_ENTRY(NAME, LUT, POOL)                                                     \
-    extern "C" __global__ void __launch_bounds__(kvc::PLAN_THREADS, 2) NAME(PlanArgs a) { \
-        kvc::plan_body<LUT, POOL>(a);                                                      \
+#define KVC_PLAN_ENTRY(NAME, POOL)                                                              \
+    extern "C" __global__ void __launch_bounds__(kvc::PLAN_THREADS, 2) NAME(PlanArgs a) {     \
+        kvc::plan_body<false, POOL, kvc::PLAN_WRITE>(a, INT64_MAX);                            \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(kvc::PLAN_THREADS, 2) NAME##_lut(PlanArgs a) { \
+        const i64 key = *reinterpret_cast<volatile i64*>(a.lut_key);                 \
+        kvc::plan_body<true, POOL, kvc::PLAN_WRITE>(a, key);                                   \
+        kvc::release_lut_key(a);                                                               \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(kvc::PLAN_THREADS, 2) NAME##_lut_check(PlanArgs a) { \
+        kvc::plan_body<true, POOL, kvc::PLAN_LUT_CHECK>(a, INT64_MAX);                         \
     }
 
-KVC_PLAN_ENTRY(kv_canary_plan_full, false, false)
-KVC_PLAN_ENTRY(kv_canary_plan_full_pool, false, true)
-KVC_PLAN_ENTRY(kv_canary_plan_lut, true, false)
-KVC_PLAN_ENTRY(kv_canary_plan_lut_pool, true, true)
+// kv_canary_plan{,_pool}{,_lut,_lut_check}: FULL / SWA (LUT), without / with expected tokens.
+KVC_PLAN_ENTRY(kv_canary_plan, false)
+KVC_PLAN_ENTRY(kv_canary_plan_pool, true)

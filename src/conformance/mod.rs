@@ -44,6 +44,10 @@ pub enum Backend {
     /// The CPU reference ops ([`crate::cpu`]).
     #[default]
     Cpu,
+    /// The CUDA kernels ([`crate::cuda`]) on this thread's default GPU, through
+    /// [`Offload`](crate::cuda::Offload) (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    Cuda,
 }
 
 impl Backend {
@@ -51,6 +55,8 @@ impl Backend {
     pub fn name(self) -> &'static str {
         match self {
             Backend::Cpu => "cpu",
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => "cuda",
         }
     }
 
@@ -66,7 +72,11 @@ impl Backend {
 
     /// Every backend compiled into this build.
     pub fn all() -> &'static [Backend] {
-        &[Backend::Cpu]
+        &[
+            Backend::Cpu,
+            #[cfg(feature = "cuda")]
+            Backend::Cuda,
+        ]
     }
 
     /// The backend named `name` (see [`Backend::name`]), if compiled in.

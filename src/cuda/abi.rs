@@ -49,6 +49,8 @@ pub(crate) struct PlanArgs {
     pub(crate) w_num_valid_reqs: u64,
     pub(crate) write_capacity: i64,
     pub(crate) status: u64,
+    pub(crate) lut_key: u64,
+    pub(crate) lut_done: u64,
 }
 
 /// `kvc::VerifyArgs` (kernels/verify.cu).
@@ -104,6 +106,6 @@ pub(crate) struct WriteArgs {
 }
 
 static_assertions::const_assert_eq!(core::mem::size_of::<RealKvArgs>(), 26 * 8);
-static_assertions::const_assert_eq!(core::mem::size_of::<PlanArgs>(), 28 * 8);
+static_assertions::const_assert_eq!(core::mem::size_of::<PlanArgs>(), 30 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<VerifyArgs>(), 17 * 8 + 26 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<WriteArgs>(), 21 * 8 + 26 * 8);

@@ -3,8 +3,8 @@
 //! cust 0.3 keeps its result conversion private and copies through `&mut self`; the backend
 //! needs copies into buffers it only shares (see the module docs), so it calls the driver.
 
-use crate::Error;
 use crate::Element;
+use crate::Error;
 use cust::memory::{DeviceBox, DeviceBuffer};
 use cust::sys::{self, CUresult};
 
@@ -49,10 +49,13 @@ pub(crate) fn zeroed<T: Element>(len: usize) -> Result<DeviceBuffer<T>, Error> {
         })?;
     // SAFETY: the buffer is filled with zero bytes below before anything can read it, and zero
     // bytes are a valid value of every element type of this crate (i32, i64, u8).
-    let buffer = unsafe { DeviceBuffer::<T>::uninitialized(len) }.map_err(cust_error("cuMemAlloc"))?;
+    let buffer =
+        unsafe { DeviceBuffer::<T>::uninitialized(len) }.map_err(cust_error("cuMemAlloc"))?;
     if bytes > 0 {
         // SAFETY: `addr(&buffer)` points to a live allocation of exactly `bytes` bytes.
-        check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(addr(&buffer), 0, bytes) })?;
+        check("cuMemsetD8", unsafe {
+            sys::cuMemsetD8_v2(addr(&buffer), 0, bytes)
+        })?;
     }
     Ok(buffer)
 }
@@ -86,7 +89,11 @@ pub(crate) fn upload<T: Element>(dst: &DeviceBuffer<T>, at: usize, src: &[T]) ->
 }
 
 /// Copies `src[at..at + dst.len()]` to the host; synchronous, on the legacy default stream.
-pub(crate) fn download<T: Element>(dst: &mut [T], src: &DeviceBuffer<T>, at: usize) -> Result<(), Error> {
+pub(crate) fn download<T: Element>(
+    dst: &mut [T],
+    src: &DeviceBuffer<T>,
+    at: usize,
+) -> Result<(), Error> {
     if at.checked_add(dst.len()).is_none_or(|e| e > src.len()) {
         return Err(Error::LengthMismatch {
             what: "device download",
@@ -102,7 +109,11 @@ pub(crate) fn download<T: Element>(dst: &mut [T], src: &DeviceBuffer<T>, at: usi
     // exclusively borrowed host slice of exactly the copied size; the copy is synchronous; every
     // bit pattern is a valid value of the crate's element types.
     check("cuMemcpyDtoH", unsafe {
-        sys::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src_addr, core::mem::size_of_val(dst))
+        sys::cuMemcpyDtoH_v2(
+            dst.as_mut_ptr().cast(),
+            src_addr,
+            core::mem::size_of_val(dst),
+        )
     })
 }
 
@@ -111,7 +122,11 @@ pub(crate) fn set_scalar<T: Element>(dst: &DeviceBox<T>, value: T) -> Result<(),
     // SAFETY: `dst` is a live device allocation of `size_of::<T>()` bytes; `value` lives on the
     // stack for the duration of the synchronous copy.
     check("cuMemcpyHtoD", unsafe {
-        sys::cuMemcpyHtoD_v2(box_addr(dst), (&value as *const T).cast(), core::mem::size_of::<T>())
+        sys::cuMemcpyHtoD_v2(
+            box_addr(dst),
+            (&value as *const T).cast(),
+            core::mem::size_of::<T>(),
+        )
     })
 }
 
@@ -121,7 +136,11 @@ pub(crate) fn get_scalar<T: Element>(src: &DeviceBox<T>) -> Result<T, Error> {
     // SAFETY: `src` is a live device allocation of `size_of::<T>()` bytes, `value` a live host
     // value of that size; the copy is synchronous and every bit pattern is valid for T here.
     check("cuMemcpyDtoH", unsafe {
-        sys::cuMemcpyDtoH_v2((&mut value as *mut T).cast(), box_addr(src), core::mem::size_of::<T>())
+        sys::cuMemcpyDtoH_v2(
+            (&mut value as *mut T).cast(),
+            box_addr(src),
+            core::mem::size_of::<T>(),
+        )
     })?;
     Ok(value)
 }

@@ -37,6 +37,8 @@ impl Default for LaunchConfig {
 pub(crate) struct Kernels {
     /// `[full, full_pool, lut, lut_pool]`.
     pub(crate) plan: [CUfunction; 4],
+    /// The LUT check launches before `plan[2]` and `plan[3]`.
+    pub(crate) plan_lut_check: [CUfunction; 2],
     /// `[none, none_tokens, partial, partial_tokens, all, all_tokens]`.
     pub(crate) verify: [CUfunction; 6],
     /// `[none, none_assert, partial, partial_assert, all, all_assert]`.
@@ -89,17 +91,28 @@ impl Gpu {
             .map_err(cust_error("cuDeviceGetAttribute"))?;
         let name = device.name().map_err(cust_error("cuDeviceGetName"))?;
         let load = |ptx: &str| Module::from_ptx(ptx, &[]).map_err(cust_error("cuModuleLoadDataEx"));
-        let modules = vec![load(ptx::PLAN)?, load(ptx::VERIFY)?, load(ptx::WRITE)?, load(ptx::BENCH)?];
+        let modules = vec![
+            load(ptx::PLAN)?,
+            load(ptx::VERIFY)?,
+            load(ptx::WRITE)?,
+            load(ptx::BENCH)?,
+        ];
         let f = |m: &Module, name: &str| -> Result<CUfunction, Error> {
-            Ok(m.get_function(name).map_err(cust_error("cuModuleGetFunction"))?.to_raw())
+            Ok(m.get_function(name)
+                .map_err(cust_error("cuModuleGetFunction"))?
+                .to_raw())
         };
         let (pm, vm, wm, bm) = (&modules[0], &modules[1], &modules[2], &modules[3]);
         let kernels = Kernels {
             plan: [
-                f(pm, "kv_canary_plan_full")?,
-                f(pm, "kv_canary_plan_full_pool")?,
+                f(pm, "kv_canary_plan")?,
+                f(pm, "kv_canary_plan_pool")?,
                 f(pm, "kv_canary_plan_lut")?,
-                f(pm, "kv_canary_plan_lut_pool")?,
+                f(pm, "kv_canary_plan_pool_lut")?,
+            ],
+            plan_lut_check: [
+                f(pm, "kv_canary_plan_lut_check")?,
+                f(pm, "kv_canary_plan_pool_lut_check")?,
             ],
             verify: [
                 f(vm, "kv_canary_verify")?,

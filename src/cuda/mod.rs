@@ -59,9 +59,11 @@
 
 mod abi;
 mod driver;
+pub mod floors;
 mod gpu;
 mod inputs;
 mod memory;
+mod offload;
 mod plan;
 mod ptx;
 mod status;
@@ -72,5 +74,6 @@ pub use inputs::{
     DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
     DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, Swa,
 };
+pub use offload::Offload;
 pub use plan::plan;
 pub use stream::{Capture, Event, Graph, Launch, Stream};

@@ -31,10 +31,10 @@ const PLAN_THREADS: u32 = 512;
 /// Differences from the CPU op:
 /// * **`bs > 4096`**: recorded as [`Error::BatchTooLarge`], nothing written (one block scans
 ///   at most 4096 rows in shared memory, as SGLang's GPU path; the CPU op accepts any `bs`).
-/// * **LUT index past the end**: clamped to the last element, as SGLang's GPU path does, and
-///   recorded as [`Error::LutIndexOutOfRange`] (one offending slot, not necessarily the first);
-///   the outputs *are* written. The CPU op returns the error and writes nothing. Only slots the
-///   launch translates are checked (none when the entries overflow the capacity).
+/// * None else. A LUT index past the end is checked like the CPU op checks it (every slot the
+///   plan would translate, also when the entries overflow the capacity; the first in row
+///   order is reported, nothing is written): with a LUT the op takes two launches, a check
+///   that reads the table values and the plan that writes nothing if the check found one.
 pub fn plan<'a, L, V, W, E, VB, WB, BB, G, X>(
     on: &L,
     shape: &Shape<V, W, E>,
@@ -69,7 +69,13 @@ where
     let table = inputs.req_to_token;
     let lut = inputs.group.lut();
     let (pool_ptr, pool_rows, pool_width, lens, lens_len) = match pool {
-        Some((t, lens, len)) => (driver::addr(&t.data), t.rows() as i64, t.width() as i64, lens, len),
+        Some((t, lens, len)) => (
+            driver::addr(&t.data),
+            t.rows() as i64,
+            t.width() as i64,
+            lens,
+            len,
+        ),
         None => (0, 0, 0, 0, 0),
     };
     let target = on.target();
@@ -102,9 +108,25 @@ where
         w_num_valid_reqs: driver::box_addr(&write.num_valid_reqs),
         write_capacity: write.capacity().get() as i64,
         status: target.status,
+        lut_key: target.scratch,
+        lut_done: target.scratch + 8,
     };
-    let kernel = target.gpu.kernels().plan[usize::from(lut.is_some()) * 2 + usize::from(pool.is_some())];
+    let kernels = target.gpu.kernels();
+    let variant = usize::from(lut.is_some()) * 2 + usize::from(pool.is_some());
     let grid = target.gpu.sm_count() * target.gpu.launch_config().plan_blocks_per_sm;
+    if lut.is_some() {
+        // SAFETY: as for the plan kernel below (same arguments; the check kernel only reads the
+        // inputs, bounded the same way, and the stream's two scratch words).
+        unsafe {
+            launch(
+                &target,
+                kernels.plan_lut_check[usize::from(pool.is_some())],
+                grid,
+                PLAN_THREADS,
+                &args,
+            )
+        }?;
+    }
     // SAFETY: `PlanArgs` mirrors the kernel's parameter. Every address is a live buffer borrowed
     // for 'a (at least the launch; the whole graph for a capture): the batch columns hold
     // capacity(BB) = write capacity rows and the kernel reads rows < bs only after checking
@@ -112,5 +134,5 @@ where
     // pool_rows x pool_width, the valid lengths the write capacity; the verify arrays hold
     // verify_capacity entries, the write offsets write_capacity + 1 and the seeds write_capacity;
     // the kernel bounds every access by these numbers (kernels/plan.cu).
-    unsafe { launch(&target, kernel, grid, PLAN_THREADS, &args) }
+    unsafe { launch(&target, kernels.plan[variant], grid, PLAN_THREADS, &args) }
 }

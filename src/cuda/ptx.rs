@@ -18,13 +18,16 @@ mod tests {
             return;
         }
         for (ptx, entry) in [
-            (super::PLAN, "kv_canary_plan_full"),
+            (super::PLAN, "kv_canary_plan_pool_lut_check"),
             (super::VERIFY, "kv_canary_verify"),
             (super::WRITE, "kv_canary_write"),
             (super::BENCH, "kv_canary_chain_floor"),
         ] {
             assert!(ptx.contains(&format!(".entry {entry}(")), "{entry} missing");
-            assert!(ptx.lines().any(|l| l.starts_with(".target sm_")), "no target");
+            assert!(
+                ptx.lines().any(|l| l.starts_with(".target sm_")),
+                "no target"
+            );
         }
     }
 }

@@ -9,6 +9,9 @@ use cust::memory::DeviceBuffer;
 use cust::stream::StreamFlags;
 use cust::sys::{self, CUfunction, CUgraph, CUgraphExec, CUstream, CUstreamCaptureMode};
 
+/// Words of a stream's launch scratch.
+const SCRATCH_WORDS: usize = 2;
+
 /// A CUDA stream of one [`Gpu`], with its sticky status word.
 ///
 /// Always a *blocking* stream (it synchronises with the legacy default stream, on which every
@@ -19,6 +22,9 @@ pub struct Stream<'g> {
     gpu: &'g Gpu,
     raw: cust::stream::Stream,
     status: DeviceBuffer<i64>,
+    /// Launch scratch owned by the stream (launches allocate nothing): `[0]` the plan's
+    /// out-of-LUT key (`i64::MAX` when clear), `[1]` its block counter.
+    scratch: DeviceBuffer<i64>,
 }
 
 impl<'g> Stream<'g> {
@@ -28,7 +34,14 @@ impl<'g> Stream<'g> {
         let raw = cust::stream::Stream::new(StreamFlags::DEFAULT, None)
             .map_err(cust_error("cuStreamCreate"))?;
         let status = driver::zeroed::<i64>(STATUS_WORDS)?;
-        Ok(Stream { gpu, raw, status })
+        let scratch = driver::zeroed::<i64>(SCRATCH_WORDS)?;
+        driver::upload(&scratch, 0, &[i64::MAX, 0])?;
+        Ok(Stream {
+            gpu,
+            raw,
+            status,
+            scratch,
+        })
     }
 
     /// The device this stream runs on.
@@ -38,7 +51,9 @@ impl<'g> Stream<'g> {
 
     /// Blocks the host until everything queued on this stream has run.
     pub fn synchronize(&self) -> Result<(), Error> {
-        self.raw.synchronize().map_err(cust_error("cuStreamSynchronize"))
+        self.raw
+            .synchronize()
+            .map_err(cust_error("cuStreamSynchronize"))
     }
 
     /// Synchronises, then returns the first malformed-data error the kernels of this stream
@@ -58,7 +73,10 @@ impl<'g> Stream<'g> {
 
     /// Records `event` at this point of the stream.
     pub fn record(&self, event: &Event) -> Result<(), Error> {
-        event.0.record(&self.raw).map_err(cust_error("cuEventRecord"))
+        event
+            .0
+            .record(&self.raw)
+            .map_err(cust_error("cuEventRecord"))
     }
 
     /// Captures the launches `f` makes on the [`Capture`] into a CUDA graph, instead of running
@@ -87,7 +105,10 @@ impl<'g> Stream<'g> {
             _invariant: PhantomData,
         });
         let graph = open.end()?;
-        let graph = GraphHandle { graph, exec: core::ptr::null_mut() };
+        let graph = GraphHandle {
+            graph,
+            exec: core::ptr::null_mut(),
+        };
         result?;
         let mut graph = graph;
         // SAFETY: `graph.graph` is the live graph the capture produced; `exec` receives a new
@@ -107,13 +128,16 @@ impl<'g> Stream<'g> {
             gpu: self.gpu,
             stream: self.raw.as_inner(),
             status: driver::addr(&self.status),
+            scratch: driver::addr(&self.scratch),
         }
     }
 }
 
 impl core::fmt::Debug for Stream<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Stream").field("gpu", &self.gpu.name()).finish_non_exhaustive()
+        f.debug_struct("Stream")
+            .field("gpu", &self.gpu.name())
+            .finish_non_exhaustive()
     }
 }
 
@@ -229,7 +253,9 @@ impl Event {
 
     /// Milliseconds of device time from `start` to this event; waits for this event.
     pub fn elapsed_ms(&self, start: &Event) -> Result<f32, Error> {
-        self.0.synchronize().map_err(cust_error("cuEventSynchronize"))?;
+        self.0
+            .synchronize()
+            .map_err(cust_error("cuEventSynchronize"))?;
         self.0
             .elapsed_time_f32(&start.0)
             .map_err(cust_error("cuEventElapsedTime"))
@@ -259,6 +285,7 @@ pub(crate) mod sealed {
         pub(crate) gpu: &'s Gpu,
         pub(crate) stream: CUstream,
         pub(crate) status: u64,
+        pub(crate) scratch: u64,
     }
 
     /// Gives the launch functions the stream to queue on.

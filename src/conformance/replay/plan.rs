@@ -187,6 +187,10 @@ fn launch<G: Group, X: ExpectedTokens>(
 ) -> Result<(), Error> {
     match backend {
         Backend::Cpu => cpu::plan(shape, inputs, verify, write).map(drop),
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => {
+            crate::cuda::Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))
+        }
     }
 }
 

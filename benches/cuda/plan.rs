@@ -1,0 +1,294 @@
+//! Plan workloads of issue #5: decode batches, long prefixes, SWA with a LUT, the
+//! expected-token pool, overflow, large batches; plus a grid-size sweep.
+
+use crate::timing::{self, print_table, Row};
+use crate::Options;
+use kv_canary::cuda::{self, floors::L2Flush, Gpu, LaunchConfig, Stream};
+use kv_canary::input::ExpectedTokenTable;
+use kv_canary::{Batch, BatchRow, Error, ReqToToken, UncheckedCapacity, UncheckedShape};
+
+/// One workload of the issue's plan table.
+pub struct Workload {
+    pub name: &'static str,
+    pub bs: usize,
+    pub mean_prefix: usize,
+    pub window: u64,
+    pub pool: bool,
+    pub half_capacity: bool,
+    pub sglang_us: f64,
+    pub target_us: f64,
+}
+
+const fn w(
+    name: &'static str,
+    bs: usize,
+    mean_prefix: usize,
+    sglang_us: f64,
+    target_us: f64,
+) -> Workload {
+    Workload {
+        name,
+        bs,
+        mean_prefix,
+        window: 0,
+        pool: false,
+        half_capacity: false,
+        sglang_us,
+        target_us,
+    }
+}
+
+pub const WORKLOADS: &[Workload] = &[
+    w("decode bs=1, prefix ~2k", 1, 2048, 7.3, 3.0),
+    w("decode bs=8, ~2k", 8, 2048, 14.5, 4.0),
+    w("decode bs=64, ~2k", 64, 2048, 15.4, 5.0),
+    w("decode bs=256, ~2k", 256, 2048, 21.1, 9.0),
+    w("decode bs=1024, ~2k", 1024, 2048, 49.3, 25.0),
+    w("decode bs=256, ~32k", 256, 32768, 109.0, 85.0),
+    Workload {
+        window: 4096,
+        ..w(
+            "SWA bs=256, ~32k, window 4096, with LUT",
+            256,
+            32768,
+            51.1,
+            25.0,
+        )
+    },
+    Workload {
+        pool: true,
+        ..w("expected-token pool bs=256, ~4k", 256, 4096, 28.5, 14.0)
+    },
+    Workload {
+        half_capacity: true,
+        ..w(
+            "overflow bs=256, ~2k, capacity = half",
+            256,
+            2048,
+            13.2,
+            3.0,
+        )
+    },
+    w("large bs=512, ~32k", 512, 32768, 214.1, 190.0),
+    w("large bs=4096, ~4k", 4096, 4096, 333.9, 190.0),
+];
+
+/// Slots of the full KV pool the workloads draw from (and the LUT's length - 1).
+const POOL_SLOTS: i64 = 1 << 24;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        kv_canary::hash::splitmix64(self.0)
+    }
+    fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i64
+    }
+}
+
+/// Device buffers of one workload.
+struct Prepared {
+    shape: UncheckedShape,
+    batch: cuda::DeviceBatch<UncheckedCapacity>,
+    table: cuda::DeviceReqToToken,
+    lut: Option<cuda::DeviceLut>,
+    pool: Option<(
+        cuda::DeviceExpectedTable,
+        cuda::DeviceValidLens<UncheckedCapacity>,
+    )>,
+    verify: kv_canary::VerifyPlan<UncheckedCapacity, kv_canary::Device>,
+    write: kv_canary::WritePlan<UncheckedCapacity, kv_canary::Device>,
+    entries: u64,
+}
+
+fn prepare(gpu: &Gpu, wl: &Workload, seed: u64) -> Result<Prepared, Error> {
+    let mut rng = Rng(seed);
+    let prefixes: Vec<i64> = (0..wl.bs)
+        .map(|_| {
+            let m = wl.mean_prefix as i64;
+            if wl.bs == 1 {
+                m + m / 20
+            } else {
+                rng.range(m / 2, m + m / 2)
+            }
+        })
+        .collect();
+    let width = *prefixes.iter().max().unwrap() as usize + 1;
+    let rows = wl.bs + 1;
+    let cells: Vec<i32> = (0..rows * width)
+        .map(|_| rng.range(1, POOL_SLOTS - 1) as i32)
+        .collect();
+    let host_table = ReqToToken::from_vec(rows, width, cells)?;
+    let batch: Batch = prefixes
+        .iter()
+        .enumerate()
+        .map(|(r, &p)| BatchRow {
+            req_pool_index: r as i64 + 1,
+            prefix_len: p,
+            extend_len: 1,
+        })
+        .collect();
+    let entries: u64 = prefixes
+        .iter()
+        .map(|&p| {
+            if wl.window > 0 {
+                (p as u64).min(wl.window)
+            } else {
+                p as u64
+            }
+        })
+        .sum();
+    let capacity = if wl.half_capacity {
+        entries / 2
+    } else {
+        entries
+    } as usize;
+    let cap = |what, n| UncheckedCapacity::new(what, n);
+    let shape = UncheckedShape::from_capacities(
+        cap("verify_capacity", capacity)?,
+        cap("write_req_capacity", wl.bs)?,
+        cap("write_entry_capacity", wl.bs)?,
+    );
+    let device_batch = shape.device_batch(gpu)?;
+    device_batch.upload(&batch)?;
+    let lut = if wl.window > 0 {
+        let host: Vec<i64> = (0..=POOL_SLOTS)
+            .map(|_| rng.range(1, POOL_SLOTS / 4))
+            .collect();
+        Some(cuda::DeviceLut::from_host(gpu, &host)?)
+    } else {
+        None
+    };
+    let pool = if wl.pool {
+        let cells: Vec<i32> = (0..rows * width)
+            .map(|_| rng.range(0, 150_000) as i32)
+            .collect();
+        let t = cuda::DeviceExpectedTable::from_host(
+            gpu,
+            &ExpectedTokenTable::from_vec(rows, width, cells)?,
+        )?;
+        let lens = shape.device_valid_lens(gpu)?;
+        lens.upload(&prefixes)?;
+        Some((t, lens))
+    } else {
+        None
+    };
+    Ok(Prepared {
+        verify: shape.device_verify_plan(gpu)?,
+        write: shape.device_write_plan(gpu)?,
+        table: cuda::DeviceReqToToken::from_host(gpu, &host_table)?,
+        shape,
+        batch: device_batch,
+        lut,
+        pool,
+        entries,
+    })
+}
+
+/// Queues one plan of `p` on `on`.
+fn launch<'a, L: cuda::Launch<'a> + ?Sized>(
+    on: &L,
+    p: &'a Prepared,
+    window: u64,
+) -> Result<(), Error> {
+    let base = cuda::PlanInputs::full(&p.batch, &p.table);
+    match (&p.lut, &p.pool) {
+        (None, None) => cuda::plan(on, &p.shape, &base, &p.verify, &p.write),
+        (None, Some((t, l))) => cuda::plan(
+            on,
+            &p.shape,
+            &base.with_expected(t.with_valid_lens(l)),
+            &p.verify,
+            &p.write,
+        ),
+        (Some(lut), None) => cuda::plan(
+            on,
+            &p.shape,
+            &base.with_group(cuda::Swa::new(window, lut)),
+            &p.verify,
+            &p.write,
+        ),
+        (Some(lut), Some((t, l))) => cuda::plan(
+            on,
+            &p.shape,
+            &base
+                .with_group(cuda::Swa::new(window, lut))
+                .with_expected(t.with_valid_lens(l)),
+            &p.verify,
+            &p.write,
+        ),
+    }
+}
+
+/// Eager warm, graph warm and graph cold timings of one workload.
+fn bench_one(
+    gpu: &Gpu,
+    wl: &Workload,
+    o: &Options,
+    flush: &L2Flush,
+    rows: &mut Vec<Row>,
+) -> Result<(), Error> {
+    let p = prepare(gpu, wl, 0xBE7C_0000 + wl.bs as u64)?;
+    let reps = o.reps;
+    let stream = Stream::new(gpu)?;
+    let eager = timing::time(&stream, None, 10, reps, || launch(&stream, &p, wl.window))?;
+    stream.status()?;
+    drop(stream);
+    let mut stream = Stream::new(gpu)?;
+    let graph = stream.capture(|c| launch(c, &p, wl.window))?;
+    let s = graph.stream();
+    let warm = timing::time(s, None, 10, reps, || graph.replay())?;
+    let cold = timing::time(s, Some(flush), 3, reps.min(100), || graph.replay())?;
+    s.status()?;
+    for (mode, l2, stats) in [
+        ("eager", "warm", eager),
+        ("graph", "warm", warm),
+        ("graph", "cold", cold),
+    ] {
+        rows.push(Row {
+            op: "plan",
+            workload: wl.name.into(),
+            entries: p.entries,
+            mode,
+            l2,
+            stats,
+            sglang_us: Some(wl.sglang_us),
+            target_us: Some(wl.target_us),
+        });
+    }
+    Ok(())
+}
+
+pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
+    let flush = L2Flush::new(256 << 20)?;
+    let mut rows = Vec::new();
+    for wl in WORKLOADS {
+        bench_one(gpu, wl, o, &flush, &mut rows)?;
+    }
+    print_table(
+        "plan (microseconds, median; SGLang = its graph replay)",
+        &rows,
+    );
+    // Grid-size sweep: blocks of 512 threads per SM (two are resident at once).
+    println!("\nplan grid sweep (graph replay, warm L2, median us):");
+    let default = gpu.launch_config();
+    for &wl_index in &[0usize, 3, 4, 10] {
+        let wl = &WORKLOADS[wl_index];
+        let mut line = format!("  {:<40}", wl.name);
+        for per_sm in [1u32, 2, 3, 4] {
+            gpu.set_launch_config(LaunchConfig {
+                plan_blocks_per_sm: per_sm,
+                ..default
+            });
+            let p = prepare(gpu, wl, 0xBE7C_0000 + wl.bs as u64)?;
+            let mut stream = Stream::new(gpu)?;
+            let graph = stream.capture(|c| launch(c, &p, wl.window))?;
+            let st = timing::time(graph.stream(), None, 10, o.reps.min(100), || graph.replay())?;
+            line += &format!("  {per_sm}/SM {:>7.1}", st.median_us);
+        }
+        println!("{line}");
+    }
+    gpu.set_launch_config(default);
+    Ok(rows)
+}

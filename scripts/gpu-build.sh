@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# gpu-build.sh — build the CUDA backend's GPU binaries here (no GPU needed) and stage them for
+# the GPU machine.
+#
+#   scripts/gpu-build.sh [DEST]        # DEST defaults to .device-run in the repository root
+#
+# Builds with `--features cuda` (release): the GPU test binary (`cargo test --no-run
+# --message-format=json` names it), the `cuda_step` and `conformance` examples and the `cuda`
+# benchmark, then copies into DEST:
+#   cuda_gpu  cuda_step  conformance  cuda_bench   the binaries (PTX embedded)
+#   ptx/*.ptx                                       the kernels as built (for cuobjdump/ncu)
+#   golden/                                         tests/golden (the conformance vectors)
+#   gpu-run-remote.sh  bench-plot.py                what runs there
+# DEST is meant to be ignored by git (.device-run is in .git/info/exclude) and carried to the
+# GPU machine, where `DEST/gpu-run-remote.sh` runs everything (see that script).
+#
+# Needs the toolchain of scripts/install-cuda-toolchain.sh (nvcc 13.0, libcuda to link).
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+dest=${1:-.device-run}
+export CARGO_TERM_COLOR=never
+
+# Paths of the executables cargo reports for a build (JSON messages on stdout).
+executables() {
+  python3 -c '
+import json, sys
+want = set(sys.argv[1:])
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in want:
+        print(m["target"]["name"], m["executable"])
+' "$@"
+}
+
+echo "[gpu-build] cargo test --no-run (cuda_gpu)"
+tests=$(cargo test --release --features cuda --test cuda_gpu --no-run --message-format=json | executables cuda_gpu)
+echo "[gpu-build] cargo build examples (cuda_step, conformance)"
+examples=$(cargo build --release --features cuda --example cuda_step --example conformance --message-format=json | executables cuda_step conformance)
+echo "[gpu-build] cargo bench --no-run (cuda)"
+benches=$(cargo bench --features cuda --bench cuda --no-run --message-format=json | executables cuda)
+
+rm -rf "$dest"
+mkdir -p "$dest/ptx"
+while read -r name path; do
+  [[ -n "$name" ]] || continue
+  case $name in cuda) target=cuda_bench ;; *) target=$name ;; esac
+  cp "$path" "$dest/$target"
+  echo "[gpu-build] $dest/$target <- $path"
+done <<<"$tests
+$examples
+$benches"
+for bin in cuda_gpu cuda_step conformance cuda_bench; do
+  [[ -x "$dest/$bin" ]] || { echo "[gpu-build] ERROR: $bin was not built" >&2; exit 1; }
+done
+ptx_dir=$(dirname "$(ls -t target/release/build/kv-canary-*/out/plan.ptx | head -n1)")
+cp "$ptx_dir"/*.ptx "$dest/ptx/"
+cp -r tests/golden "$dest/golden"
+cp scripts/gpu-run-remote.sh scripts/bench-plot.py "$dest/"
+echo "[gpu-build] staged $(du -sh "$dest" | cut -f1) in $dest"

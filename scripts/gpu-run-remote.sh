@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# gpu-run-remote.sh — run the staged GPU binaries on the GPU machine; logs go to $OUT.
+#
+#   .device-run/gpu-run-remote.sh [all|tests|sanitize|step|bench|bench-quick ...]
+#
+# Run from the repository root of the copy on the GPU machine, after scripts/gpu-build.sh
+# staged .device-run/ here and it was carried there. With no argument it runs `all`: the GPU
+# tests, the golden vectors through the conformance runner on the GPU, compute-sanitizer
+# memcheck and racecheck over the GPU tests (reduced case counts), the cuda_step example and
+# the benchmark (with its plot). Logs (at most 8 files, as the device tool returns):
+#   $OUT/tests.log  $OUT/sanitizer.log  $OUT/step.log  $OUT/bench.log  $OUT/bench.csv
+#   $OUT/bench.json  $OUT/bench.png  $OUT/summary.txt
+# Exit status: non-zero when any part failed; summary.txt says which.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$PWD/gpu-logs}
+mkdir -p "$OUT"
+export KV_CANARY_GOLDEN_DIR="$here/golden"
+parts=("$@")
+[[ ${#parts[@]} -gt 0 ]] || parts=(all)
+summary="$OUT/summary.txt"
+: >"$summary"
+status=0
+note() { echo "$*" | tee -a "$summary"; }
+run_part() { # name, log, command...
+  local name=$1 log=$2; shift 2
+  local t0=$SECONDS
+  "$@" >>"$log" 2>&1
+  local rc=$?
+  note "$(printf '%-28s rc=%-3s %4ss  (%s)' "$name" "$rc" "$((SECONDS - t0))" "$(basename "$log")")"
+  [[ $rc -eq 0 ]] || status=1
+}
+want() { local p; for p in "${parts[@]}"; do [[ $p == all || $p == "$1" ]] && return 0; done; return 1; }
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; } >"$OUT/tests.log" 2>&1
+note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+if want tests; then
+  run_part "gpu tests" "$OUT/tests.log" "$here/cuda_gpu"
+  run_part "conformance --backend cuda" "$OUT/tests.log" "$here/conformance" "$here/golden" --backend cuda
+fi
+if want sanitize; then
+  for tool in memcheck racecheck; do
+    echo "=== compute-sanitizer --tool $tool ===" >>"$OUT/sanitizer.log"
+    KV_CANARY_GPU_QUICK=1 run_part "sanitizer $tool" "$OUT/sanitizer.log" \
+      compute-sanitizer --tool "$tool" --error-exitcode 97 --print-limit 20 "$here/cuda_gpu"
+  done
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid" "$OUT/sanitizer.log" | sort | uniq -c | tee -a "$summary"
+fi
+if want step; then
+  run_part "cuda_step example" "$OUT/step.log" "$here/cuda_step"
+fi
+if want bench || want bench-quick; then
+  extra=()
+  want bench-quick && ! want bench && extra=(--quick --reps 50)
+  run_part "benchmark" "$OUT/bench.log" "$here/cuda_bench" --out "$OUT" "${extra[@]}"
+  run_part "bench plot" "$OUT/bench.log" python3 "$here/bench-plot.py" "$OUT/bench.csv" "$OUT/bench.png"
+fi
+echo "---- summary ----"
+cat "$summary"
+exit $status

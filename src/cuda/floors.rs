@@ -1,0 +1,177 @@
+//! Hardware floors the benchmark measures beside the ops (issue #5): device-to-device copy
+//! bandwidth, the verify op's gathers without its checks, the write op's serial hash chain
+//! without its memory, and an L2 flush for cold-cache timings. Not needed by engines.
+
+use super::driver::{self, check};
+use super::stream::Stream;
+use crate::Error;
+use cust::memory::DeviceBuffer;
+use cust::sys;
+
+/// A scratch buffer larger than the L2 cache; writing it evicts everything else.
+pub struct L2Flush {
+    scratch: DeviceBuffer<u8>,
+}
+
+impl L2Flush {
+    /// A flush buffer of `bytes` (use a few times the L2 size: the H200 has 60 MB).
+    pub fn new(bytes: usize) -> Result<Self, Error> {
+        Ok(L2Flush {
+            scratch: driver::zeroed(bytes)?,
+        })
+    }
+
+    /// Queues a write of the whole buffer on `stream`.
+    pub fn queue(&self, stream: &Stream<'_>) -> Result<(), Error> {
+        let t = stream.target();
+        // SAFETY: the scratch buffer is live and exactly `len` bytes long; the memset is
+        // stream-ordered and the buffer outlives the call (it is borrowed, and the caller
+        // synchronises before dropping it like any buffer used on a stream).
+        check("cuMemsetD8Async", unsafe {
+            sys::cuMemsetD8Async(
+                driver::addr(&self.scratch),
+                0x5A,
+                self.scratch.len(),
+                t.stream,
+            )
+        })
+    }
+}
+
+/// Queues a device-to-device copy of `src` into `dst` (same length) on `stream`: the copy
+/// roofline moves `2 * len` bytes.
+pub fn device_copy(
+    stream: &Stream<'_>,
+    dst: &DeviceBuffer<u8>,
+    src: &DeviceBuffer<u8>,
+) -> Result<(), Error> {
+    if dst.len() != src.len() {
+        return Err(Error::LengthMismatch {
+            what: "device copy destination",
+            expected: src.len(),
+            found: dst.len(),
+        });
+    }
+    let t = stream.target();
+    // SAFETY: both buffers are live allocations of `src.len()` bytes; the copy is
+    // stream-ordered.
+    check("cuMemcpyDtoDAsync", unsafe {
+        sys::cuMemcpyDtoDAsync_v2(driver::addr(dst), driver::addr(src), src.len(), t.stream)
+    })
+}
+
+/// Queues the gather floor: for each of the first `n` entries, loads `slots[e]` and
+/// `prevs[e]` and gathers their 32-byte canary slots (`buf`, `stride` bytes a slot), with
+/// nothing else: the verify op's memory traffic alone. Full grid, like the verify launch.
+pub fn gather_floor(
+    stream: &Stream<'_>,
+    slots: &DeviceBuffer<i64>,
+    prevs: &DeviceBuffer<i64>,
+    n: usize,
+    buf: &DeviceBuffer<u8>,
+    stride: usize,
+    sink: &DeviceBuffer<i64>,
+) -> Result<(), Error> {
+    let n = n.min(slots.len()).min(prevs.len());
+    if stride < 32 || stride % 8 != 0 || sink.is_empty() {
+        return Err(Error::OutOfRange {
+            what: "gather floor slot stride",
+            value: stride as i64,
+            allowed: "multiples of 8, at least 32, with a sink",
+        });
+    }
+    let num_slots = buf.len() / stride;
+    // Bounds: the floor kernel trusts its indices, so check them here (host copies).
+    let mut host = vec![0i64; n];
+    for (what, indices, lowest) in [
+        ("gather floor slots", slots, 0),
+        ("gather floor prevs", prevs, i64::MIN),
+    ] {
+        driver::download(&mut host, indices, 0)?;
+        if let Some((index, &slot)) = host
+            .iter()
+            .enumerate()
+            .find(|(_, &s)| s < lowest || s >= num_slots as i64)
+        {
+            return Err(Error::SlotOutOfRange {
+                what,
+                index,
+                slot,
+                num_slots,
+            });
+        }
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Args(u64, u64, i64, u64, i64, u64);
+    let args = Args(
+        driver::addr(slots),
+        driver::addr(prevs),
+        n as i64,
+        driver::addr(buf),
+        stride as i64,
+        driver::addr(sink),
+    );
+    let t = stream.target();
+    let grid = t.gpu.sm_count() * 4;
+    // SAFETY: six parameters, passed as one packed struct of six 8-byte fields, which is how
+    // the kernel's parameter buffer is laid out; every slot index was checked against the
+    // buffer above, `n` is within both index arrays, and `sink` holds one element.
+    unsafe { launch_packed(&t, t.gpu.kernels().gather_floor, grid, 512, &args) }
+}
+
+/// Queues the chain floor: `n` dependent `mix3` steps in one thread, no memory traffic; the
+/// result lands in `out[0]`.
+pub fn chain_floor(stream: &Stream<'_>, n: usize, out: &DeviceBuffer<i64>) -> Result<(), Error> {
+    if out.is_empty() {
+        return Err(Error::LengthMismatch {
+            what: "chain floor output",
+            expected: 1,
+            found: 0,
+        });
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Args(i64, u64);
+    let args = Args(n as i64, driver::addr(out));
+    let t = stream.target();
+    // SAFETY: two 8-byte parameters laid out as the packed struct; `out` holds one element.
+    unsafe { launch_packed(&t, t.gpu.kernels().chain_floor, 1, 1, &args) }
+}
+
+/// Launches a kernel of several scalar parameters from one `#[repr(C)]` struct of 8-byte
+/// fields (the parameter buffer of such a kernel has the same layout).
+///
+/// # Safety
+///
+/// As for `stream::launch`, with `A`'s fields being the kernel's parameters in order, all 8 bytes.
+unsafe fn launch_packed<A: Copy>(
+    t: &super::stream::Target<'_>,
+    kernel: sys::CUfunction,
+    grid: u32,
+    block: u32,
+    args: &A,
+) -> Result<(), Error> {
+    let fields = core::mem::size_of::<A>() / 8;
+    let base = args as *const A as *const u64;
+    let mut ptrs: Vec<*mut core::ffi::c_void> =
+        // SAFETY: `fields` 8-byte fields lie inside `*args`.
+        (0..fields).map(|i| unsafe { base.add(i) } as *mut core::ffi::c_void).collect();
+    // SAFETY: one pointer per kernel parameter, each to 8 readable bytes; the caller vouches
+    // for the kernel's expectations.
+    check("cuLaunchKernel", unsafe {
+        sys::cuLaunchKernel(
+            kernel,
+            grid.max(1),
+            1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            t.stream,
+            ptrs.as_mut_ptr(),
+            core::ptr::null_mut(),
+        )
+    })
+}

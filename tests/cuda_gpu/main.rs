@@ -1,0 +1,120 @@
+//! GPU tests of the CUDA backend (feature `cuda`): golden vectors through the GPU path,
+//! GPU-vs-CPU differential tests, graph capture and replay, malformed device data.
+//!
+//! A harness of its own (`harness = false`), so that without a CUDA device every test prints
+//! `SKIPPED` on the console instead of passing silently. Arguments: an optional name filter;
+//! `--list` lists the tests; other `--flags` of libtest are accepted and ignored.
+//!
+//! The golden vectors are read from `$KV_CANARY_GOLDEN_DIR`, else `tests/golden` under the
+//! current directory, else under the crate root this was built from.
+
+mod graph;
+mod plan;
+mod rng;
+
+use kv_canary::cuda::Gpu;
+use kv_canary::Error;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// A GPU test: `Err` (or a panic) fails it.
+pub type TestFn = fn(&Gpu) -> Result<(), String>;
+
+const TESTS: &[(&str, TestFn)] = &[
+    ("plan_golden_vectors_on_the_gpu", plan::golden_vectors),
+    ("plan_differential_vs_cpu", plan::differential),
+    ("plan_large_batches_vs_cpu", plan::large_batches),
+    (
+        "plan_malformed_rows_write_nothing",
+        plan::malformed_rows_write_nothing,
+    ),
+    ("plan_graph_capture_and_replay", graph::plan_replay),
+];
+
+/// `Err(message)` unless `cond`.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)*) => {
+        if !$cond {
+            return Err(format!($($fmt)*));
+        }
+    };
+}
+
+/// `n`, or a tenth of it (at least 1) when `KV_CANARY_GPU_QUICK` is set (sanitizer runs).
+pub fn scaled(n: u64) -> u64 {
+    if std::env::var_os("KV_CANARY_GPU_QUICK").is_some() {
+        (n / 10).max(1)
+    } else {
+        n
+    }
+}
+
+/// Turns any error into the test's failure message.
+pub fn fail<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in TESTS {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+    let selected: Vec<_> = TESTS
+        .iter()
+        .filter(|(name, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
+        .collect();
+    println!("\nrunning {} GPU tests", selected.len());
+    let gpu = match Gpu::new() {
+        Ok(gpu) => gpu,
+        Err(Error::NoCudaDevice { detail }) => {
+            for (name, _) in &selected {
+                println!("test {name} ... SKIPPED (no CUDA device)");
+            }
+            println!(
+                "\n!!! SKIPPED: {} GPU tests did not run: no CUDA device ({detail}). \
+                 Run scripts/gpu-build.sh and scripts/gpu-run-remote.sh on a GPU machine. !!!\n",
+                selected.len()
+            );
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            println!("GPU setup failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("device: {} ({} SMs)", gpu.name(), gpu.sm_count());
+    let mut failed = Vec::new();
+    for (name, test) in &selected {
+        let start = Instant::now();
+        let outcome = catch_unwind(AssertUnwindSafe(|| test(&gpu)));
+        let secs = start.elapsed().as_secs_f64();
+        match outcome {
+            Ok(Ok(())) => println!("test {name} ... ok ({secs:.2} s)"),
+            Ok(Err(why)) => {
+                println!("test {name} ... FAILED ({secs:.2} s)\n    {why}");
+                failed.push(*name);
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED (panicked)");
+                failed.push(*name);
+            }
+        }
+    }
+    println!(
+        "\nGPU test result: {}. {} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        selected.len() - failed.len(),
+        failed.len()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
