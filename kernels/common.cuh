@@ -57,10 +57,12 @@ enum StatusCode : i64 {
     ST_WRITE_TOKEN_OVERFLOW = 6,    // a = row
     ST_LUT_INDEX = 7,               // a = slot, b = lut_len
     ST_SLOT_OUT_OF_RANGE = 8,       // a = which array, b = index, c = slot, d = num_slots
-    ST_WRITE_RANGE = 9,             // a = request, b = start, c = end, d = write_entry_capacity
+    ST_WRITE_RANGE = 9,             // a = offset index, b = value, c = smallest allowed, d = largest
     ST_REAL_KV_ROW = 10,            // a = source, b = slot, c = row, d = num_rows
     ST_VALID_LENS_LENGTH = 11,      // a = bs, b = valid_lens length
     ST_NEGATIVE_BS = 12,            // a = bs
+    ST_SCATTER_RANGE = 13,          // a = offset index, b = value, c = smallest allowed, d = largest
+    ST_POOL_ROW = 14,               // a = row, b = req_pool_index, c = pool rows
 };
 // `which` of ST_SLOT_OUT_OF_RANGE.
 enum SlotArray : i64 {

@@ -39,7 +39,8 @@ struct WriteArgs {
     i64 entry_capacity;
     const i64* exp_tokens;  // null unless the input assert is on
     const i64* exp_positions;
-    const i32* chain_assert;  // enable_chain_position_assert [1]
+    const i32* chain_assert;  // enable_chain_position_assert [1], or null: use chain_assert_fixed
+    i64 chain_assert_fixed;
     unsigned char* buf;
     i64 num_slots;
     i64 stride;
@@ -156,11 +157,17 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     if (r >= nreq) return;
     const i64 start = __ldg(a.offsets + r);
     const i64 end = __ldg(a.offsets + r + 1);
-    if (end <= start) return;  // empty request: no seed read
-    if (start < 0 || end > a.entry_capacity) {
-        if (tid == 0) record_status(a.status, ST_WRITE_RANGE, r, start, end, a.entry_capacity);
+    // Offsets must be non-decreasing and inside [0, entry_capacity] (the CPU's check, per
+    // request): a request whose range breaks that is recorded and skipped.
+    if (start < 0 || start > a.entry_capacity) {
+        if (tid == 0) record_status(a.status, ST_WRITE_RANGE, r, start, 0, a.entry_capacity);
         return;
     }
+    if (end < start || end > a.entry_capacity) {
+        if (tid == 0) record_status(a.status, ST_WRITE_RANGE, r + 1, end, start, a.entry_capacity);
+        return;
+    }
+    if (end == start) return;  // empty request: no seed read
     const i64 seed = __ldg(a.seeds + r);
     if (seed >= a.num_slots) {
         if (tid == 0) record_status(a.status, ST_SLOT_OUT_OF_RANGE, SA_WRITE_SEED, r, seed, a.num_slots);
@@ -181,7 +188,7 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
                 if (seed >= 0) {
                     const Slot sd = load_slot(a.buf, a.stride, seed);
                     running = slot_hash(sd);
-                    chain_assert = *a.chain_assert != 0;
+                    chain_assert = (a.chain_assert ? *a.chain_assert : a.chain_assert_fixed) != 0;
                     prev_pos = sd.position;
                 }
             } else if (t < ntiles) {
@@ -229,7 +236,7 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
 }  // namespace kvc
 
 using kvc::WriteArgs;
-static_assert(sizeof(WriteArgs) == 21 * 8 + 26 * 8, "WriteArgs layout (src/cuda/abi.rs)");
+static_assert(sizeof(WriteArgs) == 22 * 8 + 26 * 8, "WriteArgs layout (src/cuda/abi.rs)");
 
 #define KVC_WRITE_ENTRY(NAME, KV, ASSERT)                                                     \
     extern "C" __global__ void __launch_bounds__(kvc::WRITE_THREADS, 3) NAME(WriteArgs a) { \

@@ -187,7 +187,7 @@ fn prepare(gpu: &Gpu, wl: &Workload, seed: u64) -> Result<Prepared, Error> {
 }
 
 /// Queues one plan of `p` on `on`.
-fn launch<'a, L: cuda::Launch<'a> + ?Sized>(
+fn launch<'a, L: cuda::Queue<'a> + ?Sized>(
     on: &L,
     p: &'a Prepared,
     window: u64,

@@ -67,6 +67,8 @@ impl Backend {
     pub fn records_rows_in_order(self) -> bool {
         match self {
             Backend::Cpu => true,
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => false,
         }
     }
 

@@ -92,6 +92,7 @@ pub(crate) struct WriteArgs {
     pub(crate) exp_tokens: u64,
     pub(crate) exp_positions: u64,
     pub(crate) chain_assert: u64,
+    pub(crate) chain_assert_fixed: i64,
     pub(crate) buf: u64,
     pub(crate) num_slots: i64,
     pub(crate) stride: i64,
@@ -105,7 +106,22 @@ pub(crate) struct WriteArgs {
     pub(crate) kv: RealKvArgs,
 }
 
+/// `kvc::ScatterArgs` (kernels/scatter.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScatterArgs {
+    pub(crate) flat_in: u64,
+    pub(crate) num_tokens: i64,
+    pub(crate) offsets: u64,
+    pub(crate) req_pool_indices: u64,
+    pub(crate) pool: u64,
+    pub(crate) pool_rows: i64,
+    pub(crate) pool_width: i64,
+    pub(crate) status: u64,
+}
+
+static_assertions::const_assert_eq!(core::mem::size_of::<ScatterArgs>(), 8 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<RealKvArgs>(), 26 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<PlanArgs>(), 30 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<VerifyArgs>(), 17 * 8 + 26 * 8);
-static_assertions::const_assert_eq!(core::mem::size_of::<WriteArgs>(), 21 * 8 + 26 * 8);
+static_assertions::const_assert_eq!(core::mem::size_of::<WriteArgs>(), 22 * 8 + 26 * 8);

@@ -43,6 +43,7 @@ pub(crate) struct Kernels {
     pub(crate) verify: [CUfunction; 6],
     /// `[none, none_assert, partial, partial_assert, all, all_assert]`.
     pub(crate) write: [CUfunction; 6],
+    pub(crate) scatter: CUfunction,
     pub(crate) gather_floor: CUfunction,
     pub(crate) chain_floor: CUfunction,
 }
@@ -95,6 +96,7 @@ impl Gpu {
             load(ptx::PLAN)?,
             load(ptx::VERIFY)?,
             load(ptx::WRITE)?,
+            load(ptx::SCATTER)?,
             load(ptx::BENCH)?,
         ];
         let f = |m: &Module, name: &str| -> Result<CUfunction, Error> {
@@ -102,7 +104,13 @@ impl Gpu {
                 .map_err(cust_error("cuModuleGetFunction"))?
                 .to_raw())
         };
-        let (pm, vm, wm, bm) = (&modules[0], &modules[1], &modules[2], &modules[3]);
+        let (pm, vm, wm, sm, bm) = (
+            &modules[0],
+            &modules[1],
+            &modules[2],
+            &modules[3],
+            &modules[4],
+        );
         let kernels = Kernels {
             plan: [
                 f(pm, "kv_canary_plan")?,
@@ -130,6 +138,7 @@ impl Gpu {
                 f(wm, "kv_canary_write_all")?,
                 f(wm, "kv_canary_write_all_assert")?,
             ],
+            scatter: f(sm, "kv_canary_scatter")?,
             gather_floor: f(bm, "kv_canary_gather_floor")?,
             chain_floor: f(bm, "kv_canary_chain_floor")?,
         };

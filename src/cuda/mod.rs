@@ -58,6 +58,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod abi;
+mod canary;
 mod driver;
 pub mod floors;
 mod gpu;
@@ -66,9 +67,14 @@ mod memory;
 mod offload;
 mod plan;
 mod ptx;
+mod scatter;
 mod status;
 mod stream;
+mod verify;
+mod write;
+mod write_inputs;
 
+pub use canary::{ChainAssert, ChainAssertFlag, DeviceLaunch, DeviceRealKv, DeviceRealKvSource};
 pub use gpu::{Gpu, LaunchConfig};
 pub use inputs::{
     DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
@@ -76,4 +82,8 @@ pub use inputs::{
 };
 pub use offload::Offload;
 pub use plan::plan;
-pub use stream::{Capture, Event, Graph, Launch, Stream};
+pub use scatter::scatter_req_token_ids;
+pub use stream::{Capture, Event, Graph, Queue, Stream};
+pub use verify::verify;
+pub use write::write;
+pub use write_inputs::DeviceInputAssert;

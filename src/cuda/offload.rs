@@ -4,15 +4,21 @@
 //! Engines keep their buffers on the device and launch directly; this path allocates device
 //! twins per call and is only as fast as that allows.
 
+use super::canary::{ChainAssert, DeviceLaunch, DeviceRealKv, DeviceRealKvSource};
+use super::driver;
 use super::gpu::Gpu;
 use super::inputs::{
     self, DeviceBatch, DeviceExpectedTable, DeviceLut, DeviceReqToToken, DeviceValidLens,
 };
 use super::stream::Stream;
-use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
-use crate::input::{ExpectedTokens, Group, PlanInputs};
+use super::write_inputs::DeviceInputAssert;
+use crate::canary::{CanaryBuffer, HealthCounters, Launch, TokenCheck, ViolationRing};
+use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
+use crate::input::{ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, WriteInputs};
 use crate::plan::{VerifyPlan, WritePlan};
+use crate::real_kv::{RealKvParams, RowLayout};
 use crate::{Error, Shape};
+use cust::memory::DeviceBuffer;
 
 /// Runs the ops of this backend on host buffers through one stream of a [`Gpu`].
 #[derive(Debug)]
@@ -113,6 +119,170 @@ impl<'g> Offload<'g> {
         *verify = dv.to_host()?;
         *write = dw.to_host()?;
         status
+    }
+}
+
+impl<'g> Offload<'g> {
+    /// The write op on the GPU with [`cpu::write`](crate::cpu::write)'s signature: uploads the
+    /// plan, inputs, real-KV source bytes and state, launches [`cuda::write`](super::write),
+    /// synchronises and downloads the canary buffer, ring and counters back (whatever the
+    /// device holds). Returns the error the kernel recorded, if any.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write<V, W, E, WB, EB, A, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB>,
+        inputs: &WriteInputs<EB, A>,
+        launch: &Launch<'_>,
+        canary: &mut CanaryBuffer<S>,
+        ring: &mut ViolationRing<R>,
+        counters: &mut HealthCounters,
+    ) -> Result<(), Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        EB: Capacity,
+        A: DeviceInputAssert,
+        S: Capacity,
+        R: Capacity,
+    {
+        let gpu = self.stream.gpu();
+        let (dp, di) = (plan.to_device(gpu)?, inputs.to_device(gpu)?);
+        let (dc, dr, dn) = (
+            canary.to_device(gpu)?,
+            ring.to_device(gpu)?,
+            counters.to_device(gpu)?,
+        );
+        let sources = SourceBytes::upload(launch)?;
+        let device_launch = DeviceLaunch {
+            tag: launch.tag,
+            real_kv: sources.real_kv(launch)?,
+            chain_position_assert: ChainAssert::Fixed(launch.chain_position_assert),
+        };
+        let s = &self.stream;
+        s.clear_status()?;
+        super::write(s, shape, &dp, &di, &device_launch, &dc, &dr, &dn)?;
+        let status = s.status();
+        *canary = dc.to_host()?;
+        *ring = dr.to_host()?;
+        *counters = dn.to_host()?;
+        status
+    }
+
+    /// The verify op on the GPU with [`cpu::verify`](crate::cpu::verify)'s signature; uploads,
+    /// launches [`cuda::verify`](super::verify), synchronises, downloads the ring and counters.
+    #[allow(clippy::too_many_arguments)]
+    pub fn verify<V, W, E, VB, K, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &VerifyPlan<VB>,
+        check: K,
+        launch: &Launch<'_>,
+        canary: &CanaryBuffer<S>,
+        ring: &mut ViolationRing<R>,
+        counters: &mut HealthCounters,
+    ) -> Result<(), Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: Capacity,
+        E: Capacity,
+        VB: Capacity,
+        K: TokenCheck,
+        S: Capacity,
+        R: Capacity,
+    {
+        let gpu = self.stream.gpu();
+        let dp = plan.to_device(gpu)?;
+        let (dc, dr, dn) = (
+            canary.to_device(gpu)?,
+            ring.to_device(gpu)?,
+            counters.to_device(gpu)?,
+        );
+        let sources = SourceBytes::upload(launch)?;
+        let device_launch = DeviceLaunch {
+            tag: launch.tag,
+            real_kv: sources.real_kv(launch)?,
+            chain_position_assert: ChainAssert::Fixed(launch.chain_position_assert),
+        };
+        let s = &self.stream;
+        s.clear_status()?;
+        super::verify(s, shape, &dp, check, &device_launch, &dc, &dr, &dn)?;
+        let status = s.status();
+        *ring = dr.to_host()?;
+        *counters = dn.to_host()?;
+        status
+    }
+
+    /// `scatter_req_token_ids` on the GPU with the CPU op's signature: uploads, launches
+    /// [`cuda::scatter_req_token_ids`](super::scatter_req_token_ids), synchronises and
+    /// downloads the pool.
+    pub fn scatter_req_token_ids(
+        &self,
+        flat_in: &[i64],
+        offsets: &[i64],
+        req_pool_indices: &[i64],
+        pool_out: &mut ExpectedTokenTable,
+    ) -> Result<(), Error> {
+        let gpu = self.stream.gpu();
+        let upload = |v: &[i64]| -> Result<DeviceBuffer<i64>, Error> {
+            let d = driver::zeroed(v.len())?;
+            driver::upload(&d, 0, v)?;
+            Ok(d)
+        };
+        let (f, o, r) = (
+            upload(flat_in)?,
+            upload(offsets)?,
+            upload(req_pool_indices)?,
+        );
+        let pool = DeviceExpectedTable::from_host(gpu, pool_out)?;
+        let s = &self.stream;
+        s.clear_status()?;
+        super::scatter_req_token_ids(s, &f, &o, &r, &pool)?;
+        let status = s.status();
+        *pool_out = pool.to_host()?;
+        status
+    }
+}
+
+/// Device copies of a host launch's real-KV source bytes.
+struct SourceBytes(Vec<DeviceBuffer<u8>>);
+
+impl SourceBytes {
+    fn upload(launch: &Launch<'_>) -> Result<Self, Error> {
+        let sources = launch.real_kv.sources().as_slice();
+        let mut out = Vec::with_capacity(sources.len());
+        for src in sources {
+            let d = driver::zeroed(src.bytes().len())?;
+            driver::upload(&d, 0, src.bytes())?;
+            out.push(d);
+        }
+        Ok(SourceBytes(out))
+    }
+
+    fn real_kv(&self, launch: &Launch<'_>) -> Result<DeviceRealKv<'_>, Error> {
+        let rk = &launch.real_kv;
+        let sources = rk
+            .sources()
+            .as_slice()
+            .iter()
+            .zip(&self.0)
+            .map(|(src, bytes)| {
+                let layout = RowLayout {
+                    num_rows: src.num_rows(),
+                    row_bytes: src.row_bytes(),
+                    row_stride_bytes: src.row_stride_bytes(),
+                };
+                let params = RealKvParams::new(
+                    src.page_size() as i64,
+                    src.num_bytes_per_token() as i64,
+                    src.read_bytes() as i64,
+                );
+                DeviceRealKvSource::new(bytes, layout, params)
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        DeviceRealKv::try_from_slice(rk.mode(), &sources)
     }
 }
 

@@ -3,7 +3,7 @@
 use super::abi::PlanArgs;
 use super::driver;
 use super::inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
-use super::stream::{launch, Launch};
+use super::stream::{launch, Queue};
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::{Device, Error, Shape};
@@ -43,7 +43,7 @@ pub fn plan<'a, L, V, W, E, VB, WB, BB, G, X>(
     write: &'a WritePlan<WB, Device>,
 ) -> Result<(), Error>
 where
-    L: Launch<'a> + ?Sized,
+    L: Queue<'a> + ?Sized,
     V: SameVerifyCapacity<VB>,
     W: SameWriteReqCapacity<WB> + SameWriteReqCapacity<BB>,
     E: Capacity,

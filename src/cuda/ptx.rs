@@ -7,6 +7,8 @@ pub(crate) const PLAN: &str = include_str!(concat!(env!("OUT_DIR"), "/plan.ptx")
 pub(crate) const VERIFY: &str = include_str!(concat!(env!("OUT_DIR"), "/verify.ptx"));
 /// `kernels/write.cu`.
 pub(crate) const WRITE: &str = include_str!(concat!(env!("OUT_DIR"), "/write.ptx"));
+/// `kernels/scatter.cu`.
+pub(crate) const SCATTER: &str = include_str!(concat!(env!("OUT_DIR"), "/scatter.ptx"));
 /// `kernels/bench.cu`: the hardware floors of the benchmark.
 pub(crate) const BENCH: &str = include_str!(concat!(env!("OUT_DIR"), "/bench.ptx"));
 
@@ -21,6 +23,7 @@ mod tests {
             (super::PLAN, "kv_canary_plan_pool_lut_check"),
             (super::VERIFY, "kv_canary_verify"),
             (super::WRITE, "kv_canary_write"),
+            (super::SCATTER, "kv_canary_scatter"),
             (super::BENCH, "kv_canary_chain_floor"),
         ] {
             assert!(ptx.contains(&format!(".entry {entry}(")), "{entry} missing");

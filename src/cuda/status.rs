@@ -22,6 +22,8 @@ const WRITE_RANGE: i64 = 9;
 const REAL_KV_ROW: i64 = 10;
 const VALID_LENS_LENGTH: i64 = 11;
 const NEGATIVE_BS: i64 = 12;
+const SCATTER_RANGE: i64 = 13;
+const POOL_ROW: i64 = 14;
 
 const SLOT_ARRAYS: [&str; 4] = [
     "verify_slot_indices",
@@ -75,15 +77,18 @@ pub(crate) fn decode(w: &[i64; STATUS_WORDS]) -> Result<(), Error> {
             slot: c,
             num_slots: as_usize(d),
         },
-        WRITE_RANGE => Error::Malformed {
-            detail: format!(
-                "write request {a}: write_offsets range [{b}, {c}) is outside the write inputs' {d} entries"
-            ),
+        WRITE_RANGE => Error::MalformedOffsets {
+            what: "write_offsets",
+            index: as_usize(a),
+            value: b,
+            min: c,
+            max: d,
         },
-        REAL_KV_ROW => Error::Malformed {
-            detail: format!(
-                "real_kv_sources[{a}]: slot {b} maps to row {c}, outside the source's {d} rows"
-            ),
+        REAL_KV_ROW => Error::RealKvSlotOutOfRange {
+            source: as_usize(a),
+            slot: b,
+            row: as_usize(c),
+            num_rows: as_usize(d),
         },
         VALID_LENS_LENGTH => Error::LengthMismatch {
             what: "req_to_verify_expected_tokens_valid_lens",
@@ -94,6 +99,19 @@ pub(crate) fn decode(w: &[i64; STATUS_WORDS]) -> Result<(), Error> {
             what: "bs",
             value: a,
             allowed: "[0, write_req_capacity]",
+        },
+        SCATTER_RANGE => Error::MalformedOffsets {
+            what: "scatter_req_token_ids offsets",
+            index: as_usize(a),
+            value: b,
+            min: c,
+            max: d,
+        },
+        POOL_ROW => Error::PoolRowOutOfRange {
+            what: "pool_out",
+            row: as_usize(a),
+            req_pool_index: b,
+            rows: as_usize(c),
         },
         other => Error::Malformed {
             detail: format!("unknown device status code {other} (fields {a}, {b}, {c}, {d}, {e})"),

@@ -1,4 +1,4 @@
-//! [`Stream`]s, the [`Launch`] targets of the ops, CUDA [`Graph`] capture and [`Event`] timing.
+//! [`Stream`]s, the [`Queue`]s launches go to, CUDA [`Graph`] capture and [`Event`] timing.
 
 use super::driver::{self, check, cust_error};
 use super::gpu::Gpu;
@@ -268,12 +268,12 @@ impl core::fmt::Debug for Event {
     }
 }
 
-/// Where a launch goes: a [`Stream`] (runs now, any buffer lifetime) or a [`Capture`]
+/// Where a launch is queued: a [`Stream`] (runs now, any buffer lifetime) or a [`Capture`]
 /// (recorded into a graph, buffers borrowed for `'a`). Sealed.
-pub trait Launch<'a>: sealed::LaunchTarget {}
+pub trait Queue<'a>: sealed::LaunchTarget {}
 
-impl<'a> Launch<'a> for Stream<'_> {}
-impl<'a> Launch<'a> for Capture<'a, '_> {}
+impl<'a> Queue<'a> for Stream<'_> {}
+impl<'a> Queue<'a> for Capture<'a, '_> {}
 
 pub(crate) use sealed::Target;
 

@@ -7,6 +7,8 @@
 mod source;
 mod sources;
 
+#[cfg(feature = "cuda")]
+pub(crate) use source::check_layout;
 pub use source::{RealKvParams, RealKvSource, RowLayout};
 pub use sources::{AtMostFourSources, RealKvSources, SourceCount};
 

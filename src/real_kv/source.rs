@@ -127,48 +127,13 @@ impl<'a> RealKvSource<'a> {
         layout: RowLayout,
         params: RealKvParams,
     ) -> Result<Self, Error> {
-        let (page_size, num_bytes_per_token, read_bytes) = check_params(params)?;
+        let (page_size, num_bytes_per_token, read_bytes) =
+            check_layout(bytes.len(), layout, params)?;
         let RowLayout {
             num_rows,
             row_bytes,
             row_stride_bytes: stride,
         } = layout;
-        if !stride.is_multiple_of(16) {
-            return Err(Error::RealKvSource {
-                what: "tensor row stride (bytes)",
-                value: clamp_i64(stride),
-                rule: "a multiple of 16",
-            });
-        }
-        if stride > i32::MAX as usize {
-            return Err(Error::RealKvSource {
-                what: "tensor row stride (bytes)",
-                value: clamp_i64(stride),
-                rule: ABI_INT32,
-            });
-        }
-        let needed = num_rows.checked_sub(1).map_or(Some(0), |last| {
-            last.checked_mul(stride)?.checked_add(row_bytes)
-        });
-        if row_bytes > stride || needed.is_none_or(|n| n > bytes.len()) {
-            return Err(Error::RealKvShape {
-                shape: vec![num_rows, row_bytes],
-                detail: format!(
-                    "rows {stride} bytes apart do not fit in the {} bytes given",
-                    bytes.len()
-                ),
-            });
-        }
-        if page_size
-            .checked_mul(num_bytes_per_token)
-            .is_none_or(|n| n > row_bytes)
-        {
-            return Err(Error::RealKvRowTooNarrow {
-                row_bytes,
-                page_size,
-                num_bytes_per_token,
-            });
-        }
         Ok(RealKvSource {
             bytes,
             num_rows,
@@ -240,6 +205,58 @@ impl<'a> RealKvSource<'a> {
             + (s % self.page_size) * self.num_bytes_per_token;
         fold_words(&self.bytes[at..at + n])
     }
+}
+
+/// Checks a source's parameters and row layout against `len` bytes of memory (host or device);
+/// returns `(page_size, num_bytes_per_token, read_bytes)`.
+pub(crate) fn check_layout(
+    len: usize,
+    layout: RowLayout,
+    params: RealKvParams,
+) -> Result<(usize, usize, usize), Error> {
+    let (page_size, num_bytes_per_token, read_bytes) = check_params(params)?;
+    let RowLayout {
+        num_rows,
+        row_bytes,
+        row_stride_bytes: stride,
+    } = layout;
+    if !stride.is_multiple_of(16) {
+        return Err(Error::RealKvSource {
+            what: "tensor row stride (bytes)",
+            value: clamp_i64(stride),
+            rule: "a multiple of 16",
+        });
+    }
+    if stride > i32::MAX as usize {
+        return Err(Error::RealKvSource {
+            what: "tensor row stride (bytes)",
+            value: clamp_i64(stride),
+            rule: ABI_INT32,
+        });
+    }
+    let needed = num_rows.checked_sub(1).map_or(Some(0), |last| {
+        last.checked_mul(stride)?.checked_add(row_bytes)
+    });
+    if row_bytes > stride || needed.is_none_or(|n| n > len) {
+        return Err(Error::RealKvShape {
+            shape: vec![num_rows, row_bytes],
+            detail: format!(
+                "rows {stride} bytes apart do not fit in the {} bytes given",
+                len
+            ),
+        });
+    }
+    if page_size
+        .checked_mul(num_bytes_per_token)
+        .is_none_or(|n| n > row_bytes)
+    {
+        return Err(Error::RealKvRowTooNarrow {
+            row_bytes,
+            page_size,
+            num_bytes_per_token,
+        });
+    }
+    Ok((page_size, num_bytes_per_token, read_bytes))
 }
 
 fn clamp_i64(v: usize) -> i64 {

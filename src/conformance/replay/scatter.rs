@@ -30,8 +30,12 @@ pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
     let before = pool.clone();
     let launched = match backend {
         Backend::Cpu => {
-            cpu::scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool)
+            cpu::scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool).map(drop)
         }
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => crate::cuda::Offload::with_default(|gpu| {
+            gpu.scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool)
+        }),
     };
     match launched {
         Ok(_) => Replayed::Outputs(outputs(&pool)),

@@ -79,5 +79,17 @@ fn launch_verify<K: TokenCheck>(
             &mut st.counters,
         )
         .map(drop),
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => crate::cuda::Offload::with_default(|gpu| {
+            gpu.verify(
+                &shape,
+                plan,
+                check,
+                launch,
+                &st.buf,
+                &mut st.ring,
+                &mut st.counters,
+            )
+        }),
     }
 }

@@ -13,7 +13,6 @@ use super::context::{self, State};
 use super::{capacity, Replayed};
 use crate::conformance::case::{Case, Fields};
 use crate::conformance::Backend;
-use crate::input::WriteInputAssert;
 use crate::{cpu, Error, Launch, UncheckedCapacity, UncheckedShape, WriteInputs, WritePlan};
 
 /// Replays one `write` case on `backend`.
@@ -102,8 +101,19 @@ fn decode_plan_and_inputs(
     Ok((plan, decoded))
 }
 
+/// The input-assert states every compiled-in backend can run (with `cuda`, those the device
+/// launch supports: both).
+#[cfg(feature = "cuda")]
+trait ReplayAssert: crate::cuda::DeviceInputAssert {}
+#[cfg(feature = "cuda")]
+impl<A: crate::cuda::DeviceInputAssert> ReplayAssert for A {}
+#[cfg(not(feature = "cuda"))]
+trait ReplayAssert: crate::input::WriteInputAssert {}
+#[cfg(not(feature = "cuda"))]
+impl<A: crate::input::WriteInputAssert> ReplayAssert for A {}
+
 /// One write launch on `backend`. A new backend adds its arm here.
-fn launch_write<A: WriteInputAssert>(
+fn launch_write<A: ReplayAssert>(
     backend: Backend,
     plan: &WritePlan<UncheckedCapacity>,
     inputs: &WriteInputs<UncheckedCapacity, A>,
@@ -127,5 +137,17 @@ fn launch_write<A: WriteInputAssert>(
             &mut st.counters,
         )
         .map(drop),
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => crate::cuda::Offload::with_default(|gpu| {
+            gpu.write(
+                &shape,
+                plan,
+                inputs,
+                launch,
+                &mut st.buf,
+                &mut st.ring,
+                &mut st.counters,
+            )
+        }),
     }
 }

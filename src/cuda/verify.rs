@@ -1,0 +1,102 @@
+//! The verify launch (spec §5) on device buffers.
+
+use super::abi::VerifyArgs;
+use super::canary::DeviceLaunch;
+use super::driver;
+use super::stream::{launch, Queue};
+use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
+use crate::capacity::{Capacity, SameVerifyCapacity};
+use crate::plan::VerifyPlan;
+use crate::{Device, Error, Shape};
+
+/// Threads per verify block (`VERIFY_THREADS` in kernels/verify.cu).
+const VERIFY_THREADS: u32 = 512;
+
+/// Queues the verify op of spec §5 on `on`: checks the plan's active entries against `canary`
+/// and appends a row per failing entry to `ring`.
+///
+/// The device twin of [`cpu::verify`](crate::cpu::verify): same capacity relation (shape vs
+/// plan), same token-check variant as a type, same rows (as a set: entries run concurrently,
+/// so their order in the ring is unspecified), same write index and counters. `enable` and
+/// `verify_num_valid` are read on the device.
+///
+/// A full grid (every SM) strides over the entries; each entry's own and predecessor slots are
+/// gathered together. In ALL real-KV mode four lanes share an entry, each folding one source.
+///
+/// # On the device: what is recorded and skipped
+///
+/// The CPU op rejects a malformed plan before doing anything. Here an entry that cannot be
+/// served is skipped (no loads, no row) and recorded in the stream's status word, and the
+/// others are checked as usual; counters count it as active, like every other entry:
+/// * a slot outside `[0, num_slots)`: [`Error::SlotOutOfRange`] (`verify_slot_indices`);
+/// * a predecessor `>= num_slots`: [`Error::SlotOutOfRange`] (`verify_prev_slot_indices`);
+/// * a slot whose real-KV row is past a source's rows: [`Error::RealKvSlotOutOfRange`].
+#[allow(clippy::too_many_arguments)]
+pub fn verify<'a, Q, V, W, E, VB, K, S, R>(
+    on: &Q,
+    shape: &Shape<V, W, E>,
+    plan: &'a VerifyPlan<VB, Device>,
+    check: K,
+    launch_settings: &DeviceLaunch<'a>,
+    canary: &'a CanaryBuffer<S, Device>,
+    ring: &'a ViolationRing<R, Device>,
+    counters: &'a HealthCounters<Device>,
+) -> Result<(), Error>
+where
+    Q: Queue<'a> + ?Sized,
+    V: SameVerifyCapacity<VB>,
+    W: Capacity,
+    E: Capacity,
+    VB: Capacity,
+    K: TokenCheck,
+    S: Capacity,
+    R: Capacity,
+{
+    let _ = check;
+    shape.verify_capacity().check(plan.capacity())?;
+    let target = on.target();
+    let kv = launch_settings.real_kv;
+    let args = VerifyArgs {
+        slots: driver::addr(&plan.slot_indices),
+        tokens: driver::addr(&plan.expected_tokens),
+        positions: driver::addr(&plan.expected_positions),
+        prevs: driver::addr(&plan.prev_slot_indices),
+        num_valid: driver::box_addr(&plan.num_valid),
+        enable: driver::box_addr(&plan.enable),
+        capacity: plan.capacity().get() as i64,
+        buf: driver::addr(&canary.bytes),
+        num_slots: canary.num_slots() as i64,
+        stride: canary.stride().get() as i64,
+        ring: driver::addr(&ring.rows),
+        ring_capacity: ring.capacity().get() as i64,
+        write_index: driver::box_addr(&ring.write_index),
+        slot_counter: driver::box_addr(&counters.slot_run_counter),
+        kernel_counter: driver::box_addr(&counters.kernel_run_counter),
+        tag: launch_settings.tag.value(),
+        status: target.status,
+        kv: kv.abi(),
+    };
+    let kind = kv.kind();
+    let config = target.gpu.launch_config();
+    let per_sm = if kind == 0 {
+        config.verify_blocks_per_sm
+    } else {
+        config.verify_fold_blocks_per_sm
+    };
+    let kernel = target.gpu.kernels().verify[kind * 2 + usize::from(K::ENABLED)];
+    // SAFETY: `VerifyArgs` mirrors the kernel's parameter. Every address is a live buffer
+    // borrowed for 'a: the plan arrays hold `capacity` entries and the kernel reads entries
+    // < clamp(num_valid, 0, capacity) only; the canary buffer holds num_slots x stride bytes and
+    // every slot and predecessor is checked against num_slots before it is loaded; the ring
+    // holds ring_capacity rows (rows past it are dropped); real-KV sources hold num_rows rows
+    // of row_stride bytes (validated layout) and every row is checked; the scalars are live.
+    unsafe {
+        launch(
+            &target,
+            kernel,
+            target.gpu.sm_count() * per_sm,
+            VERIFY_THREADS,
+            &args,
+        )
+    }
+}

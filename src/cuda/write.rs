@@ -1,0 +1,118 @@
+//! The write launch (spec §4) on device buffers.
+
+use super::abi::WriteArgs;
+use super::canary::{ChainAssert, DeviceLaunch};
+use super::driver;
+use super::stream::{launch, Queue};
+use super::write_inputs::DeviceInputAssert;
+use crate::canary::{CanaryBuffer, HealthCounters, ViolationRing};
+use crate::capacity::{Capacity, SameWriteEntryCapacity, SameWriteReqCapacity};
+use crate::input::WriteInputs;
+use crate::plan::WritePlan;
+use crate::{Device, Error, Shape};
+
+/// Threads per write block (`WRITE_THREADS` in kernels/write.cu): one chain warp, eight worker
+/// warps.
+const WRITE_THREADS: u32 = 288;
+
+/// Queues the write op of spec §4 on `on`: stamps every planned token of `inputs` into
+/// `canary`, extending each request's hash chain, and reports assert failures into `ring`.
+///
+/// The device twin of [`cpu::write`](crate::cpu::write), same capacity relations at compile
+/// time (write plan, write inputs), same bytes in `canary`, `ring` and `counters` (rows of
+/// different requests may be in another order: they run concurrently; within a request they
+/// keep entry order). `write_num_valid_reqs` and the offsets are read on the device.
+///
+/// One block per request row: a single thread runs the request's `mix3` chain out of shared
+/// memory while the other warps load the next tile of tokens, fold its real-KV bytes and store
+/// the previous tile, so the serial part is only the chain itself.
+///
+/// # On the device: what is recorded and skipped
+///
+/// The CPU op validates everything and then writes nothing on any error. A launch cannot see
+/// the whole batch before writing, so each request checks its own data, and what it cannot
+/// serve is skipped and recorded in the stream's status word (the first error wins):
+/// * a request whose offsets leave `[0, E]` or decrease: [`Error::MalformedOffsets`], the
+///   request is skipped;
+/// * a seed `>= num_slots`: [`Error::SlotOutOfRange`] (`write_seed_slot_indices`), the request
+///   is skipped;
+/// * an `out_cache_loc >= num_slots`, or a slot whose real-KV row is past a source's rows:
+///   [`Error::SlotOutOfRange`] / [`Error::RealKvSlotOutOfRange`]; that entry is skipped like a
+///   negative slot (nothing written, the chain does not advance).
+///
+/// Other requests are written as usual. A seed slot written by another request of the same
+/// launch is a race, as in SGLang (spec §9.8).
+#[allow(clippy::too_many_arguments)]
+pub fn write<'a, Q, V, W, E, WB, EB, A, S, R>(
+    on: &Q,
+    shape: &Shape<V, W, E>,
+    plan: &'a WritePlan<WB, Device>,
+    inputs: &'a WriteInputs<EB, A, Device>,
+    launch_settings: &DeviceLaunch<'a>,
+    canary: &'a CanaryBuffer<S, Device>,
+    ring: &'a ViolationRing<R, Device>,
+    counters: &'a HealthCounters<Device>,
+) -> Result<(), Error>
+where
+    Q: Queue<'a> + ?Sized,
+    V: Capacity,
+    W: SameWriteReqCapacity<WB>,
+    E: SameWriteEntryCapacity<EB>,
+    WB: Capacity,
+    EB: Capacity,
+    A: DeviceInputAssert,
+    S: Capacity,
+    R: Capacity,
+{
+    shape.write_req_capacity().check(plan.capacity())?;
+    shape.write_entry_capacity().check(inputs.capacity())?;
+    let req_capacity = plan.capacity().get();
+    let grid = u32::try_from(req_capacity).map_err(|_| Error::OutOfRange {
+        what: "write_req_capacity on the GPU",
+        value: req_capacity as i64,
+        allowed: "[1, u32::MAX] (one block per request row)",
+    })?;
+    let (exp_tokens, exp_positions) = A::addrs(&inputs.expected);
+    let (chain_assert, chain_assert_fixed) = match launch_settings.chain_position_assert {
+        ChainAssert::Fixed(v) => (0, i64::from(v.flag())),
+        ChainAssert::Flag(f) => (driver::box_addr(&f.flag), 0),
+    };
+    let target = on.target();
+    let kv = launch_settings.real_kv;
+    let args = WriteArgs {
+        offsets: driver::addr(&plan.offsets),
+        seeds: driver::addr(&plan.seed_slot_indices),
+        num_valid_reqs: driver::box_addr(&plan.num_valid_reqs),
+        req_capacity: req_capacity as i64,
+        input_ids: driver::addr(&inputs.input_ids),
+        positions: driver::addr(&inputs.positions),
+        out_cache_loc: driver::addr(&inputs.out_cache_loc),
+        entry_capacity: inputs.capacity().get() as i64,
+        exp_tokens,
+        exp_positions,
+        chain_assert,
+        chain_assert_fixed,
+        buf: driver::addr(&canary.bytes),
+        num_slots: canary.num_slots() as i64,
+        stride: canary.stride().get() as i64,
+        ring: driver::addr(&ring.rows),
+        ring_capacity: ring.capacity().get() as i64,
+        write_index: driver::box_addr(&ring.write_index),
+        slot_counter: driver::box_addr(&counters.slot_run_counter),
+        kernel_counter: driver::box_addr(&counters.kernel_run_counter),
+        tag: launch_settings.tag.value(),
+        status: target.status,
+        kv: kv.abi(),
+    };
+    let kernel = target.gpu.kernels().write[kv.kind() * 2 + usize::from(A::ENABLED)];
+    // SAFETY: `WriteArgs` mirrors the kernel's parameter. Every address is a live buffer
+    // borrowed for 'a: offsets hold req_capacity + 1 entries and seeds req_capacity (the kernel
+    // runs one block per row < req_capacity and reads offsets[r + 1]); the per-token arrays
+    // (and the expected ones when the assert is on) hold entry_capacity entries and the kernel
+    // reads only [start, end) after checking 0 <= start <= end <= entry_capacity; the canary
+    // buffer holds num_slots x stride bytes and every slot is checked against num_slots; the
+    // ring holds ring_capacity rows and rows past it are dropped; real-KV sources hold
+    // num_rows rows of row_stride bytes (validated layout) and every row is checked; the
+    // chain-assert flag, counters and write index are live scalars.
+    unsafe { launch(&target, kernel, grid, WRITE_THREADS, &args) }
+}
