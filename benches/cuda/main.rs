@@ -13,6 +13,8 @@
 
 mod plan;
 mod timing;
+mod verify;
+mod write;
 
 use kv_canary::cuda::{floors, Gpu, Stream};
 use kv_canary::Error;
@@ -80,6 +82,12 @@ fn main() {
     let wants = |op: &str| o.only.as_deref().is_none_or(|x| x == op);
     if wants("plan") {
         rows.extend(plan::run(&mut gpu, &o).expect("plan benchmark"));
+    }
+    if wants("verify") {
+        rows.extend(verify::run(&gpu, &o).expect("verify benchmark"));
+    }
+    if wants("write") {
+        rows.extend(write::run(&gpu, &o).expect("write benchmark"));
     }
     let csv = o.out.join("bench.csv");
     let mut f = std::fs::File::create(&csv).expect("bench.csv");

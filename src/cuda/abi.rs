@@ -51,6 +51,7 @@ pub(crate) struct PlanArgs {
     pub(crate) status: u64,
     pub(crate) lut_key: u64,
     pub(crate) lut_done: u64,
+    pub(crate) smem_rows: i64,
 }
 
 /// `kvc::VerifyArgs` (kernels/verify.cu).
@@ -122,6 +123,6 @@ pub(crate) struct ScatterArgs {
 
 static_assertions::const_assert_eq!(core::mem::size_of::<ScatterArgs>(), 8 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<RealKvArgs>(), 26 * 8);
-static_assertions::const_assert_eq!(core::mem::size_of::<PlanArgs>(), 30 * 8);
+static_assertions::const_assert_eq!(core::mem::size_of::<PlanArgs>(), 31 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<VerifyArgs>(), 17 * 8 + 26 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<WriteArgs>(), 22 * 8 + 26 * 8);

@@ -44,6 +44,11 @@ impl<S: Capacity> CanaryBuffer<S, Device> {
         driver::upload(&self.bytes, 0, &host.bytes)
     }
 
+    /// The raw device bytes (`num_slots x stride`), for kernels of the engine's own.
+    pub fn device_bytes(&self) -> &DeviceBuffer<u8> {
+        &self.bytes
+    }
+
     /// A host copy (synchronous).
     pub fn to_host(&self) -> Result<CanaryBuffer<S>, Error> {
         let mut host = CanaryBuffer::with_stride(self.capacity, self.stride);

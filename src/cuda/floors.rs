@@ -38,6 +38,18 @@ impl L2Flush {
     }
 }
 
+/// A device buffer of `len` bytes, every byte `value` (synchronous).
+pub fn filled(len: usize, value: u8) -> Result<DeviceBuffer<u8>, Error> {
+    let buf = driver::zeroed::<u8>(len)?;
+    if len > 0 {
+        // SAFETY: `buf` is a live allocation of exactly `len` bytes.
+        check("cuMemsetD8", unsafe {
+            sys::cuMemsetD8_v2(driver::addr(&buf), value, len)
+        })?;
+    }
+    Ok(buf)
+}
+
 /// Queues a device-to-device copy of `src` into `dst` (same length) on `stream`: the copy
 /// roofline moves `2 * len` bytes.
 pub fn device_copy(

@@ -1,6 +1,6 @@
 //! [`Gpu`]: one CUDA device with its context and the kernels loaded.
 
-use super::driver::cust_error;
+use super::driver::{check, cust_error};
 use super::ptx;
 use crate::Error;
 use cust::context::Context;
@@ -14,7 +14,7 @@ use cust::CudaFlags;
 /// per request row). The defaults fill an H200 at full occupancy; the benchmark sweeps them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
-    /// Plan: blocks of 512 threads per SM (two fit: 33 KB shared memory, 64 registers each).
+    /// Plan: blocks of 512 threads per SM (two fit: up to 98 KB shared memory, 56 registers).
     pub plan_blocks_per_sm: u32,
     /// Verify without real-KV folds: blocks of 512 threads per SM (four fit: 32 registers).
     pub verify_blocks_per_sm: u32,
@@ -142,6 +142,19 @@ impl Gpu {
             gather_floor: f(bm, "kv_canary_gather_floor")?,
             chain_floor: f(bm, "kv_canary_chain_floor")?,
         };
+        // The plan kernels keep up to 4096 rows in dynamic shared memory (98 KB a block).
+        let plan_shared = super::plan::plan_shared_bytes(crate::consts::PLAN_BS_BLOCK_SIZE);
+        for &k in kernels.plan.iter().chain(&kernels.plan_lut_check) {
+            // SAFETY: `k` is a live function of a loaded module; the attribute only raises the
+            // dynamic shared memory a launch may request (launches never ask for more).
+            check("cuFuncSetAttribute", unsafe {
+                cust::sys::cuFuncSetAttribute(
+                    k,
+                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    plan_shared as i32,
+                )
+            })?;
+        }
         Ok(Gpu {
             kernels,
             config: LaunchConfig::default(),

@@ -88,10 +88,10 @@ pub type DeviceReqToToken = DeviceTable<SlotIds>;
 pub type DeviceExpectedTable = DeviceTable<TokenIds>;
 
 impl<K: TableKind> DeviceTable<K> {
-    /// A device copy of `host` (same rows and width). Widths of 2^31 or more are rejected (the
-    /// plan kernel counts positions in 32 bits).
+    /// A device copy of `host` (same rows and width). Rows or widths of 2^31 or more are
+    /// rejected (the plan kernel keeps rows and positions in 32 bits).
     pub fn from_host(_gpu: &Gpu, host: &ReqTable<K>) -> Result<Self, Error> {
-        if i32::try_from(host.width()).is_err() || i64::try_from(host.rows()).is_err() {
+        if i32::try_from(host.width()).is_err() || i32::try_from(host.rows()).is_err() {
             return Err(Error::TableShape {
                 what: K::NAME,
                 rows: host.rows(),

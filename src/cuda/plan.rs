@@ -10,6 +10,14 @@ use crate::{Device, Error, Shape};
 
 /// Threads per plan block (`PLAN_THREADS` in kernels/plan.cu).
 const PLAN_THREADS: u32 = 512;
+/// Rows one plan block scans (`PLAN_MAX_ROWS`).
+const PLAN_MAX_ROWS: usize = crate::consts::PLAN_BS_BLOCK_SIZE;
+
+/// Dynamic shared memory of a plan block holding `rows` rows: an `i64` offset (plus one) and
+/// four `i32` facts a row (kernels/plan.cu, `Smem`).
+pub(crate) const fn plan_shared_bytes(rows: usize) -> u32 {
+    ((rows + 1) * 8 + rows * 16) as u32
+}
 
 /// Queues the plan op of spec §3.2 on `on`: `inputs` -> `verify` and `write`, in one launch.
 ///
@@ -78,6 +86,8 @@ where
         ),
         None => (0, 0, 0, 0, 0),
     };
+    let smem_rows = write.capacity().get().min(PLAN_MAX_ROWS);
+    let shared = plan_shared_bytes(smem_rows);
     let target = on.target();
     let args = PlanArgs {
         req_pool_indices: driver::addr(&inputs.batch.req_pool_indices),
@@ -110,6 +120,7 @@ where
         status: target.status,
         lut_key: target.scratch,
         lut_done: target.scratch + 8,
+        smem_rows: smem_rows as i64,
     };
     let kernels = target.gpu.kernels();
     let variant = usize::from(lut.is_some()) * 2 + usize::from(pool.is_some());
@@ -123,6 +134,7 @@ where
                 kernels.plan_lut_check[usize::from(pool.is_some())],
                 grid,
                 PLAN_THREADS,
+                shared,
                 &args,
             )
         }?;
@@ -134,5 +146,14 @@ where
     // pool_rows x pool_width, the valid lengths the write capacity; the verify arrays hold
     // verify_capacity entries, the write offsets write_capacity + 1 and the seeds write_capacity;
     // the kernel bounds every access by these numbers (kernels/plan.cu).
-    unsafe { launch(&target, kernels.plan[variant], grid, PLAN_THREADS, &args) }
+    unsafe {
+        launch(
+            &target,
+            kernels.plan[variant],
+            grid,
+            PLAN_THREADS,
+            shared,
+            &args,
+        )
+    }
 }

@@ -66,6 +66,7 @@ pub fn scatter_req_token_ids<'a, Q: Queue<'a> + ?Sized>(
             target.gpu.kernels().scatter,
             grid,
             SCATTER_THREADS,
+            0,
             &args,
         )
     }

@@ -307,7 +307,7 @@ impl sealed::LaunchTarget for Capture<'_, '_> {
     }
 }
 
-/// Queues `kernel<<<grid, block>>>(*args)` on `target`'s stream.
+/// Queues `kernel<<<grid, block, shared_bytes>>>(*args)` on `target`'s stream.
 ///
 /// # Safety
 ///
@@ -320,6 +320,7 @@ pub(crate) unsafe fn launch<A: Copy>(
     kernel: CUfunction,
     grid: u32,
     block: u32,
+    shared_bytes: u32,
     args: &A,
 ) -> Result<(), Error> {
     let mut param = args as *const A as *mut core::ffi::c_void;
@@ -335,7 +336,7 @@ pub(crate) unsafe fn launch<A: Copy>(
             block,
             1,
             1,
-            0,
+            shared_bytes,
             target.stream,
             &mut param,
             core::ptr::null_mut(),

@@ -96,6 +96,7 @@ where
             kernel,
             target.gpu.sm_count() * per_sm,
             VERIFY_THREADS,
+            0,
             &args,
         )
     }

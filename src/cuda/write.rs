@@ -114,5 +114,5 @@ where
     // ring holds ring_capacity rows and rows past it are dropped; real-KV sources hold
     // num_rows rows of row_stride bytes (validated layout) and every row is checked; the
     // chain-assert flag, counters and write index are live scalars.
-    unsafe { launch(&target, kernel, grid, WRITE_THREADS, &args) }
+    unsafe { launch(&target, kernel, grid, WRITE_THREADS, 0, &args) }
 }

@@ -57,3 +57,181 @@ pub fn plan_replay(gpu: &Gpu) -> Result<(), String> {
     println!("    1 capture, 20 replays over refilled batches: equal to the CPU op");
     Ok(())
 }
+
+/// A whole step — plan, verify, write, verify — captured once into one graph and replayed over
+/// 24 engine steps (prefills, decodes, padding rows, a tampered slot now and then), the inputs
+/// refilled in place and the chain-position assert flipped on the device after warm-up; after
+/// every replay all state equals the CPU ops run on the same inputs.
+pub fn step_replay(gpu: &Gpu) -> Result<(), String> {
+    use kv_canary::cuda::{ChainAssertFlag, DeviceLaunch};
+    use kv_canary::{
+        CanaryBuffer, CanarySlot, ChainPositionAssert, HealthCounters, Launch, LaunchTag,
+        TokenCheckOff, ViolationRing,
+    };
+    type S = Shape<Cap<4096>, Cap<16>, Cap<512>>;
+    const WIDTH: usize = 256;
+    const ROWS: usize = 17;
+    let shape = S::new();
+    let mut rng = Rng::new(0x57E9_0000);
+    // Request row r owns slots r * WIDTH + p + 1 (slot 0 stays the padding slot).
+    let host_table = ReqToToken::from_vec(
+        ROWS,
+        WIDTH,
+        (0..ROWS * WIDTH).map(|i| i as i32 + 1).collect(),
+    )
+    .map_err(fail("table"))?;
+    let mut host = (
+        shape.verify_plan(),
+        shape.write_plan(),
+        CanaryBuffer::<Cap<4608>>::new(),
+        ViolationRing::<Cap<256>>::new(),
+        HealthCounters::new(),
+        shape.write_inputs(),
+    );
+    let table = cuda::DeviceReqToToken::from_host(gpu, &host_table).map_err(fail("table"))?;
+    let batch = shape.device_batch(gpu).map_err(fail("batch"))?;
+    let verify = shape.device_verify_plan(gpu).map_err(fail("verify plan"))?;
+    let write = shape.device_write_plan(gpu).map_err(fail("write plan"))?;
+    let canary = host.2.to_device(gpu).map_err(fail("canary"))?;
+    let ring = host.3.to_device(gpu).map_err(fail("ring"))?;
+    let counters = host.4.to_device(gpu).map_err(fail("counters"))?;
+    let inputs = host.5.to_device(gpu).map_err(fail("inputs"))?;
+    let flag = ChainAssertFlag::new(gpu, ChainPositionAssert::OFF).map_err(fail("flag"))?;
+    let launch = DeviceLaunch::new(LaunchTag::TailKFull).with_chain_assert_flag(&flag);
+    let plan_inputs = cuda::PlanInputs::full(&batch, &table);
+    let mut stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let graph = stream
+        .capture(|s| {
+            cuda::plan(s, &shape, &plan_inputs, &verify, &write)?;
+            cuda::verify(
+                s,
+                &shape,
+                &verify,
+                TokenCheckOff,
+                &launch,
+                &canary,
+                &ring,
+                &counters,
+            )?;
+            cuda::write(
+                s, &shape, &write, &inputs, &launch, &canary, &ring, &counters,
+            )?;
+            cuda::verify(
+                s,
+                &shape,
+                &verify,
+                TokenCheckOff,
+                &launch,
+                &canary,
+                &ring,
+                &counters,
+            )
+        })
+        .map_err(fail("capture"))?;
+    let mut prefix = [0i64; ROWS];
+    let mut total_rows = 0;
+    for step in 0..24 {
+        let assert = if step == 0 {
+            ChainPositionAssert::OFF
+        } else {
+            ChainPositionAssert::ON
+        };
+        flag.set(assert).map_err(fail("flag"))?;
+        // The batch: a few requests decoding or prefilling, some padding rows.
+        let mut rows = Vec::new();
+        let (mut ids, mut positions, mut slots) = (vec![], vec![], vec![]);
+        for r in 1..ROWS {
+            if !rng.chance(60) {
+                continue;
+            }
+            let room = WIDTH as i64 - prefix[r];
+            let ext = if prefix[r] == 0 {
+                rng.range(1, 40)
+            } else {
+                rng.range(0, 3)
+            }
+            .min(room);
+            rows.push(BatchRow {
+                req_pool_index: r as i64,
+                prefix_len: prefix[r],
+                extend_len: ext,
+            });
+            for p in prefix[r]..prefix[r] + ext {
+                ids.push(rng.range(0, 50_000));
+                positions.push(p);
+                slots.push(host_table.get(r, p as usize).unwrap() as i64);
+            }
+            prefix[r] += ext;
+            if rng.chance(20) {
+                rows.push(BatchRow::PADDING);
+            }
+        }
+        let host_batch: Batch = rows.into_iter().collect();
+        {
+            let p = host.5.parts_mut();
+            p.input_ids[..ids.len()].copy_from_slice(&ids);
+            p.positions[..positions.len()].copy_from_slice(&positions);
+            p.out_cache_loc[..slots.len()].copy_from_slice(&slots);
+        }
+        // Now and then a tampered slot in some request's prefix.
+        if step > 2 && rng.chance(30) {
+            let s = rng.range(1, (ROWS * WIDTH) as i64) as usize;
+            let mut rec: CanarySlot = host.2.slot(s).unwrap();
+            rec.token ^= 1;
+            host.2.set_slot(s, rec).map_err(fail("tamper"))?;
+            canary.upload(&host.2).map_err(fail("tamper upload"))?;
+        }
+        host.3.clear();
+        ring.clear().map_err(fail("ring clear"))?;
+        batch.upload(&host_batch).map_err(fail("batch upload"))?;
+        inputs.upload(&host.5).map_err(fail("inputs upload"))?;
+        graph.replay().map_err(fail("replay"))?;
+        graph.stream().status().map_err(fail("status"))?;
+        // The CPU ops on the same inputs.
+        let host_launch = Launch::new(LaunchTag::TailKFull).with_chain_position_assert(assert);
+        let (v, w, buf, r, c, i) = &mut host;
+        let pi = kv_canary::PlanInputs::full(&host_batch, &host_table);
+        cpu::plan(&shape, &pi, v, w).map_err(fail("cpu plan"))?;
+        cpu::verify(&shape, v, TokenCheckOff, &host_launch, buf, r, c)
+            .map_err(fail("cpu verify"))?;
+        cpu::write(&shape, w, i, &host_launch, buf, r, c).map_err(fail("cpu write"))?;
+        cpu::verify(&shape, v, TokenCheckOff, &host_launch, buf, r, c)
+            .map_err(fail("cpu verify"))?;
+        let label = format!("step {step}");
+        ensure!(
+            verify.to_host().map_err(fail("download"))? == *v,
+            "{label}: verify plans differ"
+        );
+        ensure!(
+            write.to_host().map_err(fail("download"))? == *w,
+            "{label}: write plans differ"
+        );
+        ensure!(
+            canary.to_host().map_err(fail("download"))? == *buf,
+            "{label}: canary buffers differ"
+        );
+        ensure!(
+            counters.to_host().map_err(fail("download"))? == *c,
+            "{label}: counters differ"
+        );
+        let gr = ring.to_host().map_err(fail("download"))?;
+        ensure!(
+            gr.write_index() == r.write_index(),
+            "{label}: write index {} vs {}",
+            gr.write_index(),
+            r.write_index()
+        );
+        let mut a: Vec<_> = gr.raw_rows().collect();
+        let mut b: Vec<_> = r.raw_rows().collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        ensure!(
+            a == b,
+            "{label}: violation rows differ\n  GPU {a:?}\n  CPU {b:?}"
+        );
+        total_rows += b.len();
+    }
+    println!("    1 capture (plan, verify, write, verify), 24 replays: equal to the CPU ops ({total_rows} violation rows)");
+    ensure!(total_rows > 0, "no tampering was detected");
+    Ok(())
+}

@@ -8,6 +8,7 @@
 //! The golden vectors are read from `$KV_CANARY_GOLDEN_DIR`, else `tests/golden` under the
 //! current directory, else under the crate root this was built from.
 
+mod canary;
 mod graph;
 mod plan;
 mod rng;
@@ -22,14 +23,23 @@ use std::time::Instant;
 pub type TestFn = fn(&Gpu) -> Result<(), String>;
 
 const TESTS: &[(&str, TestFn)] = &[
-    ("plan_golden_vectors_on_the_gpu", plan::golden_vectors),
+    ("golden_vectors_on_the_gpu", plan::golden_vectors),
+    ("worked_examples_write_verify", canary::worked_example),
     ("plan_differential_vs_cpu", plan::differential),
     ("plan_large_batches_vs_cpu", plan::large_batches),
     (
         "plan_malformed_rows_write_nothing",
         plan::malformed_rows_write_nothing,
     ),
+    ("write_differential_vs_cpu", canary::write_differential),
+    ("verify_differential_vs_cpu", canary::verify_differential),
+    ("scatter_differential_vs_cpu", canary::scatter_differential),
+    (
+        "write_verify_malformed_device_data",
+        canary::malformed_write_verify,
+    ),
     ("plan_graph_capture_and_replay", graph::plan_replay),
+    ("step_graph_capture_and_replay", graph::step_replay),
 ];
 
 /// `Err(message)` unless `cond`.

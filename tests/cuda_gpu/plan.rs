@@ -27,8 +27,8 @@ pub fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
 }
 
-/// Every golden plan case (plan.json, the plan steps of pipeline.json, the plan errors) through
-/// the GPU path, outputs compared in full.
+/// Every golden case (plan, write, verify, scatter and their errors) through the GPU path,
+/// outputs compared in full (new violation rows as a multiset).
 pub fn golden_vectors(_: &Gpu) -> Result<(), String> {
     let options = RunOptions {
         backend: Backend::Cuda,

@@ -1,0 +1,190 @@
+//! Write workloads of issue #5: one 8192-token prefill (without and with four real-KV sources in
+//! ALL mode), 64 requests of 512 tokens, 256 decodes of one token; slots random over the 1 GiB
+//! canary buffer; and the chain floor (8192 dependent mix3 steps in one thread) in the same run.
+
+use crate::timing::{self, print_table, Row};
+use crate::verify::{shuffled_slots, SLOTS};
+use crate::Options;
+use kv_canary::cuda::{
+    self, floors, floors::L2Flush, DeviceLaunch, DeviceRealKv, DeviceRealKvSource, Gpu, Stream,
+};
+use kv_canary::hash::splitmix64;
+use kv_canary::{
+    real_kv::RowLayout, CanaryBuffer, ChainPositionAssert, Error, HealthCounters, LaunchTag,
+    RealKvHashMode, RealKvParams, UncheckedCapacity, UncheckedShape, ViolationRing, WriteInputs,
+    WritePlan,
+};
+
+const KV_BYTES: usize = 128;
+
+fn cap(what: &'static str, n: usize) -> UncheckedCapacity {
+    UncheckedCapacity::new(what, n).unwrap()
+}
+
+struct Workload {
+    name: &'static str,
+    reqs: usize,
+    tokens: usize,
+    real_kv: bool,
+    sglang_us: f64,
+    /// Target in microseconds; `None` with `floor_factor` set: that many chain floors.
+    target_us: Option<f64>,
+    floor_factor: Option<f64>,
+}
+
+const WORKLOADS: &[Workload] = &[
+    Workload {
+        name: "prefill 8192 tokens, no real-KV",
+        reqs: 1,
+        tokens: 8192,
+        real_kv: false,
+        sglang_us: 2116.0,
+        target_us: None,
+        floor_factor: Some(1.5),
+    },
+    Workload {
+        name: "prefill 8192 tokens, 4 ALL sources x 128 B",
+        reqs: 1,
+        tokens: 8192,
+        real_kv: true,
+        sglang_us: 36208.0,
+        target_us: None,
+        floor_factor: Some(1.5),
+    },
+    Workload {
+        name: "64 requests x 512 tokens",
+        reqs: 64,
+        tokens: 512,
+        real_kv: false,
+        sglang_us: 155.0,
+        target_us: None,
+        floor_factor: None,
+    },
+    Workload {
+        name: "decode 256 x 1 token",
+        reqs: 256,
+        tokens: 1,
+        real_kv: false,
+        sglang_us: 5.5,
+        target_us: Some(4.0),
+        floor_factor: None,
+    },
+];
+
+pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
+    let flush = L2Flush::new(256 << 20)?;
+    let slots = shuffled_slots(0xF00D);
+    let stream = Stream::new(gpu)?;
+    // The chain floor: 8192 dependent mix3 steps in one thread.
+    let out = floors::filled(8, 0).and_then(|_| {
+        cust::memory::DeviceBuffer::<i64>::from_slice(&[0]).map_err(|e| Error::Cuda {
+            what: "alloc",
+            detail: e.to_string(),
+        })
+    })?;
+    let floor = timing::time(&stream, None, 3, o.reps.min(50), || {
+        floors::chain_floor(&stream, 8192, &out)
+    })?;
+    let mut rows = vec![Row::floor(
+        "write",
+        "chain floor, 8192 mix3 steps",
+        8192,
+        floor.median_us,
+    )];
+    let canary = CanaryBuffer::with_capacity(cap("slots", 1))
+        .to_device(gpu)
+        .ok();
+    drop(canary);
+    let canary = CanaryBuffer::<UncheckedCapacity, kv_canary::Device>::on_device(
+        gpu,
+        cap("slots", SLOTS),
+        kv_canary::SlotStride::DEFAULT,
+    )?;
+    let kv: Vec<cust::memory::DeviceBuffer<u8>> = [0x11u8, 0x22, 0x33, 0x44]
+        .iter()
+        .map(|&f| floors::filled(SLOTS * KV_BYTES, f))
+        .collect::<Result<_, _>>()?;
+    let layout = RowLayout {
+        num_rows: SLOTS,
+        row_bytes: KV_BYTES,
+        row_stride_bytes: KV_BYTES,
+    };
+    let params = RealKvParams::new(1, KV_BYTES as i64, KV_BYTES as i64);
+    let sources = [
+        DeviceRealKvSource::new(&kv[0], layout, params)?,
+        DeviceRealKvSource::new(&kv[1], layout, params)?,
+        DeviceRealKvSource::new(&kv[2], layout, params)?,
+        DeviceRealKvSource::new(&kv[3], layout, params)?,
+    ];
+    for wl in WORKLOADS {
+        let n = wl.reqs * wl.tokens;
+        let offsets: Vec<i64> = (0..=wl.reqs).map(|r| (r * wl.tokens) as i64).collect();
+        // Prefills start chains; decodes continue from random seed slots.
+        let seeds: Vec<i64> = (0..wl.reqs)
+            .map(|r| {
+                if wl.tokens > 1 {
+                    -1
+                } else {
+                    slots[n + r] as i64
+                }
+            })
+            .collect();
+        let plan = WritePlan::from_parts(cap("w", wl.reqs), offsets, seeds, wl.reqs as i32)?
+            .to_device(gpu)?;
+        let ids: Vec<i64> = (0..n)
+            .map(|i| (splitmix64(i as u64) % 150_000) as i64)
+            .collect();
+        let positions: Vec<i64> = (0..n).map(|i| (i % wl.tokens) as i64).collect();
+        let locs: Vec<i64> = slots[..n].iter().map(|&s| s as i64).collect();
+        let inputs = WriteInputs::from_parts(cap("e", n), ids, positions, locs)?.to_device(gpu)?;
+        let shape = UncheckedShape::from_capacities(cap("v", 1), cap("w", wl.reqs), cap("e", n));
+        let ring = ViolationRing::with_capacity(cap("ring", 1024)).to_device(gpu)?;
+        let counters = HealthCounters::new().to_device(gpu)?;
+        let mut launch = DeviceLaunch::new(LaunchTag::TailKFull)
+            .with_chain_position_assert(ChainPositionAssert::OFF);
+        if wl.real_kv {
+            launch = launch.with_real_kv(DeviceRealKv::new(RealKvHashMode::All, sources));
+        }
+        let eager = timing::time(&stream, None, 3, o.reps, || {
+            cuda::write(
+                &stream, &shape, &plan, &inputs, &launch, &canary, &ring, &counters,
+            )
+        })?;
+        let mut s2 = Stream::new(gpu)?;
+        let graph = s2.capture(|c| {
+            cuda::write(
+                c, &shape, &plan, &inputs, &launch, &canary, &ring, &counters,
+            )
+        })?;
+        let warm = timing::time(graph.stream(), None, 3, o.reps, || graph.replay())?;
+        let cold = timing::time(graph.stream(), Some(&flush), 3, o.reps.min(100), || {
+            graph.replay()
+        })?;
+        graph.stream().status()?;
+        let target = wl
+            .target_us
+            .or(wl.floor_factor.map(|f| f * floor.median_us));
+        for (mode, l2, stats) in [
+            ("eager", "warm", eager),
+            ("graph", "warm", warm),
+            ("graph", "cold", cold),
+        ] {
+            rows.push(Row {
+                op: "write",
+                workload: wl.name.into(),
+                entries: n as u64,
+                mode,
+                l2,
+                stats,
+                sglang_us: Some(wl.sglang_us),
+                target_us: target,
+            });
+        }
+    }
+    print_table("write (microseconds, median; SGLang = its graph replay; prefill target = 1.5 x chain floor)", &rows);
+    println!(
+        "  chain floor (8192 dependent mix3 steps, one thread): {:.1} us",
+        floor.median_us
+    );
+    Ok(rows)
+}

@@ -1,0 +1,815 @@
+//! The write, verify and scatter ops on the GPU against the CPU reference: random cases,
+//! buffers and counters byte-equal, violation rows compared as multisets (GPU rows of
+//! different requests or entries come in any order).
+
+use crate::rng::Rng;
+use crate::{ensure, fail};
+use kv_canary::conformance::Backend;
+use kv_canary::cuda::{Gpu, Offload};
+use kv_canary::{
+    cpu, CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,
+    HealthCounters, Launch, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
+    RealKvSources, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry,
+    VerifyPlan, ViolationRing, WriteInputs, WritePlan,
+};
+
+type U = UncheckedCapacity;
+
+fn cap(what: &'static str, n: usize) -> U {
+    UncheckedCapacity::new(what, n.max(1)).unwrap()
+}
+
+/// Everything a write or verify launch mutates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct State {
+    pub buf: CanaryBuffer<U>,
+    pub ring: ViolationRing<U>,
+    pub counters: HealthCounters,
+}
+
+/// Real-KV source bytes and parameters of a case (the launch borrows them).
+pub struct KvSetup {
+    bytes: Vec<(Vec<u8>, usize, RealKvParams)>,
+    mode: RealKvHashMode,
+}
+
+impl KvSetup {
+    fn none() -> Self {
+        KvSetup {
+            bytes: vec![],
+            mode: RealKvHashMode::None,
+        }
+    }
+
+    fn random(rng: &mut Rng, num_slots: usize) -> Self {
+        if !rng.chance(45) {
+            return Self::none();
+        }
+        let n = rng.range(1, 4) as usize;
+        let mode = rng.pick(&[
+            RealKvHashMode::None,
+            RealKvHashMode::Partial,
+            RealKvHashMode::All,
+            RealKvHashMode::All,
+        ]);
+        let bytes = (0..n)
+            .map(|_| {
+                let page = rng.range(1, 4) as usize;
+                let nbpt = 16 * rng.range(1, 8) as usize;
+                let read = 16 * rng.range(1, (nbpt / 16) as i64) as usize;
+                let row_bytes = page * nbpt + 16 * rng.range(0, 2) as usize;
+                let rows = num_slots.div_ceil(page);
+                let data = (0..rows * row_bytes)
+                    .map(|_| rng.next_u64() as u8)
+                    .collect();
+                (
+                    data,
+                    row_bytes,
+                    RealKvParams::new(page as i64, nbpt as i64, read as i64),
+                )
+            })
+            .collect();
+        KvSetup { bytes, mode }
+    }
+
+    fn launch(&self, tag: LaunchTag, chain: ChainPositionAssert) -> Launch<'_> {
+        let sources: Vec<RealKvSource<'_>> = self
+            .bytes
+            .iter()
+            .map(|(b, row, p)| RealKvSource::new(b, *row, *p).unwrap())
+            .collect();
+        let rk = RealKv::new(self.mode, RealKvSources::try_from_slice(&sources).unwrap());
+        Launch::new(tag)
+            .with_real_kv(rk)
+            .with_chain_position_assert(chain)
+    }
+}
+
+fn random_state(rng: &mut Rng, num_slots: usize, ring_rows: usize) -> State {
+    let stride = rng.pick(&[32usize, 32, 40, 64]);
+    let bytes = (0..num_slots * stride)
+        .map(|_| rng.next_u64() as u8)
+        .collect();
+    let buf = CanaryBuffer::from_bytes(cap("num_slots", num_slots), stride, bytes).unwrap();
+    let filled = rng.range(0, ring_rows as i64) as usize;
+    let rows = (0..ring_rows * 8)
+        .map(|i| if i < filled * 8 { rng.range(-5, 5) } else { 0 })
+        .collect();
+    let ring = ViolationRing::from_parts(cap("ring", ring_rows), rows, filled as i32).unwrap();
+    let counters = HealthCounters::from_parts(rng.range(0, 1000), rng.range(0, 1000));
+    State {
+        buf,
+        ring,
+        counters,
+    }
+}
+
+/// GPU state equals CPU state: bytes, counters and write index exactly; the rows appended since
+/// `initial_index` as a multiset (when the ring overflowed, the stored rows a sub-multiset of
+/// every row the CPU recorded, `all_rows`).
+pub fn same_state(
+    label: &str,
+    cpu: &State,
+    gpu: &State,
+    initial_index: i32,
+    all_rows: &[[i64; 8]],
+) -> Result<(), String> {
+    ensure!(cpu.buf == gpu.buf, "{label}: canary buffers differ");
+    ensure!(
+        cpu.counters == gpu.counters,
+        "{label}: counters differ: CPU {:?} GPU {:?}",
+        cpu.counters,
+        gpu.counters
+    );
+    ensure!(
+        cpu.ring.write_index() == gpu.ring.write_index(),
+        "{label}: write index CPU {} GPU {}",
+        cpu.ring.write_index(),
+        gpu.ring.write_index()
+    );
+    let start = usize::try_from(initial_index)
+        .unwrap_or(0)
+        .min(cpu.ring.capacity().get());
+    let rows = |s: &State| -> Vec<[i64; 8]> { s.ring.raw_rows().skip(start).collect() };
+    let (mut c, mut g) = (rows(cpu), rows(gpu));
+    ensure!(
+        cpu.ring
+            .raw_rows()
+            .take(start)
+            .eq(gpu.ring.raw_rows().take(start)),
+        "{label}: rows before the launch changed"
+    );
+    ensure!(
+        cpu.ring.rows_flat()[cpu.ring.stored_len() * 8..]
+            == gpu.ring.rows_flat()[gpu.ring.stored_len() * 8..],
+        "{label}: unused ring rows changed"
+    );
+    c.sort_unstable();
+    g.sort_unstable();
+    if cpu.ring.dropped() == 0 {
+        ensure!(
+            c == g,
+            "{label}: new violation rows differ\n  CPU {c:?}\n  GPU {g:?}"
+        );
+    } else {
+        let mut all: Vec<[i64; 8]> = all_rows.to_vec();
+        for row in &g {
+            let Some(i) = all.iter().position(|r| r == row) else {
+                return Err(format!(
+                    "{label}: GPU stored a row the CPU never recorded: {row:?}"
+                ));
+            };
+            all.swap_remove(i);
+        }
+        ensure!(
+            c.len() == g.len(),
+            "{label}: {} rows stored on the CPU, {} on the GPU",
+            c.len(),
+            g.len()
+        );
+    }
+    Ok(())
+}
+
+/// The rows `run` records into an unbounded copy of `state`'s ring.
+fn all_rows(state: &State, run: impl FnOnce(&mut State) -> Result<(), Error>) -> Vec<[i64; 8]> {
+    let mut big = state.clone();
+    let old = state.ring.clone();
+    let extra = 4096;
+    let cap_rows = old.capacity().get() + extra;
+    let mut rows = old.rows_flat().to_vec();
+    rows.resize(cap_rows * 8, 0);
+    big.ring = ViolationRing::from_parts(cap("ring", cap_rows), rows, old.write_index()).unwrap();
+    let start = old.stored_len();
+    let _ = run(&mut big);
+    big.ring.raw_rows().skip(start).collect()
+}
+
+/// A random write case: requests with distinct slots (no two entries of a launch share a slot,
+/// and no seed is written by the same launch, so the CPU's sequential order and the GPU's
+/// concurrent one must agree), some skipped entries, perturbed positions and expected inputs.
+struct WriteCase {
+    plan: WritePlan<U>,
+    ids: Vec<i64>,
+    positions: Vec<i64>,
+    slots: Vec<i64>,
+    expected: Option<(Vec<i64>, Vec<i64>)>,
+    kv: KvSetup,
+    tag: LaunchTag,
+    chain: ChainPositionAssert,
+    state: State,
+}
+
+fn random_write_case(rng: &mut Rng, long: bool) -> WriteCase {
+    let reqs = rng.range(0, 8) as usize;
+    let lens: Vec<usize> = (0..reqs)
+        .map(|_| match rng.below(10) {
+            0 if long => rng.range(200, 900) as usize,
+            0 | 1 => 0,
+            _ => rng.range(1, 40) as usize,
+        })
+        .collect();
+    let total: usize = lens.iter().sum();
+    let num_slots = (2 * total + 2 * reqs + 16).max(32);
+    let ring_rows = rng.range(1, 48) as usize;
+    let mut state = random_state(rng, num_slots, ring_rows);
+    // A permutation of the slots: entries first, then seeds.
+    let mut perm: Vec<i64> = (0..num_slots as i64).collect();
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let (mut ids, mut positions, mut slots) = (vec![], vec![], vec![]);
+    let mut offsets = vec![0i64];
+    let mut seeds = vec![];
+    let mut next = 0usize;
+    for (r, &n) in lens.iter().enumerate() {
+        let seed = if rng.chance(30) { -1 } else { perm[total + r] };
+        seeds.push(seed);
+        let mut pos = if seed >= 0 {
+            state
+                .buf
+                .slot(seed as usize)
+                .unwrap()
+                .position
+                .wrapping_add(1)
+        } else {
+            rng.range(0, 5)
+        };
+        if rng.chance(50) && seed >= 0 {
+            // A seed whose position is small, so that positions look real.
+            let mut rec = state.buf.slot(seed as usize).unwrap();
+            rec.position = rng.range(0, 100);
+            state.buf.set_slot(seed as usize, rec).unwrap();
+            pos = rec.position + 1;
+        }
+        for _ in 0..n {
+            ids.push(if rng.chance(3) {
+                rng.pick(&[-1, i64::MAX, i64::MIN, 0])
+            } else {
+                rng.range(0, 150_000)
+            });
+            positions.push(if rng.chance(4) {
+                pos + rng.range(-3, 3)
+            } else {
+                pos
+            });
+            slots.push(if rng.chance(8) { -1 } else { perm[next] });
+            pos += 1;
+            next += 1;
+        }
+        offsets.push(next as i64);
+    }
+    let req_cap = reqs + rng.range(0, 2) as usize;
+    let entries = total + rng.range(0, 4) as usize;
+    ids.resize(entries, 0);
+    positions.resize(entries, 0);
+    slots.resize(entries, -1);
+    let mut off = offsets.clone();
+    off.resize(req_cap.max(1) + 1, *offsets.last().unwrap());
+    seeds.resize(req_cap.max(1), -1);
+    let num_valid = if rng.chance(5) {
+        rng.pick(&[-1, req_cap as i32 + 3])
+    } else {
+        reqs as i32
+    };
+    let plan = WritePlan::from_parts(cap("w", req_cap), off, seeds, num_valid).unwrap();
+    let expected = rng.chance(50).then(|| {
+        let perturb = |v: &[i64], rng: &mut Rng| -> Vec<i64> {
+            v.iter()
+                .map(|&x| if rng.chance(6) { x ^ 1 } else { x })
+                .collect()
+        };
+        (perturb(&ids, rng), perturb(&positions, rng))
+    });
+    WriteCase {
+        plan,
+        kv: KvSetup::random(rng, num_slots),
+        tag: rng.pick(&LaunchTag::ALL),
+        chain: if rng.chance(70) {
+            ChainPositionAssert::ON
+        } else {
+            ChainPositionAssert::OFF
+        },
+        ids,
+        positions,
+        slots,
+        expected,
+        state,
+    }
+}
+
+fn run_write(c: &WriteCase, backend: Backend, st: &mut State) -> Result<(), Error> {
+    let e = cap("e", c.ids.len());
+    let shape = UncheckedShape::from_capacities(cap("v", 1), c.plan.capacity(), e);
+    let launch = c.kv.launch(c.tag, c.chain);
+    match &c.expected {
+        None => {
+            let inputs =
+                WriteInputs::from_parts(e, c.ids.clone(), c.positions.clone(), c.slots.clone())?;
+            match backend {
+                Backend::Cpu => cpu::write(
+                    &shape,
+                    &c.plan,
+                    &inputs,
+                    &launch,
+                    &mut st.buf,
+                    &mut st.ring,
+                    &mut st.counters,
+                )
+                .map(drop),
+                Backend::Cuda => Offload::with_default(|g| {
+                    g.write(
+                        &shape,
+                        &c.plan,
+                        &inputs,
+                        &launch,
+                        &mut st.buf,
+                        &mut st.ring,
+                        &mut st.counters,
+                    )
+                }),
+            }
+        }
+        Some((t, p)) => {
+            let inputs = WriteInputs::from_parts_with_expected(
+                e,
+                c.ids.clone(),
+                c.positions.clone(),
+                c.slots.clone(),
+                t.clone(),
+                p.clone(),
+            )?;
+            match backend {
+                Backend::Cpu => cpu::write(
+                    &shape,
+                    &c.plan,
+                    &inputs,
+                    &launch,
+                    &mut st.buf,
+                    &mut st.ring,
+                    &mut st.counters,
+                )
+                .map(drop),
+                Backend::Cuda => Offload::with_default(|g| {
+                    g.write(
+                        &shape,
+                        &c.plan,
+                        &inputs,
+                        &launch,
+                        &mut st.buf,
+                        &mut st.ring,
+                        &mut st.counters,
+                    )
+                }),
+            }
+        }
+    }
+}
+
+/// Random write cases (short and multi-tile requests), GPU against CPU.
+pub fn write_differential(_: &Gpu) -> Result<(), String> {
+    let cases = crate::scaled(1200);
+    let (mut rows, mut overflows, mut long) = (0i64, 0, 0);
+    for seed in 0..cases {
+        let mut rng = Rng::new(0x3217E_0000 + seed);
+        let c = random_write_case(&mut rng, seed % 8 == 0);
+        long += usize::from(c.plan.offsets().windows(2).any(|w| w[1] - w[0] > 256));
+        let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
+        let cpu = run_write(&c, Backend::Cpu, &mut cs);
+        let gpu = run_write(&c, Backend::Cuda, &mut gs);
+        let label = format!("write case seed {seed}");
+        ensure!(
+            cpu.is_ok() && gpu.is_ok(),
+            "{label}: CPU {cpu:?}, GPU {gpu:?}"
+        );
+        let all = all_rows(&c.state, |s| run_write(&c, Backend::Cpu, s));
+        same_state(&label, &cs, &gs, c.state.ring.write_index(), &all)?;
+        rows += i64::from(cs.ring.write_index() - c.state.ring.write_index());
+        overflows += usize::from(cs.ring.dropped() > c.state.ring.dropped());
+    }
+    println!("    {cases} random write cases equal ({rows} violation rows, {overflows} ring overflows, {long} multi-tile requests)");
+    ensure!(
+        cases < 1000 || (rows > 500 && overflows > 20 && long > 20),
+        "weak generator"
+    );
+    Ok(())
+}
+
+/// A random verify case over a buffer stamped by real chains, then tampered with.
+struct VerifyCase {
+    plan: VerifyPlan<U>,
+    check: bool,
+    kv: KvSetup,
+    tag: LaunchTag,
+    state: State,
+}
+
+fn random_verify_case(rng: &mut Rng, big: bool) -> VerifyCase {
+    let wc = random_write_case(rng, big);
+    let mut state = wc.state.clone();
+    let _ = run_write(&wc, Backend::Cpu, &mut state);
+    let num_slots = state.buf.num_slots();
+    // Tamper with a few slots.
+    for _ in 0..rng.range(0, 4) {
+        let s = rng.below(num_slots as u64) as usize;
+        let mut rec = state.buf.slot(s).unwrap();
+        match rng.below(4) {
+            0 => rec.token ^= 1,
+            1 => rec.position += 1,
+            2 => rec.prev_hash ^= 1 << 40,
+            _ => rec.real_kv_hash ^= 2,
+        }
+        state.buf.set_slot(s, rec).unwrap();
+    }
+    // Entries: the written chains (true predecessors and positions), plus random ones.
+    let mut entries = Vec::new();
+    let offsets = wc.plan.offsets();
+    for r in 0..wc.plan.active_requests() {
+        let mut prev = wc.plan.seed_slot_indices()[r];
+        for i in offsets[r] as usize..offsets[r + 1].max(offsets[r]) as usize {
+            let slot = wc.slots[i];
+            if slot < 0 {
+                continue;
+            }
+            entries.push(VerifyEntry {
+                slot,
+                expected_token: if rng.chance(50) { wc.ids[i] } else { -1 },
+                expected_position: wc.positions[i],
+                prev_slot: if rng.chance(5) { 0 } else { prev },
+            });
+            prev = slot;
+        }
+    }
+    for _ in 0..rng.range(0, 30) {
+        entries.push(VerifyEntry {
+            slot: rng.range(0, num_slots as i64 - 1),
+            expected_token: rng.range(-1, 3),
+            expected_position: rng.range(0, 50),
+            prev_slot: rng.range(-2, num_slots as i64 - 1),
+        });
+    }
+    for i in (1..entries.len()).rev() {
+        entries.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let capacity = entries.len() + rng.range(1, 8) as usize;
+    let mut plan = VerifyPlan::with_capacity(cap("v", capacity));
+    plan.set_entries(&entries).unwrap();
+    let p = plan.parts_mut();
+    if rng.chance(5) {
+        *p.enable = 0;
+    }
+    if rng.chance(5) {
+        *p.num_valid = rng.pick(&[-3, capacity as i32 + 5, (entries.len() / 2) as i32]);
+    }
+    // The fingerprint verify recomputes: the writer's (clean), or another one (REAL_KV rows).
+    let kv = if rng.chance(80) {
+        wc.kv
+    } else {
+        KvSetup::random(rng, num_slots)
+    };
+    VerifyCase {
+        plan,
+        check: rng.chance(50),
+        kv,
+        tag: rng.pick(&LaunchTag::ALL),
+        state,
+    }
+}
+
+fn run_verify(c: &VerifyCase, backend: Backend, st: &mut State) -> Result<(), Error> {
+    let shape = UncheckedShape::from_capacities(c.plan.capacity(), cap("w", 1), cap("e", 1));
+    let launch = c.kv.launch(c.tag, ChainPositionAssert::ON);
+    match (backend, c.check) {
+        (Backend::Cpu, true) => cpu::verify(
+            &shape,
+            &c.plan,
+            TokenCheckOn,
+            &launch,
+            &st.buf,
+            &mut st.ring,
+            &mut st.counters,
+        )
+        .map(drop),
+        (Backend::Cpu, false) => cpu::verify(
+            &shape,
+            &c.plan,
+            TokenCheckOff,
+            &launch,
+            &st.buf,
+            &mut st.ring,
+            &mut st.counters,
+        )
+        .map(drop),
+        (Backend::Cuda, true) => Offload::with_default(|g| {
+            g.verify(
+                &shape,
+                &c.plan,
+                TokenCheckOn,
+                &launch,
+                &st.buf,
+                &mut st.ring,
+                &mut st.counters,
+            )
+        }),
+        (Backend::Cuda, false) => Offload::with_default(|g| {
+            g.verify(
+                &shape,
+                &c.plan,
+                TokenCheckOff,
+                &launch,
+                &st.buf,
+                &mut st.ring,
+                &mut st.counters,
+            )
+        }),
+    }
+}
+
+/// Random verify cases, GPU against CPU.
+pub fn verify_differential(_: &Gpu) -> Result<(), String> {
+    let cases = crate::scaled(1200);
+    let (mut rows, mut overflows) = (0i64, 0);
+    for seed in 0..cases {
+        let mut rng = Rng::new(0x7E21F_0000 + seed);
+        let c = random_verify_case(&mut rng, seed % 10 == 0);
+        let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
+        let cpu = run_verify(&c, Backend::Cpu, &mut cs);
+        let gpu = run_verify(&c, Backend::Cuda, &mut gs);
+        let label = format!("verify case seed {seed}");
+        ensure!(
+            cpu.is_ok() && gpu.is_ok(),
+            "{label}: CPU {cpu:?}, GPU {gpu:?}"
+        );
+        let all = all_rows(&c.state, |s| run_verify(&c, Backend::Cpu, s));
+        same_state(&label, &cs, &gs, c.state.ring.write_index(), &all)?;
+        rows += i64::from(cs.ring.write_index() - c.state.ring.write_index());
+        overflows += usize::from(cs.ring.dropped() > c.state.ring.dropped());
+    }
+    println!(
+        "    {cases} random verify cases equal ({rows} violation rows, {overflows} ring overflows)"
+    );
+    ensure!(
+        cases < 1000 || (rows > 1000 && overflows > 20),
+        "weak generator"
+    );
+    Ok(())
+}
+
+/// Malformed device data: out-of-range slots, seeds, offsets and real-KV rows. The GPU records
+/// an error of the CPU's kind and touches no memory out of bounds (the sanitizer run checks
+/// that); it may still write the entries it could serve (documented difference).
+pub fn malformed_write_verify(_: &Gpu) -> Result<(), String> {
+    let mut kinds = std::collections::BTreeSet::new();
+    for seed in 0..crate::scaled(300) {
+        let mut rng = Rng::new(0xBAD2_0000 + seed);
+        let mut c = random_write_case(&mut rng, false);
+        let n = c.state.buf.num_slots() as i64;
+        let total = *c.plan.offsets().last().unwrap();
+        match rng.below(4) {
+            0 if !c.slots.is_empty() => {
+                let i = rng.below(c.slots.len() as u64) as usize;
+                c.slots[i] = n + rng.range(0, 1 << 40);
+            }
+            1 => {
+                let p = c.plan.parts_mut();
+                p.seed_slot_indices[0] = n + 3;
+            }
+            2 => {
+                let p = c.plan.parts_mut();
+                let last = p.offsets.len() - 1;
+                p.offsets[last] = total + 1000;
+                *p.num_valid_reqs = last as i32;
+            }
+            _ => {}
+        }
+        let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
+        let cpu = run_write(&c, Backend::Cpu, &mut cs);
+        let gpu = run_write(&c, Backend::Cuda, &mut gs);
+        let kind = |r: &Result<(), Error>| {
+            r.as_ref().err().map(|e| {
+                format!("{e:?}")
+                    .split([' ', '{'])
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            })
+        };
+        match (&cpu, &gpu) {
+            (Ok(()), Ok(())) => {}
+            (Err(_), Err(_)) => {
+                ensure!(
+                    kind(&cpu) == kind(&gpu),
+                    "write seed {seed}: CPU {cpu:?}, GPU {gpu:?}"
+                );
+                ensure!(cs == c.state, "the CPU modified state on error");
+                kinds.insert(kind(&cpu).unwrap());
+            }
+            _ => return Err(format!("write seed {seed}: CPU {cpu:?}, GPU {gpu:?}")),
+        }
+    }
+    for seed in 0..crate::scaled(200) {
+        let mut rng = Rng::new(0xBAD3_0000 + seed);
+        let mut c = random_verify_case(&mut rng, false);
+        let n = c.state.buf.num_slots() as i64;
+        let active = c.plan.active_len();
+        if active > 0 {
+            let i = rng.below(active as u64) as usize;
+            let p = c.plan.parts_mut();
+            if rng.chance(50) {
+                p.slot_indices[i] = rng.pick(&[-5, n, n + 77]);
+            } else {
+                p.slot_indices[i] = 1;
+                p.prev_slot_indices[i] = n + 1;
+            }
+        }
+        let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
+        let cpu = run_verify(&c, Backend::Cpu, &mut cs);
+        let gpu = run_verify(&c, Backend::Cuda, &mut gs);
+        let kind = |r: &Result<(), Error>| {
+            r.as_ref().err().map(|e| {
+                format!("{e:?}")
+                    .split([' ', '{'])
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            })
+        };
+        ensure!(
+            kind(&cpu) == kind(&gpu),
+            "verify seed {seed}: CPU {cpu:?}, GPU {gpu:?}"
+        );
+        if let Some(k) = kind(&cpu) {
+            kinds.insert(k);
+        }
+    }
+    println!("    error kinds reproduced on the GPU: {kinds:?}");
+    ensure!(kinds.len() >= 3, "only {kinds:?}");
+    Ok(())
+}
+
+/// Random scatter cases, GPU against CPU (distinct pool rows per request, so no two blocks
+/// write one row).
+pub fn scatter_differential(_: &Gpu) -> Result<(), String> {
+    for seed in 0..crate::scaled(1000) {
+        let mut rng = Rng::new(0x5CA7_0000 + seed);
+        let rows = rng.range(1, 20) as usize;
+        let width = rng.range(1, 1500) as usize;
+        let bs = rng.range(0, rows as i64) as usize;
+        let mut perm: Vec<i64> = (0..rows as i64).collect();
+        for i in (1..rows).rev() {
+            perm.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let mut offsets = vec![0i64];
+        for _ in 0..bs {
+            let len = if rng.chance(10) {
+                rng.range(0, 2 * width as i64)
+            } else {
+                rng.range(0, 30)
+            };
+            offsets.push(offsets.last().unwrap() + len);
+        }
+        let flat: Vec<i64> = (0..*offsets.last().unwrap())
+            .map(|_| rng.next_u64() as i64)
+            .collect();
+        let rpi: Vec<i64> = perm[..bs].to_vec();
+        let pool = ExpectedTokenTable::from_vec(
+            rows,
+            width,
+            (0..rows * width).map(|_| rng.range(-9, 9) as i32).collect(),
+        )
+        .map_err(fail("pool"))?;
+        let (mut c, mut g) = (pool.clone(), pool);
+        let cpu = cpu::scatter_req_token_ids(&flat, &offsets, &rpi, &mut c).map(drop);
+        let gpu = Offload::with_default(|o| o.scatter_req_token_ids(&flat, &offsets, &rpi, &mut g));
+        ensure!(cpu == gpu, "scatter seed {seed}: CPU {cpu:?} GPU {gpu:?}");
+        ensure!(c == g, "scatter seed {seed}: pools differ");
+    }
+    println!("    {} random scatter cases equal", crate::scaled(1000));
+    Ok(())
+}
+
+/// The worked example of spec §4 then §5, on the GPU through device buffers directly.
+pub fn worked_example(gpu: &Gpu) -> Result<(), String> {
+    use kv_canary::cuda::{self, DeviceLaunch, Stream};
+    use kv_canary::{Cap, Shape};
+    let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
+    let mut buf = CanaryBuffer::<Cap<32>>::new();
+    let h0 = kv_canary::hash::CHAIN_HEAD;
+    let rec = |t: i64, p: i64, h: i64| CanarySlot {
+        token: t,
+        position: p,
+        prev_hash: h,
+        real_kv_hash: 0,
+    };
+    buf.set_slot(16, rec(7, 0, h0)).unwrap();
+    buf.set_slot(17, rec(8, 1, 0xDBC1_2076_86F8_BBC5u64 as i64))
+        .unwrap();
+    buf.set_slot(18, rec(9, 2, 0x4EF0_9C77_85A2_1CAFu64 as i64))
+        .unwrap();
+    let mut plan = shape.write_plan();
+    let p = plan.parts_mut();
+    p.offsets[..4].copy_from_slice(&[0, 2, 2, 6]);
+    p.seed_slot_indices[..3].copy_from_slice(&[18, -1, -1]);
+    *p.num_valid_reqs = 3;
+    let mut inputs = shape.write_inputs();
+    let q = inputs.parts_mut();
+    q.input_ids[..6].copy_from_slice(&[20, 21, 30, 31, 32, 33]);
+    q.positions[..6].copy_from_slice(&[3, 4, 0, 1, 2, 3]);
+    q.out_cache_loc[..6].copy_from_slice(&[19, 20, 8, 9, -1, 11]);
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let dbuf = buf.to_device(gpu).map_err(fail("upload"))?;
+    let ring = ViolationRing::<Cap<4>>::new()
+        .to_device(gpu)
+        .map_err(fail("ring"))?;
+    let counters = HealthCounters::new()
+        .to_device(gpu)
+        .map_err(fail("counters"))?;
+    let (dplan, dinputs) = (
+        plan.to_device(gpu).map_err(fail("plan"))?,
+        inputs.to_device(gpu).map_err(fail("inputs"))?,
+    );
+    let launch = DeviceLaunch::new(LaunchTag::HeadKFull);
+    cuda::write(
+        &stream, &shape, &dplan, &dinputs, &launch, &dbuf, &ring, &counters,
+    )
+    .map_err(fail("write"))?;
+    stream.status().map_err(fail("status"))?;
+    let out = dbuf.to_host().map_err(fail("download"))?;
+    let want = [
+        (19, rec(20, 3, 0xDC37_D74B_D8DF_50E3u64 as i64)),
+        (20, rec(21, 4, 0x6D4C_2E18_6F09_8B17u64 as i64)),
+        (8, rec(30, 0, h0)),
+        (9, rec(31, 1, 0x4C6A_3ABC_57D1_43F3u64 as i64)),
+        (11, rec(33, 3, 0xC299_A846_AE16_7CF3u64 as i64)),
+    ];
+    for (s, r) in want {
+        ensure!(
+            out.slot(s) == Some(r),
+            "slot {s}: {:?}, want {r:?}",
+            out.slot(s)
+        );
+    }
+    let c = counters.to_host().map_err(fail("counters"))?;
+    ensure!(
+        (c.slot_run_counter(), c.kernel_run_counter()) == (5, 1),
+        "counters {c:?}"
+    );
+    // §5: verify the three prefix entries with the token check on: two TOKEN rows.
+    let mut vplan = shape.verify_plan();
+    vplan
+        .set_entries(&[
+            VerifyEntry {
+                slot: 16,
+                expected_token: 200,
+                expected_position: 0,
+                prev_slot: -1,
+            },
+            VerifyEntry {
+                slot: 17,
+                expected_token: 201,
+                expected_position: 1,
+                prev_slot: 16,
+            },
+            VerifyEntry {
+                slot: 18,
+                expected_token: -1,
+                expected_position: 2,
+                prev_slot: 17,
+            },
+        ])
+        .map_err(fail("entries"))?;
+    let dv = vplan.to_device(gpu).map_err(fail("plan"))?;
+    cuda::verify(
+        &stream,
+        &shape,
+        &dv,
+        TokenCheckOn,
+        &launch,
+        &dbuf,
+        &ring,
+        &counters,
+    )
+    .map_err(fail("verify"))?;
+    stream.status().map_err(fail("status"))?;
+    let r = ring.to_host().map_err(fail("ring"))?;
+    let mut rows: Vec<_> = r.raw_rows().collect();
+    rows.sort_unstable();
+    ensure!(
+        rows == vec![
+            [0, 16, 0, 7, 200, h0, h0, 32],
+            [
+                0,
+                17,
+                1,
+                8,
+                201,
+                -2611770615455499323,
+                -2611770615455499323,
+                32
+            ]
+        ],
+        "verify rows {rows:?}"
+    );
+    println!("    spec §4 and §5 worked examples reproduced on the GPU");
+    Ok(())
+}
