@@ -1,9 +1,9 @@
 //! One full canary step on the GPU: plan, verify (head), write, verify (tail), on device
 //! buffers, printing the plan summary, the violations found and each kernel's device time.
 //!
-//! Step 0 prefills three requests; step 1 (the step shown in full) decodes one token each after
-//! a slot of request 2's prefix was corrupted behind the canary's back, so the head verify
-//! reports it.
+//! Step 0 prefills three requests; step 1 decodes one token each after a slot of request 2's
+//! prefix was corrupted behind the canary's back: both verifies of that step (head, before the
+//! write, and tail, after it) report the broken chain link of the slot after it.
 //!
 //! Run on a machine with a CUDA GPU: `cargo run --release --features cuda --example cuda_step`
 //! (or the binary staged by `scripts/gpu-build.sh`). Without a device it says so and exits.

@@ -16,7 +16,7 @@
 //  2. Any row error: block 0 records the first (in row order) and the launch writes nothing.
 //  3. Write metadata: the last block writes offsets (tail zeroed) and seeds; the seeds' table
 //     reads were issued in step 1.
-//  4. Verify entries: the T entries are cut into G chunks of whole rounds of 4 x 512 entries.
+//  4. Verify entries: the T entries are cut into G chunks of whole multiples of 512 entries.
 //     Each thread finds its first row once (a binary search per thread, not per entry) and then
 //     walks rows forward; per round it has four entries in flight (their table, LUT and pool
 //     loads issued before any store). Consecutive threads handle consecutive positions of a
@@ -212,13 +212,15 @@ __device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r, bool has_pool)
                     vl, has_pool);
 }
 
-// Entry chunking: the T entries in G chunks of whole rounds; [c0, c1) for this block.
+// Entry chunking: the T entries in G chunks of whole 512-entry rows of threads; [c0, c1) for
+// this block. (Small batches spread over many blocks, one entry a thread, for latency; large
+// ones give each thread UNROLL entries in flight per round.)
 struct Chunk {
     i64 c0, c1;
 };
 __device__ __forceinline__ Chunk block_chunk(i64 total) {
     const i64 per_block = (total + gridDim.x - 1) / gridDim.x;
-    const i64 chunk = (per_block + ROUND - 1) / ROUND * ROUND;
+    const i64 chunk = (per_block + PLAN_THREADS - 1) / PLAN_THREADS * PLAN_THREADS;
     const i64 c0 = static_cast<i64>(blockIdx.x) * chunk;
     return {c0, c0 + chunk < total ? c0 + chunk : total};
 }

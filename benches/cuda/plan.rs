@@ -15,6 +15,8 @@ pub struct Workload {
     pub window: u64,
     pub pool: bool,
     pub half_capacity: bool,
+    /// SWA with SGLang's GPU semantics (clamp) instead of the CPU's (check first).
+    pub clamping: bool,
     pub sglang_us: f64,
     pub target_us: f64,
 }
@@ -33,6 +35,7 @@ const fn w(
         window: 0,
         pool: false,
         half_capacity: false,
+        clamping: false,
         sglang_us,
         target_us,
     }
@@ -49,6 +52,17 @@ pub const WORKLOADS: &[Workload] = &[
         window: 4096,
         ..w(
             "SWA bs=256, ~32k, window 4096, with LUT",
+            256,
+            32768,
+            51.1,
+            25.0,
+        )
+    },
+    Workload {
+        window: 4096,
+        clamping: true,
+        ..w(
+            "SWA bs=256, ~32k, window 4096, LUT, clamping",
             256,
             32768,
             51.1,
@@ -100,6 +114,7 @@ struct Prepared {
     verify: kv_canary::VerifyPlan<UncheckedCapacity, kv_canary::Device>,
     write: kv_canary::WritePlan<UncheckedCapacity, kv_canary::Device>,
     entries: u64,
+    clamping: bool,
 }
 
 fn prepare(gpu: &Gpu, wl: &Workload, seed: u64) -> Result<Prepared, Error> {
@@ -183,6 +198,7 @@ fn prepare(gpu: &Gpu, wl: &Workload, seed: u64) -> Result<Prepared, Error> {
         lut,
         pool,
         entries,
+        clamping: wl.clamping,
     })
 }
 
@@ -199,6 +215,13 @@ fn launch<'a, L: cuda::Queue<'a> + ?Sized>(
             on,
             &p.shape,
             &base.with_expected(t.with_valid_lens(l)),
+            &p.verify,
+            &p.write,
+        ),
+        (Some(lut), None) if p.clamping => cuda::plan(
+            on,
+            &p.shape,
+            &base.with_group(cuda::Swa::clamping(window, lut)),
             &p.verify,
             &p.write,
         ),
@@ -263,6 +286,22 @@ fn bench_one(
 pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     let flush = L2Flush::new(256 << 20)?;
     let mut rows = Vec::new();
+    // What a launch costs by itself: empty kernels, graph replay.
+    for (grid, block) in [(1u32, 32u32), (gpu.sm_count() * 2, 512)] {
+        let mut stream = Stream::new(gpu)?;
+        let graph = stream.capture(|c| cuda::floors::empty(c, grid, block))?;
+        let st = timing::time(graph.stream(), None, 10, o.reps, || graph.replay())?;
+        println!(
+            "empty kernel <<<{grid}, {block}>>>, graph replay: {:.1} us (median)",
+            st.median_us
+        );
+        rows.push(Row::floor(
+            "plan",
+            &format!("empty kernel {grid}x{block}, graph"),
+            0,
+            st.median_us,
+        ));
+    }
     for wl in WORKLOADS {
         bench_one(gpu, wl, o, &flush, &mut rows)?;
     }

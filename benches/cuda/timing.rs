@@ -126,7 +126,7 @@ pub fn print_table(title: &str, rows: &[Row]) {
         "workload", "entries", "graph us", "cold us", "eager us", "SGLang", "target"
     );
     let mut names: Vec<&str> = Vec::new();
-    for r in rows {
+    for r in rows.iter().filter(|r| r.mode != "floor") {
         if !names.contains(&r.workload.as_str()) {
             names.push(&r.workload);
         }

@@ -3,7 +3,7 @@
 //! without its memory, and an L2 flush for cold-cache timings. Not needed by engines.
 
 use super::driver::{self, check};
-use super::stream::Stream;
+use super::stream::{Queue, Stream};
 use crate::Error;
 use cust::memory::DeviceBuffer;
 use cust::sys;
@@ -149,6 +149,28 @@ pub fn chain_floor(stream: &Stream<'_>, n: usize, out: &DeviceBuffer<i64>) -> Re
     let t = stream.target();
     // SAFETY: two 8-byte parameters laid out as the packed struct; `out` holds one element.
     unsafe { launch_packed(&t, t.gpu.kernels().chain_floor, 1, 1, &args) }
+}
+
+/// Queues an empty kernel of `grid` blocks of `block` threads: what a launch (or a graph replay
+/// of one kernel node) costs by itself.
+pub fn empty<'a, Q: Queue<'a> + ?Sized>(on: &Q, grid: u32, block: u32) -> Result<(), Error> {
+    let t = on.target();
+    // SAFETY: the kernel takes no parameters and touches no memory.
+    check("cuLaunchKernel", unsafe {
+        sys::cuLaunchKernel(
+            t.gpu.kernels().empty,
+            grid.max(1),
+            1,
+            1,
+            block.max(1),
+            1,
+            1,
+            0,
+            t.stream,
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+        )
+    })
 }
 
 /// Launches a kernel of several scalar parameters from one `#[repr(C)]` struct of 8-byte

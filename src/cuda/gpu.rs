@@ -46,6 +46,7 @@ pub(crate) struct Kernels {
     pub(crate) scatter: CUfunction,
     pub(crate) gather_floor: CUfunction,
     pub(crate) chain_floor: CUfunction,
+    pub(crate) empty: CUfunction,
 }
 
 /// One CUDA device: its (primary) context, the kernels of `kernels/*.cu` loaded from their
@@ -141,6 +142,7 @@ impl Gpu {
             scatter: f(sm, "kv_canary_scatter")?,
             gather_floor: f(bm, "kv_canary_gather_floor")?,
             chain_floor: f(bm, "kv_canary_chain_floor")?,
+            empty: f(bm, "kv_canary_empty")?,
         };
         // The plan kernels keep up to 4096 rows in dynamic shared memory (98 KB a block).
         let plan_shared = super::plan::plan_shared_bytes(crate::consts::PLAN_BS_BLOCK_SIZE);

@@ -268,12 +268,30 @@ impl<W: Capacity> Copy for DeviceExpectedPool<'_, W> {}
 pub struct Swa<'a> {
     window: u64,
     lut: &'a DeviceLut,
+    strict: bool,
 }
 
 impl<'a> Swa<'a> {
-    /// An SWA group of `window` positions translating through `lut`.
+    /// An SWA group of `window` positions translating through `lut`, checked like the CPU op:
+    /// a slot past the LUT's end is [`Error::LutIndexOutOfRange`] and nothing is written (the
+    /// plan then takes two launches, see [`plan`](super::plan)).
     pub fn new(window: u64, lut: &'a DeviceLut) -> Self {
-        Swa { window, lut }
+        Swa {
+            window,
+            lut,
+            strict: true,
+        }
+    }
+
+    /// The same group with SGLang's GPU semantics for a slot past the LUT's end: the index is
+    /// clamped to the last element (-1 in production LUTs), the error is recorded in the status
+    /// word, and the outputs are written. One launch instead of two.
+    pub fn clamping(window: u64, lut: &'a DeviceLut) -> Self {
+        Swa {
+            window,
+            lut,
+            strict: false,
+        }
     }
 }
 
@@ -295,6 +313,8 @@ pub trait DeviceGroup<'a>: Copy + sealed::Sealed {
     fn window(&self) -> u64;
     /// The LUT, if any.
     fn lut(&self) -> Option<&'a DeviceLut>;
+    /// Whether LUT indices are checked before anything is written (a separate launch).
+    fn checks_lut(&self) -> bool;
 }
 
 impl sealed::Sealed for Full {}
@@ -305,6 +325,9 @@ impl<'a> DeviceGroup<'a> for Full {
     fn lut(&self) -> Option<&'a DeviceLut> {
         None
     }
+    fn checks_lut(&self) -> bool {
+        false
+    }
 }
 
 impl sealed::Sealed for Swa<'_> {}
@@ -314,6 +337,9 @@ impl<'a, 'l: 'a> DeviceGroup<'a> for Swa<'l> {
     }
     fn lut(&self) -> Option<&'a DeviceLut> {
         Some(self.lut)
+    }
+    fn checks_lut(&self) -> bool {
+        self.strict
     }
 }
 

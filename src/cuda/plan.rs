@@ -125,7 +125,7 @@ where
     let kernels = target.gpu.kernels();
     let variant = usize::from(lut.is_some()) * 2 + usize::from(pool.is_some());
     let grid = target.gpu.sm_count() * target.gpu.launch_config().plan_blocks_per_sm;
-    if lut.is_some() {
+    if lut.is_some() && inputs.group.checks_lut() {
         // SAFETY: as for the plan kernel below (same arguments; the check kernel only reads the
         // inputs, bounded the same way, and the stream's two scratch words).
         unsafe {

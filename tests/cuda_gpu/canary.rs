@@ -45,6 +45,10 @@ impl KvSetup {
         if !rng.chance(45) {
             return Self::none();
         }
+        Self::sources(rng, num_slots)
+    }
+
+    fn sources(rng: &mut Rng, num_slots: usize) -> Self {
         let n = rng.range(1, 4) as usize;
         let mode = rng.pick(&[
             RealKvHashMode::None,
@@ -260,7 +264,7 @@ fn random_write_case(rng: &mut Rng, long: bool) -> WriteCase {
         offsets.push(next as i64);
     }
     let req_cap = reqs + rng.range(0, 2) as usize;
-    let entries = total + rng.range(0, 4) as usize;
+    let entries = (total + rng.range(0, 4) as usize).max(1);
     ids.resize(entries, 0);
     positions.resize(entries, 0);
     slots.resize(entries, -1);
@@ -580,7 +584,20 @@ pub fn malformed_write_verify(_: &Gpu) -> Result<(), String> {
                 p.offsets[last] = total + 1000;
                 *p.num_valid_reqs = last as i32;
             }
-            _ => {}
+            _ => {
+                // Real-KV sources shorter than the canary buffer: written slots past their rows.
+                if c.kv.mode == RealKvHashMode::None {
+                    c.kv.mode = RealKvHashMode::Partial;
+                }
+                if c.kv.bytes.is_empty() {
+                    c.kv = KvSetup::sources(&mut Rng::new(seed), n as usize);
+                    c.kv.mode = RealKvHashMode::All;
+                }
+                for (bytes, row, _) in &mut c.kv.bytes {
+                    let rows = bytes.len() / *row;
+                    bytes.truncate((rows / 3).max(1) * *row);
+                }
+            }
         }
         let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
         let cpu = run_write(&c, Backend::Cpu, &mut cs);
