@@ -157,7 +157,8 @@ __device__ __forceinline__ bool real_kv_rows_ok(const RealKv& kv, i64 s, i64* st
 #pragma unroll
     for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
         if (k < kv.num_sources) {
-            i64 row = s / kv.page_size[k];
+            const i64 page = kv.page_size[k];
+            const i64 row = page == 1 ? s : s / page;  // 64-bit division only for real pages
             if (row >= kv.num_rows[k]) {
                 record_status(status, ST_REAL_KV_ROW, k, s, row, kv.num_rows[k]);
                 return false;
@@ -173,7 +174,7 @@ __device__ __forceinline__ bool real_kv_rows_ok(const RealKv& kv, i64 s, i64* st
 template <bool PARTIAL, int PREFETCH = 4>
 __device__ __forceinline__ u64 source_hash(const RealKv& kv, int k, i64 s) {
     const i64 page = kv.page_size[k];
-    const i64 row = s / page;
+    const i64 row = page == 1 ? s : s / page;
     const i64 col0 = (s - row * page) * kv.bytes_per_token[k];
     const ulonglong2* v =
         reinterpret_cast<const ulonglong2*>(kv.base[k] + row * kv.row_stride[k] + col0);

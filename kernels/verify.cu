@@ -127,7 +127,7 @@ __device__ __forceinline__ void verify_grouped(const VerifyArgs& a) {
             st = load_slot(a.buf, a.stride, s);
             if (prev > 0) pv = load_slot(a.buf, a.stride, prev);
         }
-        u64 h = (ok && q < a.kv.num_sources) ? source_hash<false>(a.kv, q, s) : 0;
+        u64 h = (ok && q < a.kv.num_sources) ? source_hash<false, 8>(a.kv, q, s) : 0;
         u64 acc = 0;
 #pragma unroll
         for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
@@ -153,5 +153,7 @@ KVC_VERIFY_ENTRY(kv_canary_verify, verify_single, kvc::KV_NONE, false, 4)
 KVC_VERIFY_ENTRY(kv_canary_verify_tokens, verify_single, kvc::KV_NONE, true, 4)
 KVC_VERIFY_ENTRY(kv_canary_verify_partial, verify_single, kvc::KV_PARTIAL, false, 2)
 KVC_VERIFY_ENTRY(kv_canary_verify_partial_tokens, verify_single, kvc::KV_PARTIAL, true, 2)
-KVC_VERIFY_ENTRY(kv_canary_verify_all, verify_grouped, 2, false, 2)
-KVC_VERIFY_ENTRY(kv_canary_verify_all_tokens, verify_grouped, 2, true, 2)
+// ALL: one block of 512 a multiprocessor, so that each lane keeps its source's 128 bytes in
+// registers (8 x 16-byte loads in flight) without spilling.
+KVC_VERIFY_ENTRY(kv_canary_verify_all, verify_grouped, 2, false, 1)
+KVC_VERIFY_ENTRY(kv_canary_verify_all_tokens, verify_grouped, 2, true, 1)

@@ -68,33 +68,47 @@ __device__ __forceinline__ void worker_barrier() {
     asm volatile("bar.sync 1, %0;" ::"n"(WRITE_WORKERS) : "memory");
 }
 
+// One entry as the chain and the stores need it.
+struct Entry {
+    i64 tk, ps, sl, rk;
+    unsigned char f;
+};
+
+// Loads entry i, checks its slot, folds its real-KV bytes, compares the input assert.
 // KV: 0 = no fold, 1 = PARTIAL, 2 = ALL.
 template <int KV, bool INPUT_ASSERT>
-__device__ __forceinline__ void load_entry(const WriteArgs& a, Tile& t, int k, i64 i) {
-    const i64 tk = __ldg(a.input_ids + i);
-    const i64 ps = __ldg(a.positions + i);
-    const i64 sl = __ldg(a.out_cache_loc + i);
-    unsigned char f = 0;
-    i64 rk = 0;
-    if (sl < 0) {
-        f = F_SKIP;
-    } else if (sl >= a.num_slots) {
-        record_status(a.status, ST_SLOT_OUT_OF_RANGE, SA_OUT_CACHE_LOC, i, sl, a.num_slots);
-        f = F_SKIP;
-    } else if (KV != 0 && !real_kv_rows_ok(a.kv, sl, a.status)) {
-        f = F_SKIP;
+__device__ __forceinline__ Entry load_entry(const WriteArgs& a, i64 i) {
+    Entry e;
+    e.tk = __ldg(a.input_ids + i);
+    e.ps = __ldg(a.positions + i);
+    e.sl = __ldg(a.out_cache_loc + i);
+    e.f = 0;
+    e.rk = 0;
+    if (e.sl < 0) {
+        e.f = F_SKIP;
+    } else if (e.sl >= a.num_slots) {
+        record_status(a.status, ST_SLOT_OUT_OF_RANGE, SA_OUT_CACHE_LOC, i, e.sl, a.num_slots);
+        e.f = F_SKIP;
+    } else if (KV != 0 && !real_kv_rows_ok(a.kv, e.sl, a.status)) {
+        e.f = F_SKIP;
     } else {
-        if (KV != 0) rk = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, sl));
+        if (KV != 0) e.rk = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, e.sl));
         if (INPUT_ASSERT) {
-            if (tk != __ldg(a.exp_tokens + i)) f |= F_TOK;
-            if (ps != __ldg(a.exp_positions + i)) f |= F_POS;
+            if (e.tk != __ldg(a.exp_tokens + i)) e.f |= F_TOK;
+            if (e.ps != __ldg(a.exp_positions + i)) e.f |= F_POS;
         }
     }
-    t.tok[k] = tk;
-    t.pos[k] = ps;
-    t.slot[k] = sl;
-    t.rk[k] = rk;
-    t.flags[k] = f;
+    return e;
+}
+
+template <int KV, bool INPUT_ASSERT>
+__device__ __forceinline__ void load_entry_to(const WriteArgs& a, Tile& t, int k, i64 i) {
+    const Entry e = load_entry<KV, INPUT_ASSERT>(a, i);
+    t.tok[k] = e.tk;
+    t.pos[k] = e.ps;
+    t.slot[k] = e.sl;
+    t.rk[k] = e.rk;
+    t.flags[k] = e.f;
 }
 
 // Stores entry k of a finished tile and appends its violation rows in entry order.
@@ -143,6 +157,78 @@ __device__ __forceinline__ void store_entry(const WriteArgs& a, const Ring& ring
     }
 }
 
+// A request of at most 32 entries, in one warp: lane i loads (and folds) entry i; every lane runs
+// the same chain over the entries (shuffled to all lanes), so each knows its entry's hash; rows
+// are reserved in entry order with one atomic.
+template <int KV, bool INPUT_ASSERT>
+__device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring, i64 start, int count, i64 seed) {
+    const int lane = threadIdx.x & 31;
+    u64 running = CHAIN_HEAD;
+    i64 prev_pos = 0;
+    bool chain_assert = false;
+    Slot sd = {};
+    if (seed >= 0 && lane == 0) sd = load_slot(a.buf, a.stride, seed);
+    Entry e = {0, 0, -1, 0, F_SKIP};
+    if (lane < count) e = load_entry<KV, INPUT_ASSERT>(a, start + lane);
+    if (seed >= 0) {
+        sd.token = __shfl_sync(0xffffffffu, sd.token, 0);
+        sd.position = __shfl_sync(0xffffffffu, sd.position, 0);
+        sd.prev_hash = __shfl_sync(0xffffffffu, sd.prev_hash, 0);
+        running = slot_hash(sd);
+        chain_assert = (a.chain_assert ? *a.chain_assert : a.chain_assert_fixed) != 0;
+        prev_pos = sd.position;
+    }
+    i64 my_hash = 0, my_cexp = 0;
+    bool my_cpos = false;
+    for (int k = 0; k < count; ++k) {
+        const i64 tk = __shfl_sync(0xffffffffu, e.tk, k);
+        const i64 ps = __shfl_sync(0xffffffffu, e.ps, k);
+        const bool skip = (__shfl_sync(0xffffffffu, static_cast<int>(e.f), k) & F_SKIP) != 0;
+        if (lane == k) my_hash = static_cast<i64>(running);
+        const u64 next = mix3(running, static_cast<u64>(tk), static_cast<u64>(ps));
+        if (chain_assert && !skip) {
+            const i64 want = static_cast<i64>(static_cast<u64>(prev_pos) + 1);
+            if (lane == k && ps != want) {
+                my_cpos = true;
+                my_cexp = want;
+            }
+            prev_pos = ps;
+        }
+        running = skip ? running : next;
+    }
+    const bool stored = !(e.f & F_SKIP);
+    if (stored) {
+        const Slot v = {e.tk, e.ps, my_hash, e.rk};
+        store_slot(a.buf, a.stride, e.sl, v);
+    }
+    const unsigned written = __popc(__ballot_sync(0xffffffffu, stored));
+    if (lane == 0 && written > 0) atomic_add_i64(a.slot_counter, written);
+    const int input_row = (INPUT_ASSERT && stored && (e.f & (F_TOK | F_POS))) ? 1 : 0;
+    const int chain_row = (stored && my_cpos) ? 1 : 0;
+    const int rows = input_row + chain_row;
+    int inc = rows;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int n = __shfl_up_sync(0xffffffffu, inc, d);
+        if (lane >= d) inc += n;
+    }
+    const int total = __shfl_sync(0xffffffffu, inc, 31);
+    if (total == 0) return;
+    i64 base = 0;
+    if (lane == 0) base = reserve_violations(ring, total);
+    base = __shfl_sync(0xffffffffu, base, 0);
+    i64 seq = base + inc - rows;
+    const i64 i = start + lane;
+    if (input_row) {
+        const i64 bits = ((e.f & F_TOK) ? WRITE_TOKEN_MISMATCH : 0) | ((e.f & F_POS) ? WRITE_POSITION_MISMATCH : 0);
+        store_violation(ring, seq++, a.tag, e.sl, e.ps, e.tk, __ldg(a.exp_tokens + i), my_hash,
+                        __ldg(a.exp_positions + i), bits);
+    }
+    if (chain_row) {
+        store_violation(ring, seq, a.tag, e.sl, e.ps, e.tk, e.tk, my_hash, my_cexp, WRITE_POSITION_MISMATCH);
+    }
+}
+
 template <int KV, bool INPUT_ASSERT>
 __device__ __forceinline__ void write_body(const WriteArgs& a) {
     __shared__ Tile s_tiles[WRITE_BUFS];
@@ -157,6 +243,7 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     if (r >= nreq) return;
     const i64 start = __ldg(a.offsets + r);
     const i64 end = __ldg(a.offsets + r + 1);
+    const i64 seed = __ldg(a.seeds + r);  // read together with the offsets
     // Offsets must be non-decreasing and inside [0, entry_capacity] (the CPU's check, per
     // request): a request whose range breaks that is recorded and skipped.
     if (start < 0 || start > a.entry_capacity) {
@@ -168,7 +255,6 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
         return;
     }
     if (end == start) return;  // empty request: no seed read
-    const i64 seed = __ldg(a.seeds + r);
     if (seed >= a.num_slots) {
         if (tid == 0) record_status(a.status, ST_SLOT_OUT_OF_RANGE, SA_WRITE_SEED, r, seed, a.num_slots);
         return;
@@ -176,6 +262,11 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     const i64 count = end - start;
     const i64 ntiles = (count + WRITE_TILE - 1) / WRITE_TILE;
     const Ring ring = {a.ring, a.ring_capacity, a.write_index};
+    if (count <= 32) {
+        // Decode-sized requests: warp 0 alone, no block barrier.
+        if (tid < 32) write_small<KV, INPUT_ASSERT>(a, ring, start, static_cast<int>(count), seed);
+        return;
+    }
 
     // Chain state (thread 0 only).
     u64 running = CHAIN_HEAD;
@@ -192,25 +283,38 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
                     prev_pos = sd.position;
                 }
             } else if (t < ntiles) {
+                // The serial part: only mix3 depends on the previous step. Flags, tokens and
+                // positions of eight entries are read ahead; a skipped entry keeps the running
+                // hash by a select, not a branch, so the reads never wait for the chain.
                 Tile& tl = s_tiles[t % WRITE_BUFS];
-                const i64 len = min(static_cast<i64>(WRITE_TILE), count - t * WRITE_TILE);
-#pragma unroll 4
-                for (int k = 0; k < len; ++k) {
-                    const unsigned char f = tl.flags[k];
-                    if (f & F_SKIP) continue;
-                    const i64 tk = tl.tok[k];
-                    const i64 ps = tl.pos[k];
-                    tl.hash[k] = static_cast<i64>(running);
-                    if (chain_assert) {
-                        const i64 want = static_cast<i64>(static_cast<u64>(prev_pos) + 1);
-                        if (ps != want) {
-                            tl.flags[k] = f | F_CPOS;
-                            tl.cexp[k] = want;
-                        }
-                        prev_pos = ps;
+                const int len = static_cast<int>(min(static_cast<i64>(WRITE_TILE), count - t * WRITE_TILE));
+                for (int k0 = 0; k0 < len; k0 += 8) {
+                    i64 tk[8], ps[8];
+                    unsigned char fl[8];
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        const int k = k0 + j < len ? k0 + j : len - 1;
+                        fl[j] = k0 + j < len ? tl.flags[k] : F_SKIP;
+                        tk[j] = tl.tok[k];
+                        ps[j] = tl.pos[k];
                     }
-                    running = mix3(running, static_cast<u64>(tk), static_cast<u64>(ps));
-                    ++written;
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        const int k = k0 + j;
+                        const bool skip = (fl[j] & F_SKIP) != 0;
+                        if (k < len) tl.hash[k] = static_cast<i64>(running);  // unread when skipped
+                        const u64 next = mix3(running, static_cast<u64>(tk[j]), static_cast<u64>(ps[j]));
+                        if (chain_assert && !skip) {
+                            const i64 want = static_cast<i64>(static_cast<u64>(prev_pos) + 1);
+                            if (ps[j] != want) {
+                                tl.flags[k] = fl[j] | F_CPOS;
+                                tl.cexp[k] = want;
+                            }
+                            prev_pos = ps[j];
+                        }
+                        running = skip ? running : next;
+                        written += skip ? 0 : 1;
+                    }
                 }
             }
         } else if (tid >= 32) {
@@ -218,7 +322,7 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
             if (t + 1 < ntiles) {
                 const i64 i0 = start + (t + 1) * WRITE_TILE;
                 if (w < count - (t + 1) * WRITE_TILE) {
-                    load_entry<KV, INPUT_ASSERT>(a, s_tiles[(t + 1) % WRITE_BUFS], w, i0 + w);
+                    load_entry_to<KV, INPUT_ASSERT>(a, s_tiles[(t + 1) % WRITE_BUFS], w, i0 + w);
                 }
             }
             if (t - 1 >= 0) {
@@ -239,7 +343,7 @@ using kvc::WriteArgs;
 static_assert(sizeof(WriteArgs) == 22 * 8 + 26 * 8, "WriteArgs layout (src/cuda/abi.rs)");
 
 #define KVC_WRITE_ENTRY(NAME, KV, ASSERT)                                                     \
-    extern "C" __global__ void __launch_bounds__(kvc::WRITE_THREADS, 3) NAME(WriteArgs a) { \
+    extern "C" __global__ void __launch_bounds__(kvc::WRITE_THREADS, 2) NAME(WriteArgs a) { \
         kvc::write_body<KV, ASSERT>(a);                                                      \
     }
 

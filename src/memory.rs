@@ -33,7 +33,7 @@ macro_rules! elements {
 }
 elements!(i32, i64, u8);
 
-/// A memory space. Sealed: [`Host`], and [`Device`] memory of the `cuda` feature.
+/// A memory space. Sealed: [`Host`], and `Device` memory with the `cuda` feature.
 pub trait Memory: sealed::Sealed + 'static {
     /// A fixed-length array of `T` in this memory.
     type Array<T: Element>;

@@ -27,6 +27,17 @@ fn rustc_version() -> String {
 
 #[test]
 fn ui() {
+    if cfg!(feature = "cuda") {
+        // With the `cuda` feature the crate has a second `plan` (`cuda::plan`) and
+        // `PlanInputs`, so rustc qualifies those names in its messages and every snapshot
+        // would differ; `tests/ui_cuda.rs` holds that feature's cases.
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n!!! SKIPPED: the ui snapshots are recorded without the `cuda` feature; \
+             run `cargo test --test ui` without it. No compile-fail case was checked here. !!!\n"
+        );
+        return;
+    }
     let version = rustc_version();
     if !version.starts_with(PINNED) {
         // Written straight to the process's stderr: the test harness captures `eprintln!`.

@@ -150,17 +150,9 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         );
         // The gather floor over the same entries, the same buffer.
         let (dslots, dprevs) = (plan_array(&e[0])?, plan_array(&e[3])?);
-        let floor = timing::time(&stream, None, 5, o.reps, || {
-            floors::gather_floor(
-                &stream,
-                &dslots,
-                &dprevs,
-                n,
-                canary_bytes(&canary),
-                32,
-                &sink,
-            )
-        })?;
+        let gather =
+            floors::GatherFloor::new(&dslots, &dprevs, n, canary_bytes(&canary), 32, &sink)?;
+        let floor = timing::time(&stream, None, 5, o.reps, || gather.queue(&stream))?;
         if i == 2 {
             floor_16m = floor.median_us;
         }

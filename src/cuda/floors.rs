@@ -72,64 +72,89 @@ pub fn device_copy(
     })
 }
 
-/// Queues the gather floor: for each of the first `n` entries, loads `slots[e]` and
-/// `prevs[e]` and gathers their 32-byte canary slots (`buf`, `stride` bytes a slot), with
-/// nothing else: the verify op's memory traffic alone. Full grid, like the verify launch.
-pub fn gather_floor(
-    stream: &Stream<'_>,
-    slots: &DeviceBuffer<i64>,
-    prevs: &DeviceBuffer<i64>,
+/// The gather floor: for each of the first `n` entries, load `slots[e]` and `prevs[e]` and
+/// gather their 32-byte canary slots (`buf`, `stride` bytes a slot), nothing else: the verify
+/// op's memory traffic alone, on a full grid like the verify launch. The indices are checked
+/// once, when it is built (the kernel trusts them).
+pub struct GatherFloor<'a> {
+    slots: &'a DeviceBuffer<i64>,
+    prevs: &'a DeviceBuffer<i64>,
     n: usize,
-    buf: &DeviceBuffer<u8>,
+    buf: &'a DeviceBuffer<u8>,
     stride: usize,
-    sink: &DeviceBuffer<i64>,
-) -> Result<(), Error> {
-    let n = n.min(slots.len()).min(prevs.len());
-    if stride < 32 || stride % 8 != 0 || sink.is_empty() {
-        return Err(Error::OutOfRange {
-            what: "gather floor slot stride",
-            value: stride as i64,
-            allowed: "multiples of 8, at least 32, with a sink",
-        });
-    }
-    let num_slots = buf.len() / stride;
-    // Bounds: the floor kernel trusts its indices, so check them here (host copies).
-    let mut host = vec![0i64; n];
-    for (what, indices, lowest) in [
-        ("gather floor slots", slots, 0),
-        ("gather floor prevs", prevs, i64::MIN),
-    ] {
-        driver::download(&mut host, indices, 0)?;
-        if let Some((index, &slot)) = host
-            .iter()
-            .enumerate()
-            .find(|(_, &s)| s < lowest || s >= num_slots as i64)
-        {
-            return Err(Error::SlotOutOfRange {
-                what,
-                index,
-                slot,
-                num_slots,
+    sink: &'a DeviceBuffer<i64>,
+}
+
+impl<'a> GatherFloor<'a> {
+    /// Checks every index against the buffer (synchronous downloads) and keeps the buffers.
+    pub fn new(
+        slots: &'a DeviceBuffer<i64>,
+        prevs: &'a DeviceBuffer<i64>,
+        n: usize,
+        buf: &'a DeviceBuffer<u8>,
+        stride: usize,
+        sink: &'a DeviceBuffer<i64>,
+    ) -> Result<Self, Error> {
+        let n = n.min(slots.len()).min(prevs.len());
+        if stride < 32 || !stride.is_multiple_of(8) || sink.is_empty() {
+            return Err(Error::OutOfRange {
+                what: "gather floor slot stride",
+                value: stride as i64,
+                allowed: "multiples of 8, at least 32, with a sink",
             });
         }
+        let num_slots = buf.len() / stride;
+        let mut host = vec![0i64; n];
+        for (what, indices, lowest) in [
+            ("gather floor slots", slots, 0),
+            ("gather floor prevs", prevs, i64::MIN),
+        ] {
+            driver::download(&mut host, indices, 0)?;
+            if let Some((index, &slot)) = host
+                .iter()
+                .enumerate()
+                .find(|(_, &s)| s < lowest || s >= num_slots as i64)
+            {
+                return Err(Error::SlotOutOfRange {
+                    what,
+                    index,
+                    slot,
+                    num_slots,
+                });
+            }
+        }
+        Ok(GatherFloor {
+            slots,
+            prevs,
+            n,
+            buf,
+            stride,
+            sink,
+        })
     }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Args(u64, u64, i64, u64, i64, u64);
-    let args = Args(
-        driver::addr(slots),
-        driver::addr(prevs),
-        n as i64,
-        driver::addr(buf),
-        stride as i64,
-        driver::addr(sink),
-    );
-    let t = stream.target();
-    let grid = t.gpu.sm_count() * 4;
-    // SAFETY: six parameters, passed as one packed struct of six 8-byte fields, which is how
-    // the kernel's parameter buffer is laid out; every slot index was checked against the
-    // buffer above, `n` is within both index arrays, and `sink` holds one element.
-    unsafe { launch_packed(&t, t.gpu.kernels().gather_floor, grid, 512, &args) }
+
+    /// Queues one pass on `stream`.
+    pub fn queue(&self, stream: &Stream<'_>) -> Result<(), Error> {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Args(u64, u64, i64, u64, i64, u64);
+        let args = Args(
+            driver::addr(self.slots),
+            driver::addr(self.prevs),
+            self.n as i64,
+            driver::addr(self.buf),
+            self.stride as i64,
+            driver::addr(self.sink),
+        );
+        let t = stream.target();
+        let grid = t.gpu.sm_count() * 4;
+        // SAFETY: six parameters, passed as one packed struct of six 8-byte fields, which is
+        // how the kernel's parameter buffer is laid out; every slot index was checked against
+        // the buffer in `new`, and the index buffers have been borrowed shared since, so safe
+        // code cannot have rewritten them (cust writes a `DeviceBuffer` through `&mut` only);
+        // `n` is within both index arrays and `sink` holds one element.
+        unsafe { launch_packed(&t, t.gpu.kernels().gather_floor, grid, 512, &args) }
+    }
 }
 
 /// Queues the chain floor: `n` dependent `mix3` steps in one thread, no memory traffic; the

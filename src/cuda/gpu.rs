@@ -14,20 +14,25 @@ use cust::CudaFlags;
 /// per request row). The defaults fill an H200 at full occupancy; the benchmark sweeps them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
-    /// Plan: blocks of 512 threads per SM (two fit: up to 98 KB shared memory, 56 registers).
+    /// Plan: blocks of 512 threads per SM (two fit: up to 98 KB shared memory, 56 registers;
+    /// one measured fastest on the H200, every workload of the benchmark).
     pub plan_blocks_per_sm: u32,
     /// Verify without real-KV folds: blocks of 512 threads per SM (four fit: 32 registers).
     pub verify_blocks_per_sm: u32,
-    /// Verify with real-KV folds: blocks of 512 threads per SM (two fit: 64 registers).
+    /// Verify with PARTIAL real-KV folds: blocks of 512 threads per SM (two fit: 64 registers).
     pub verify_fold_blocks_per_sm: u32,
+    /// Verify with ALL real-KV folds: blocks of 512 threads per SM (one fits: up to 128
+    /// registers, a source's strip in flight per lane).
+    pub verify_all_blocks_per_sm: u32,
 }
 
 impl Default for LaunchConfig {
     fn default() -> Self {
         LaunchConfig {
-            plan_blocks_per_sm: 2,
+            plan_blocks_per_sm: 1,
             verify_blocks_per_sm: 4,
             verify_fold_blocks_per_sm: 2,
+            verify_all_blocks_per_sm: 1,
         }
     }
 }
@@ -188,6 +193,7 @@ impl Gpu {
             plan_blocks_per_sm: config.plan_blocks_per_sm.max(1),
             verify_blocks_per_sm: config.verify_blocks_per_sm.max(1),
             verify_fold_blocks_per_sm: config.verify_fold_blocks_per_sm.max(1),
+            verify_all_blocks_per_sm: config.verify_all_blocks_per_sm.max(1),
         };
     }
 

@@ -78,10 +78,10 @@ where
     };
     let kind = kv.kind();
     let config = target.gpu.launch_config();
-    let per_sm = if kind == 0 {
-        config.verify_blocks_per_sm
-    } else {
-        config.verify_fold_blocks_per_sm
+    let per_sm = match kind {
+        0 => config.verify_blocks_per_sm,
+        1 => config.verify_fold_blocks_per_sm,
+        _ => config.verify_all_blocks_per_sm,
     };
     let kernel = target.gpu.kernels().verify[kind * 2 + usize::from(K::ENABLED)];
     // SAFETY: `VerifyArgs` mirrors the kernel's parameter. Every address is a live buffer

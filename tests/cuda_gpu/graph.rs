@@ -140,6 +140,7 @@ pub fn step_replay(gpu: &Gpu) -> Result<(), String> {
         // The batch: a few requests decoding or prefilling, some padding rows.
         let mut rows = Vec::new();
         let (mut ids, mut positions, mut slots) = (vec![], vec![], vec![]);
+        #[allow(clippy::needless_range_loop)] // r is also the request's row in the table
         for r in 1..ROWS {
             if !rng.chance(60) {
                 continue;

@@ -340,7 +340,7 @@ pub fn large_batches(_: &Gpu) -> Result<(), String> {
     }
     // A full 4096-row batch of valid decode rows.
     let mut rng = Rng::new(7);
-    let table = ReqToToken::from_vec(4097, 64, (0..4097 * 64).map(|i| i as i32).collect()).unwrap();
+    let table = ReqToToken::from_vec(4097, 64, (0..4097 * 64).collect()).unwrap();
     let rows: Batch = (0..4096)
         .map(|r| BatchRow {
             req_pool_index: r + 1,
