@@ -23,8 +23,18 @@ extern "C" __global__ void __launch_bounds__(512, 4)
     if (acc == 0x0123456789ABCDEFull) *sink = static_cast<i64>(acc);  // keeps the loads alive
 }
 
+// One thread, so every value is warp-uniform and nvcc runs the chain on the uniform datapath
+// (UIMAD, ULOP3, ...), which a chain inside a multi-warp kernel (per-thread values) cannot use.
 extern "C" __global__ void kv_canary_chain_floor(i64 n, i64* out) {
     u64 h = kvc::CHAIN_HEAD;
+    for (i64 i = 0; i < n; ++i) h = kvc::mix3(h, static_cast<u64>(i), static_cast<u64>(i));
+    *out = static_cast<i64>(h);
+}
+
+// The same chain on the vector datapath: the start depends on the thread index, so nothing is
+// uniform (as in the write kernel's chain thread).
+extern "C" __global__ void kv_canary_chain_floor_vector(i64 n, i64* out) {
+    u64 h = kvc::CHAIN_HEAD ^ threadIdx.x;
     for (i64 i = 0; i < n; ++i) h = kvc::mix3(h, static_cast<u64>(i), static_cast<u64>(i));
     *out = static_cast<i64>(h);
 }

@@ -229,6 +229,42 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
     }
 }
 
+// The chain over one tile (thread 0). Only mix3 depends on the previous step: flags, tokens
+// and positions of eight entries are read ahead, and a skipped entry keeps the running hash by
+// a select, not a branch, so the reads never wait for the chain. Without the chain-position
+// assert the loop has no branch at all.
+template <bool CHAIN_ASSERT>
+__device__ __forceinline__ void chain_tile(Tile& tl, int len, u64& running, i64& prev_pos, i64& written) {
+    for (int k0 = 0; k0 < len; k0 += 8) {
+        i64 tk[8], ps[8];
+        unsigned char fl[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int k = k0 + j < len ? k0 + j : len - 1;
+            fl[j] = k0 + j < len ? tl.flags[k] : F_SKIP;
+            tk[j] = tl.tok[k];
+            ps[j] = tl.pos[k];
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int k = k0 + j;
+            const bool skip = (fl[j] & F_SKIP) != 0;
+            if (k < len) tl.hash[k] = static_cast<i64>(running);  // unread when skipped
+            const u64 next = mix3(running, static_cast<u64>(tk[j]), static_cast<u64>(ps[j]));
+            if (CHAIN_ASSERT && !skip) {
+                const i64 want = static_cast<i64>(static_cast<u64>(prev_pos) + 1);
+                if (ps[j] != want) {
+                    tl.flags[k] = fl[j] | F_CPOS;
+                    tl.cexp[k] = want;
+                }
+                prev_pos = ps[j];
+            }
+            running = skip ? running : next;
+            written += skip ? 0 : 1;
+        }
+    }
+}
+
 template <int KV, bool INPUT_ASSERT>
 __device__ __forceinline__ void write_body(const WriteArgs& a) {
     __shared__ Tile s_tiles[WRITE_BUFS];
@@ -283,38 +319,12 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
                     prev_pos = sd.position;
                 }
             } else if (t < ntiles) {
-                // The serial part: only mix3 depends on the previous step. Flags, tokens and
-                // positions of eight entries are read ahead; a skipped entry keeps the running
-                // hash by a select, not a branch, so the reads never wait for the chain.
                 Tile& tl = s_tiles[t % WRITE_BUFS];
                 const int len = static_cast<int>(min(static_cast<i64>(WRITE_TILE), count - t * WRITE_TILE));
-                for (int k0 = 0; k0 < len; k0 += 8) {
-                    i64 tk[8], ps[8];
-                    unsigned char fl[8];
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        const int k = k0 + j < len ? k0 + j : len - 1;
-                        fl[j] = k0 + j < len ? tl.flags[k] : F_SKIP;
-                        tk[j] = tl.tok[k];
-                        ps[j] = tl.pos[k];
-                    }
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        const int k = k0 + j;
-                        const bool skip = (fl[j] & F_SKIP) != 0;
-                        if (k < len) tl.hash[k] = static_cast<i64>(running);  // unread when skipped
-                        const u64 next = mix3(running, static_cast<u64>(tk[j]), static_cast<u64>(ps[j]));
-                        if (chain_assert && !skip) {
-                            const i64 want = static_cast<i64>(static_cast<u64>(prev_pos) + 1);
-                            if (ps[j] != want) {
-                                tl.flags[k] = fl[j] | F_CPOS;
-                                tl.cexp[k] = want;
-                            }
-                            prev_pos = ps[j];
-                        }
-                        running = skip ? running : next;
-                        written += skip ? 0 : 1;
-                    }
+                if (chain_assert) {
+                    chain_tile<true>(tl, len, running, prev_pos, written);
+                } else {
+                    chain_tile<false>(tl, len, running, prev_pos, written);
                 }
             }
         } else if (tid >= 32) {

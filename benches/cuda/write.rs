@@ -83,18 +83,25 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         })
     })?;
     let floor = timing::time(&stream, None, 3, o.reps.min(50), || {
-        floors::chain_floor(&stream, 8192, &out)
+        floors::chain_floor(&stream, 8192, &out, false)
     })?;
-    let mut rows = vec![Row::floor(
-        "write",
-        "chain floor, 8192 mix3 steps",
-        8192,
-        floor.median_us,
-    )];
-    let canary = CanaryBuffer::with_capacity(cap("slots", 1))
-        .to_device(gpu)
-        .ok();
-    drop(canary);
+    let vector_floor = timing::time(&stream, None, 3, o.reps.min(50), || {
+        floors::chain_floor(&stream, 8192, &out, true)
+    })?;
+    let mut rows = vec![
+        Row::floor(
+            "write",
+            "chain floor, 8192 mix3 steps",
+            8192,
+            floor.median_us,
+        ),
+        Row::floor(
+            "write",
+            "chain floor, vector datapath",
+            8192,
+            vector_floor.median_us,
+        ),
+    ];
     let canary = CanaryBuffer::<UncheckedCapacity, kv_canary::Device>::on_device(
         gpu,
         cap("slots", SLOTS),
@@ -183,8 +190,8 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     }
     print_table("write (microseconds, median; SGLang = its graph replay; prefill target = 1.5 x chain floor)", &rows);
     println!(
-        "  chain floor (8192 dependent mix3 steps, one thread): {:.1} us",
-        floor.median_us
+        "  chain floor (8192 dependent mix3 steps, one thread): {:.1} us; the same chain on the vector datapath: {:.1} us",
+        floor.median_us, vector_floor.median_us
     );
     Ok(rows)
 }

@@ -158,8 +158,15 @@ impl<'a> GatherFloor<'a> {
 }
 
 /// Queues the chain floor: `n` dependent `mix3` steps in one thread, no memory traffic; the
-/// result lands in `out[0]`.
-pub fn chain_floor(stream: &Stream<'_>, n: usize, out: &DeviceBuffer<i64>) -> Result<(), Error> {
+/// result lands in `out[0]`. With `vector`, the chain starts from the thread index, so nvcc
+/// cannot run it on the uniform datapath (as it does for the plain floor, whose every value is
+/// uniform): the floor of a chain whose inputs are per-thread, like the write kernel's.
+pub fn chain_floor(
+    stream: &Stream<'_>,
+    n: usize,
+    out: &DeviceBuffer<i64>,
+    vector: bool,
+) -> Result<(), Error> {
     if out.is_empty() {
         return Err(Error::LengthMismatch {
             what: "chain floor output",
@@ -173,7 +180,13 @@ pub fn chain_floor(stream: &Stream<'_>, n: usize, out: &DeviceBuffer<i64>) -> Re
     let args = Args(n as i64, driver::addr(out));
     let t = stream.target();
     // SAFETY: two 8-byte parameters laid out as the packed struct; `out` holds one element.
-    unsafe { launch_packed(&t, t.gpu.kernels().chain_floor, 1, 1, &args) }
+    let k = t.gpu.kernels();
+    let kernel = if vector {
+        k.chain_floor_vector
+    } else {
+        k.chain_floor
+    };
+    unsafe { launch_packed(&t, kernel, 1, 1, &args) }
 }
 
 /// Queues an empty kernel of `grid` blocks of `block` threads: what a launch (or a graph replay

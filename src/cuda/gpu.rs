@@ -51,6 +51,7 @@ pub(crate) struct Kernels {
     pub(crate) scatter: CUfunction,
     pub(crate) gather_floor: CUfunction,
     pub(crate) chain_floor: CUfunction,
+    pub(crate) chain_floor_vector: CUfunction,
     pub(crate) empty: CUfunction,
 }
 
@@ -147,6 +148,7 @@ impl Gpu {
             scatter: f(sm, "kv_canary_scatter")?,
             gather_floor: f(bm, "kv_canary_gather_floor")?,
             chain_floor: f(bm, "kv_canary_chain_floor")?,
+            chain_floor_vector: f(bm, "kv_canary_chain_floor_vector")?,
             empty: f(bm, "kv_canary_empty")?,
         };
         // The plan kernels keep up to 4096 rows in dynamic shared memory (98 KB a block).
