@@ -179,13 +179,13 @@ pub fn chain_floor(
     struct Args(i64, u64);
     let args = Args(n as i64, driver::addr(out));
     let t = stream.target();
-    // SAFETY: two 8-byte parameters laid out as the packed struct; `out` holds one element.
     let k = t.gpu.kernels();
     let kernel = if vector {
         k.chain_floor_vector
     } else {
         k.chain_floor
     };
+    // SAFETY: two 8-byte parameters laid out as the packed struct; `out` holds one element.
     unsafe { launch_packed(&t, kernel, 1, 1, &args) }
 }
 

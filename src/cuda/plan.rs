@@ -36,13 +36,18 @@ pub(crate) const fn plan_shared_bytes(rows: usize) -> u32 {
 /// is not `bs`) the launch writes **nothing**, like the CPU op, and records the same error (the
 /// first in row order) in the stream's status word.
 ///
-/// Differences from the CPU op:
-/// * **`bs > 4096`**: recorded as [`Error::BatchTooLarge`], nothing written (one block scans
-///   at most 4096 rows in shared memory, as SGLang's GPU path; the CPU op accepts any `bs`).
-/// * None else. A LUT index past the end is checked like the CPU op checks it (every slot the
-///   plan would translate, also when the entries overflow the capacity; the first in row
-///   order is reported, nothing is written): with a LUT the op takes two launches, a check
-///   that reads the table values and the plan that writes nothing if the check found one.
+/// A LUT index past the end is checked as the CPU op checks it (every slot the plan would
+/// translate, also when the entries overflow the capacity; the first in row order is reported;
+/// nothing is written): with a LUT the op takes two launches, a check that reads the table
+/// values and the plan that writes nothing if the check found one. [`Swa::clamping`] opts into
+/// SGLang's GPU semantics instead (one launch; the index is clamped to the last element, the
+/// error recorded, the outputs written).
+///
+/// The one difference from the CPU op: **`bs > 4096`** is [`Error::BatchTooLarge`], nothing
+/// written (a block scans at most 4096 rows in shared memory, as SGLang's GPU path; the CPU op
+/// plans any `bs`).
+///
+/// [`Swa::clamping`]: super::Swa::clamping
 pub fn plan<'a, L, V, W, E, VB, WB, BB, G, X>(
     on: &L,
     shape: &Shape<V, W, E>,
