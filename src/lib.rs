@@ -44,7 +44,8 @@
 //! capacities), [`plan`] (the plan buffers), [`input`] (plan inputs as types), [`hash`] and
 //! [`consts`] (spec §2), [`canary`] (canary buffer, violation ring, counters, launch settings),
 //! [`real_kv`] (real-KV fingerprints), [`cpu`] (the reference ops: plan, write, verify, scatter),
-//! [`conformance`] (the golden-vector runner).
+//! [`step`] (the per-step API engines call: a [`Canary`] that runs plan, head verify, write and
+//! tail verify in order), [`conformance`] (the golden-vector runner).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -61,6 +62,7 @@ mod memory;
 pub mod plan;
 pub mod real_kv;
 pub mod shape;
+pub mod step;
 
 pub use canary::{
     CanaryBuffer, CanarySlot, ChainPositionAssert, FailReason, HealthCounters, Launch, LaunchTag,
@@ -83,3 +85,4 @@ pub use shape::{
     BrandedShape, EngineKnobs, PoolShape, Shape, SpeculativeShape, StaticShape, UncheckedShape,
     VerifyCapacityRule,
 };
+pub use step::{Canary, StepReport, TailKv};
