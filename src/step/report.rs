@@ -1,7 +1,7 @@
 //! What a step returns: [`StepReport`], with one summary per launch ([`KvPair`]) and the decoded
 //! violations of the step.
 
-use crate::canary::Violation;
+use crate::canary::{HealthCounters, Violation};
 use crate::cpu::{PlanSummary, VerifySummary, WriteSummary};
 use crate::real_kv::RealKv;
 use core::fmt;
@@ -56,7 +56,8 @@ impl<'a> TailKv<'a> {
     }
 }
 
-/// Everything one step did: the plan, one summary per launch, and the violations it recorded.
+/// Everything one step did: the plan, one summary per launch, the health counters, and the
+/// violations it recorded.
 ///
 /// `violations` holds the rows recorded during this step only, decoded, in recording order: head
 /// verify (K, V), head write (K, V), tail verify (K, V), tail write (K, V). Each row's
@@ -75,6 +76,10 @@ pub struct StepReport {
     pub tail_verify: KvPair<VerifySummary>,
     /// The tail write launches (real-KV fold).
     pub tail_write: KvPair<WriteSummary>,
+    /// The health counters of the head launches after this step (cumulative, spec §2.7).
+    pub head_counters: KvPair<HealthCounters>,
+    /// The health counters of the tail launches after this step (cumulative).
+    pub tail_counters: KvPair<HealthCounters>,
     /// This step's violation rows, decoded, in recording order.
     pub violations: Vec<Violation>,
     /// This step's rows that did not fit in the ring.

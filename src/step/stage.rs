@@ -348,6 +348,8 @@ where
             head_write: progress.head_write,
             tail_verify,
             tail_write,
+            head_counters: c.head_counters.clone(),
+            tail_counters: c.tail_counters.clone(),
             violations: Vec::new(),
             dropped: 0,
         }))

@@ -124,14 +124,22 @@ fn clean_steps_report_nothing_and_count_every_launch() {
         (second.entries_checked(), second.entries_written()),
         (4 * 3, 4 * 3)
     );
+    let mut last = second;
     for pos in 4..8 {
-        let report = decode(&mut engine, &mut canary, pos);
-        assert!(report.is_clean(), "step at {pos}: {report}");
-        assert_eq!(report.tail_verify.v.checked, pos as usize);
+        last = decode(&mut engine, &mut canary, pos);
+        assert!(last.is_clean(), "step at {pos}: {last}");
+        assert_eq!(last.tail_verify.v.checked, pos as usize);
     }
+    let reported = [
+        &last.head_counters.k,
+        &last.head_counters.v,
+        &last.tail_counters.k,
+        &last.tail_counters.v,
+    ];
     assert_eq!((canary.steps(), canary.total_violations()), (6, 0));
-    for tag in canary.tags() {
+    for (tag, reported) in canary.tags().into_iter().zip(reported) {
         let counters = canary.counters(tag).unwrap();
+        assert_eq!(counters, reported, "{tag}");
         // verify + write each step; slots: verified 0+3+4+5+6+7, written 3+3+1+1+1+1.
         assert_eq!(counters.kernel_run_counter(), 12, "{tag}");
         assert_eq!(counters.slot_run_counter(), 25 + 10, "{tag}");
