@@ -211,14 +211,9 @@ where
         &self.shape
     }
 
-    /// The verify plan of the current (or last) step.
-    pub fn verify_plan(&self) -> &VerifyPlan<V> {
-        &self.verify_plan
-    }
-
-    /// The write plan of the current (or last) step.
-    pub fn write_plan(&self) -> &WritePlan<W> {
-        &self.write_plan
+    /// The verify and write plans of the current (or last) step.
+    pub fn plans(&self) -> (&VerifyPlan<V>, &WritePlan<W>) {
+        (&self.verify_plan, &self.write_plan)
     }
 
     /// The four launch tags of this canary: head (K, V) and tail (K, V).

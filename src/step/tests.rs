@@ -119,6 +119,9 @@ fn clean_steps_report_nothing_and_count_every_launch() {
     let second = engine.step(&mut canary, &batch, &tokens);
     assert!(second.is_clean(), "{second}");
     assert_eq!(second.plan.requested_entries, 3);
+    let (verify_plan, write_plan) = canary.plans();
+    assert_eq!(&verify_plan.slot_indices()[..3], &[8, 9, 10]);
+    assert_eq!(&write_plan.offsets()[..3], &[0, 1, 3]);
     assert_eq!(second.head_verify.k.checked, 3);
     assert_eq!(
         (second.entries_checked(), second.entries_written()),

@@ -1,6 +1,8 @@
 // Invariant: a step runs its launches in order: plan, head verify, write, (forward pass), tail
 // verify. Each stage consumes the previous one, so an engine that writes this step's tokens
-// before verifying the prefix they extend, or ends a step without writing, does not compile.
+// before verifying the prefix they extend, ends a step without writing, or verifies without a
+// plan does not compile. The last case is a missing method (E0599) on `Canary`: launches exist
+// only on a `Step`, which only `Canary::plan` makes.
 use kv_canary::step::{Canary, TailKv};
 use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape};
 
@@ -17,5 +19,8 @@ fn main() -> Result<(), kv_canary::Error> {
     // Ends the step without its write: the tail buffers would miss this step's tokens.
     let step = canary.plan(&PlanInputs::full(&batch, &table))?.verify_head()?;
     step.verify_tail(TailKv::NONE)?;
+
+    // Verifies without a plan: a canary has no launches, only `plan`, which starts a step.
+    canary.verify_head()?;
     Ok(())
 }
