@@ -98,19 +98,29 @@ fn print_report(cfg: &Config, out: &Outcome, seconds: f64) {
         "canary: {} slot entries verified, {} stamped, {} violations",
         out.entries_checked, out.entries_written, out.violations
     );
-    if let Some((step, what)) = &out.bug.fired {
-        println!("bug fired at step {step}: {what}");
-    }
-    if let Some((step, what)) = &out.bug.injected {
-        println!("cache first corrupted at step {step}: {what}");
+    match (&out.bug.fired, &out.bug.injected) {
+        (Some(fired), Some(injected)) if fired == injected => {
+            println!("bug struck at step {}: {}", fired.0, fired.1);
+        }
+        (fired, injected) => {
+            if let Some((step, what)) = fired {
+                println!("bug fired at step {step}: {what}");
+            }
+            if let Some((step, what)) = injected {
+                println!("cache first corrupted at step {step}: {what}");
+            }
+        }
     }
     match (out.detected_at, &out.bug.injected) {
-        (Some(found), Some((injected, _))) => println!(
-            "canary detected it at step {found}, {} step(s) after the corruption; the engine \
-             halts:",
-            found - injected
-        ),
-        (Some(found), None) => println!("canary reported violations at step {found}:"),
+        (Some(found), Some((injected, _))) => {
+            let when = match found - injected {
+                0 => "in the same step".to_owned(),
+                1 => "1 step later".to_owned(),
+                n => format!("{n} steps later"),
+            };
+            println!("the canary reported it at step {found}, {when}; the engine halts:");
+        }
+        (Some(found), None) => println!("the canary reported violations at step {found}:"),
         (None, _) if cfg.bug.is_some() => println!("the canary reported nothing"),
         (None, _) => println!("no violation in {} steps", out.steps),
     }
