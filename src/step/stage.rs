@@ -71,7 +71,7 @@ impl ReadyToWrite for HeadVerified {}
     note = "a step runs `canary.plan(..)` -> `.verify_head()` -> `.write(..)` -> forward pass -> `.verify_tail(..)`"
 )]
 pub trait ReadyForTailVerify<E: Capacity>: sealed::Sealed {
-    /// Stamps the write inputs of this stage into a tail buffer (the step API's tail write).
+    /// Stamps the write inputs of this stage into one canary buffer (the step API's writes).
     #[doc(hidden)]
     fn stamp<V: Capacity, W: SameWriteReqCapacity<W>, S: Capacity, R: Capacity>(
         &self,
@@ -197,27 +197,7 @@ where
             ..
         } = self;
         let launches = G::HEAD.map(|tag| c.launch(tag, RealKv::NONE));
-        let check = progress.token_check;
-        progress.head_verify = KvPair {
-            k: verify(
-                check,
-                &c.shape,
-                &c.verify_plan,
-                &launches.k,
-                &c.head.k,
-                &mut c.ring,
-                &mut c.head_counters.k,
-            )?,
-            v: verify(
-                check,
-                &c.shape,
-                &c.verify_plan,
-                &launches.v,
-                &c.head.v,
-                &mut c.ring,
-                &mut c.head_counters.v,
-            )?,
-        };
+        progress.head_verify = verify_both(c, End::Head, &launches, progress.token_check)?;
         Ok(Step {
             canary: c,
             stage: HeadVerified,
@@ -251,30 +231,11 @@ where
             ..
         } = self;
         let launches = G::HEAD.map(|tag| c.launch(tag, RealKv::NONE));
-        let (plan, ring) = (&c.write_plan, &mut c.ring);
-        progress.head_write = KvPair {
-            k: cpu::write(
-                &c.shape,
-                plan,
-                inputs,
-                &launches.k,
-                &mut c.head.k,
-                ring,
-                &mut c.head_counters.k,
-            )?,
-            v: cpu::write(
-                &c.shape,
-                plan,
-                inputs,
-                &launches.v,
-                &mut c.head.v,
-                ring,
-                &mut c.head_counters.v,
-            )?,
-        };
+        let stage = Written { inputs };
+        progress.head_write = write_both(c, End::Head, &launches, &stage)?;
         Ok(Step {
             canary: c,
-            stage: Written { inputs },
+            stage,
             progress,
         })
     }
@@ -302,46 +263,8 @@ where
             k: c.launch(G::TAIL.k, real_kv.k),
             v: c.launch(G::TAIL.v, real_kv.v),
         };
-        let check = progress.token_check;
-        let tail_verify = KvPair {
-            k: verify(
-                check,
-                &c.shape,
-                &c.verify_plan,
-                &launches.k,
-                &c.tail.k,
-                &mut c.ring,
-                &mut c.tail_counters.k,
-            )?,
-            v: verify(
-                check,
-                &c.shape,
-                &c.verify_plan,
-                &launches.v,
-                &c.tail.v,
-                &mut c.ring,
-                &mut c.tail_counters.v,
-            )?,
-        };
-        let (plan, ring) = (&c.write_plan, &mut c.ring);
-        let tail_write = KvPair {
-            k: stage.stamp(
-                &c.shape,
-                plan,
-                &launches.k,
-                &mut c.tail.k,
-                ring,
-                &mut c.tail_counters.k,
-            )?,
-            v: stage.stamp(
-                &c.shape,
-                plan,
-                &launches.v,
-                &mut c.tail.v,
-                ring,
-                &mut c.tail_counters.v,
-            )?,
-        };
+        let tail_verify = verify_both(c, End::Tail, &launches, progress.token_check)?;
+        let tail_write = write_both(c, End::Tail, &launches, &stage)?;
         Ok(c.finish_step(StepReport {
             plan: progress.plan,
             head_verify: progress.head_verify,
@@ -354,6 +277,83 @@ where
             dropped: 0,
         }))
     }
+}
+
+/// The head or the tail buffers of a canary.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    Head,
+    Tail,
+}
+
+/// Verifies the K and then the V buffer of one end.
+fn verify_both<V, W, E, S, R, G>(
+    c: &mut Canary<V, W, E, S, R, G>,
+    end: End,
+    launches: &KvPair<Launch<'_>>,
+    token_check: bool,
+) -> Result<KvPair<VerifySummary>, Error>
+where
+    V: SameVerifyCapacity<V>,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+{
+    let (buffers, counters) = match end {
+        End::Head => (&c.head, &mut c.head_counters),
+        End::Tail => (&c.tail, &mut c.tail_counters),
+    };
+    let (shape, plan, ring) = (&c.shape, &c.verify_plan, &mut c.ring);
+    let mut one =
+        |launch, buffer, counters| verify(token_check, shape, plan, launch, buffer, ring, counters);
+    Ok(KvPair {
+        k: one(&launches.k, &buffers.k, &mut counters.k)?,
+        v: one(&launches.v, &buffers.v, &mut counters.v)?,
+    })
+}
+
+/// Stamps the write inputs held by a [`Written`] stage into the K and then the V buffer of
+/// one end.
+fn write_both<V, W, E, S, R, G, T>(
+    c: &mut Canary<V, W, E, S, R, G>,
+    end: End,
+    launches: &KvPair<Launch<'_>>,
+    inputs: &T,
+) -> Result<KvPair<WriteSummary>, Error>
+where
+    V: Capacity,
+    W: SameWriteReqCapacity<W>,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+    T: ReadyForTailVerify<E>,
+{
+    let (buffers, counters) = match end {
+        End::Head => (&mut c.head, &mut c.head_counters),
+        End::Tail => (&mut c.tail, &mut c.tail_counters),
+    };
+    let (shape, plan, ring) = (&c.shape, &c.write_plan, &mut c.ring);
+    Ok(KvPair {
+        k: inputs.stamp(
+            shape,
+            plan,
+            &launches.k,
+            &mut buffers.k,
+            ring,
+            &mut counters.k,
+        )?,
+        v: inputs.stamp(
+            shape,
+            plan,
+            &launches.v,
+            &mut buffers.v,
+            ring,
+            &mut counters.v,
+        )?,
+    })
 }
 
 /// The verify op with the token check chosen at run time from the plan's inputs.
