@@ -50,8 +50,13 @@ impl Engine {
         TailKv::new(source(&self.k), source(&self.v))
     }
 
-    /// Runs one full step of `batch` writing `tokens`.
-    fn step(&mut self, canary: &mut Small, batch: &Batch, tokens: &[Token]) -> StepReport {
+    /// Runs one full step of `batch` writing `tokens`, on a canary with any ring size.
+    fn step<R: Capacity>(
+        &mut self,
+        canary: &mut Canary<Cap<64>, Cap<4>, Cap<16>, Cap<64>, R>,
+        batch: &Batch,
+        tokens: &[Token],
+    ) -> StepReport {
         let inputs = inputs(canary, tokens);
         let step = canary
             .plan(&PlanInputs::full(batch, &self.table))
@@ -280,21 +285,9 @@ fn each_report_holds_its_own_step_and_counts_what_the_ring_dropped() {
         Canary::full(Spec::new(), Cap, Cap);
     let batch = Batch::from_columns([1], [0], [3]);
     let tokens = [(8, 100, 0), (9, 101, 1), (10, 102, 2)];
-    let step = |engine: &mut Engine,
-                canary: &mut Canary<_, _, _, _, _>,
-                batch: &Batch,
-                tokens: &[Token]| {
-        let inputs = inputs(canary, tokens);
-        let step = canary
-            .plan(&PlanInputs::full(batch, &engine.table))
-            .unwrap();
-        let step = step.verify_head().unwrap().write(&inputs).unwrap();
-        engine.forward(tokens);
-        step.verify_tail(engine.tail_kv()).unwrap()
-    };
-    assert!(step(&mut engine, &mut canary, &batch, &tokens).is_clean());
-    // Every head record of slot 8 gets a wrong position: 4 launches x 1 row, plus 4 chain rows
-    // on slot 9 (its predecessor changed).
+    assert!(engine.step(&mut canary, &batch, &tokens).is_clean());
+    // Every record of slot 8 (head and tail, K and V) gets a wrong position: 4 verify launches
+    // x 1 row, plus 4 chain rows on slot 9 (its predecessor changed).
     for tag in canary.tags() {
         let buf = canary.buffer_mut(tag).unwrap();
         let slot = buf.slot(8).unwrap();
@@ -309,7 +302,7 @@ fn each_report_holds_its_own_step_and_counts_what_the_ring_dropped() {
     }
     let batch = Batch::from_columns([1], [3], [1]);
     for round in 1..=2 {
-        let report = step(&mut engine, &mut canary, &batch, &[(11, 103, 3)]);
+        let report = engine.step(&mut canary, &batch, &[(11, 103, 3)]);
         assert_eq!(
             (report.violations.len(), report.dropped),
             (3, 5),
