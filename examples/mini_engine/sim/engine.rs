@@ -1,8 +1,12 @@
 //! The simulated serving engine: admission with prefix sharing, chunked prefill and decode
-//! scheduling, the `req_to_token` and expected-token tables, the forward pass, and the places
-//! where each bug hides.
+//! scheduling, the `req_to_token` and expected-token tables, the forward pass and retirement.
+//! Each bug is a detour from one of these paths ([`bugs`]).
 
-use super::kv_pool::{KvBytes, SlotPool};
+mod bugs;
+
+pub use bugs::BugState;
+
+use super::kv_pool::{swa_permutation, KvBytes, SlotPool};
 use super::requests::{Arrivals, Prompt, Request, Rows, VOCAB};
 use super::rng::Rng;
 use super::{Bug, CHUNK, MAX_BS, MAX_SEQ_LEN, POOL_SLOTS, REQ_ROWS};
@@ -18,19 +22,6 @@ struct Scheduled {
     req: usize,
     prefix: usize,
     extend: usize,
-}
-
-/// Where the injected bug stands.
-#[derive(Clone, Debug, Default)]
-pub struct BugState {
-    /// The bug to inject, if any.
-    pub bug: Option<Bug>,
-    /// The first step at which it may strike.
-    pub armed_at: u64,
-    /// When the buggy code path ran, and what it did.
-    pub fired: Option<(u64, String)>,
-    /// When the cache was first corrupted by it (the injection step), and how.
-    pub injected: Option<(u64, String)>,
 }
 
 /// Counters of the engine's work.
@@ -111,20 +102,6 @@ impl Engine {
     /// Requests running now.
     pub fn running(&self) -> usize {
         self.running.len()
-    }
-
-    fn armed(&self, bug: Bug, step: u64) -> bool {
-        self.bug.bug == Some(bug) && self.bug.fired.is_none() && step >= self.bug.armed_at
-    }
-
-    /// Records that the cache was corrupted at `step` (first time only). Without a bug this is
-    /// a defect of the simulation, kept as an anomaly.
-    fn corrupted(&mut self, step: u64, what: String) {
-        if self.bug.bug.is_none() {
-            self.anomalies.push(format!("step {step}: {what}"));
-        } else if self.bug.injected.is_none() {
-            self.bug.injected = Some((step, what));
-        }
     }
 
     /// The scheduler: new arrivals, at most one admission, then every running request gets its
@@ -340,24 +317,6 @@ impl Engine {
         }
     }
 
-    /// kv-scribble: a store meant for this step's KV lands in the middle of a scheduled
-    /// request's prefix, after that slot's KV was written and fingerprinted.
-    fn scribble(&mut self, step: u64) {
-        let Some(s) = self.scheduled.iter().find(|s| s.prefix >= 2).copied() else {
-            return;
-        };
-        let r = &self.running[s.req];
-        let pos = s.prefix / 2;
-        let slot = r.slots[pos];
-        self.kv.scribble_v(slot);
-        let what = format!(
-            "8 V bytes of slot {slot} (request #{}, position {pos}) overwritten after their write",
-            r.id
-        );
-        self.bug.fired = Some((step, what.clone()));
-        self.corrupted(step, what);
-    }
-
     /// Retires finished requests: frees their row and their slots (a slot goes back to the pool
     /// when no request references it). The use-after-free and stale-row bugs live here.
     pub fn finish(&mut self, step: u64) {
@@ -396,58 +355,6 @@ impl Engine {
         }
     }
 
-    /// Another request that still shares a slot of request `i` and runs for 3 more steps.
-    fn sharer_of(&self, i: usize) -> Option<usize> {
-        let mine = &self.running[i].slots;
-        let shared: Vec<i64> = mine
-            .iter()
-            .copied()
-            .filter(|&s| self.slots.refs(s) > 1)
-            .collect();
-        (0..self.running.len()).filter(|&j| j != i).find(|&j| {
-            let r = &self.running[j];
-            let lasts = r.in_prefill() || r.generated() + 3 < r.output_len;
-            lasts && r.slots.iter().any(|s| shared.contains(s))
-        })
-    }
-
-    /// use-after-free: the finished request's slots are freed without looking at their
-    /// reference counts, although another request shares its prompt prefix.
-    fn free_ignoring_refcounts(&mut self, step: u64, i: usize) {
-        let sharer = self.running[self.sharer_of(i).expect("checked by the caller")].id;
-        let r = &self.running[i];
-        self.rows.release(r.row);
-        let mut dangling = 0;
-        for &s in r.slots.iter().rev() {
-            dangling += usize::from(self.slots.release_ignoring_refcount(s));
-        }
-        let what = format!(
-            "request #{} finished; its {dangling} prompt-prefix slots were freed although \
-             request #{sharer} still uses them",
-            r.id
-        );
-        self.bug.fired = Some((step, what));
-    }
-
-    /// stale-row: the finished request's row and slots go back to the pools, but it stays in the
-    /// running list and keeps being scheduled.
-    fn keep_scheduling_after_finish(&mut self, step: u64, i: usize) {
-        let r = &mut self.running[i];
-        r.stale = true;
-        self.rows.release(r.row);
-        r.slots
-            .iter()
-            .rev()
-            .for_each(|&s| self.slots.release(s, true));
-        let what = format!(
-            "request #{} finished; its row {} and {} slots were freed, but it is still scheduled",
-            r.id,
-            r.row,
-            r.slots.len()
-        );
-        self.bug.fired = Some((step, what));
-    }
-
     /// Which running requests hold `slot`, in words.
     pub fn describe_slot(&self, slot: i64) -> String {
         let holders: Vec<String> = self
@@ -467,28 +374,5 @@ impl Engine {
         } else {
             holders.join(" and ")
         }
-    }
-}
-
-/// A fixed permutation of the slots `1..slots` (slot 0 maps to 0): the SWA sub-pool's slot of
-/// every full-pool slot.
-fn swa_permutation(slots: usize) -> Vec<i64> {
-    let n = slots as u64 - 1;
-    let stride = (0..)
-        .map(|k| 2 * k + 613)
-        .find(|&a| gcd(a, n) == 1)
-        .expect("some odd stride works");
-    let mut lut = vec![0i64; slots];
-    for (x, cell) in lut.iter_mut().enumerate().skip(1) {
-        *cell = 1 + ((x as u64 - 1) * stride % n) as i64;
-    }
-    lut
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
     }
 }

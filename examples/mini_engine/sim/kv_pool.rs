@@ -142,3 +142,26 @@ fn fold(bytes: &[u8], params: RealKvParams) -> RealKv<'_> {
         .expect("32-byte strips satisfy the 16-byte rules");
     RealKv::new(RealKvHashMode::All, RealKvSources::from_array([source]))
 }
+
+/// A fixed permutation of the slots `1..slots` (slot 0 maps to 0): the SWA sub-pool's slot of
+/// every full-pool slot.
+pub fn swa_permutation(slots: usize) -> Vec<i64> {
+    let n = slots as u64 - 1;
+    let stride = (0..)
+        .map(|k| 2 * k + 613)
+        .find(|&a| gcd(a, n) == 1)
+        .expect("some odd stride works");
+    let mut lut = vec![0i64; slots];
+    for (x, cell) in lut.iter_mut().enumerate().skip(1) {
+        *cell = 1 + ((x as u64 - 1) * stride % n) as i64;
+    }
+    lut
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
