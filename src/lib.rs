@@ -44,8 +44,9 @@
 //! capacities), [`plan`] (the plan buffers), [`input`] (plan inputs as types), [`hash`] and
 //! [`consts`] (spec §2), [`canary`] (canary buffer, violation ring, counters, launch settings),
 //! [`real_kv`] (real-KV fingerprints), [`cpu`] (the reference ops: plan, write, verify, scatter),
-//! [`conformance`] (the golden-vector runner), and with the `cuda` feature `cuda` (the same ops
-//! as CUDA kernels on typed device buffers).
+//! [`step`] (the per-step API engines call: a [`Canary`] that runs plan, head verify, write and
+//! tail verify in order), [`conformance`] (the golden-vector runner), and with the `cuda`
+//! feature `cuda` (the same ops as CUDA kernels on typed device buffers).
 // `unsafe` is denied everywhere; only the CUDA backend (driver calls) allows it, with a
 // `// SAFETY:` comment on every block.
 #![deny(unsafe_code)]
@@ -68,6 +69,7 @@ mod memory;
 pub mod plan;
 pub mod real_kv;
 pub mod shape;
+pub mod step;
 
 pub use canary::{
     CanaryBuffer, CanarySlot, ChainPositionAssert, FailReason, HealthCounters, Launch, LaunchTag,
@@ -92,3 +94,4 @@ pub use shape::{
     BrandedShape, EngineKnobs, PoolShape, Shape, SpeculativeShape, StaticShape, UncheckedShape,
     VerifyCapacityRule,
 };
+pub use step::{Canary, StepReport, TailKv};

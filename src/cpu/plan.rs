@@ -212,18 +212,24 @@ fn pool_read_count(valid_len: i64, plan: &RowPlan, offset: i64) -> usize {
 
 /// Every slot a plan translates must be inside the LUT: the window's slots, the window head's
 /// predecessor, and the seed (the last prefix slot, already among the window's slots).
+///
+/// A slot `x` is outside when `x >= 0 && x >= lut_len`, which (as `lut_len >= 0`) is just
+/// `x >= lut_len`: each row is checked with one branch-free maximum, and only a row that fails
+/// is scanned again for its first offending slot.
 fn check_lut(table: &[i32], width: usize, rows: &[RowPlan], lut: &[i64]) -> Result<(), Error> {
+    let outside = |x: i32| i64::from(x) >= lut.len() as i64;
     for plan in rows.iter().filter(|p| p.verify_len > 0) {
         let base = plan.rp * width;
         let first = plan.window_start.saturating_sub(1);
         let end = plan.window_start + plan.verify_len;
-        for &x in &table[base + first..base + end] {
-            if x >= 0 && x as usize >= lut.len() {
-                return Err(Error::LutIndexOutOfRange {
-                    slot: x as i64,
-                    lut_len: lut.len(),
-                });
-            }
+        let slots = &table[base + first..base + end];
+        let max = slots.iter().fold(i32::MIN, |m, &x| m.max(x));
+        if outside(max) {
+            let x = slots.iter().copied().find(|&x| outside(x)).unwrap_or(max);
+            return Err(Error::LutIndexOutOfRange {
+                slot: i64::from(x),
+                lut_len: lut.len(),
+            });
         }
     }
     Ok(())
@@ -279,23 +285,19 @@ fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens>(
         let prevs = &mut verify.prev_slot_indices[at..at + n];
         let positions = &mut verify.expected_positions[at..at + n];
         let tokens = &mut verify.expected_tokens[at..at + n];
-        // prev of position p is the slot of p - 1; position 0 is a chain head (-1).
-        let (prev_dst, prev_src) = if ws == 0 {
-            prevs[0] = -1;
-            (&mut prevs[1..], &row[..end - 1])
-        } else {
-            (&mut prevs[..], &row[ws - 1..end - 1])
-        };
+        let window = &row[ws..end];
         match lut {
-            None => {
-                widen(slots, &row[ws..end]);
-                widen(prev_dst, prev_src);
-            }
-            Some(lut) => {
-                translate(slots, &row[ws..end], lut);
-                translate(prev_dst, prev_src, lut);
-            }
+            None => widen(slots, window),
+            Some(lut) => translate(slots, window, lut),
         }
+        // prev of position p is the slot of p - 1, already written one entry earlier; the window
+        // head's predecessor is read from the table, and position 0 is a chain head (-1).
+        prevs[0] = match (ws, lut) {
+            (0, _) => -1,
+            (_, None) => i64::from(row[ws - 1]),
+            (_, Some(lut)) => translate_one(row[ws - 1], lut),
+        };
+        prevs[1..].copy_from_slice(&slots[..n - 1]);
         for (i, p) in positions.iter_mut().enumerate() {
             *p = (ws + i) as i64;
         }
@@ -327,9 +329,16 @@ fn widen(dst: &mut [i64], src: &[i32]) {
 #[inline]
 fn translate(dst: &mut [i64], src: &[i32], lut: &[i64]) {
     for (d, &s) in dst.iter_mut().zip(src) {
-        // Validated: every non-negative source slot is inside the LUT.
-        *d = if s < 0 { i64::from(s) } else { lut[s as usize] };
+        *d = translate_one(s, lut);
     }
+}
+
+/// A slot in SWA index space: negative slots pass through, others go through the LUT.
+#[inline]
+fn translate_one(s: i32, lut: &[i64]) -> i64 {
+    // A negative slot converts to an index past any LUT, so one bounds check covers both cases;
+    // validation guarantees every non-negative slot is inside the LUT.
+    lut.get(s as usize).copied().unwrap_or(i64::from(s))
 }
 
 fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens>(
@@ -349,8 +358,8 @@ fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens>(
             let last = plan.window_start + plan.verify_len - 1;
             let x = table[plan.rp * width + last];
             match lut {
-                Some(lut) if x >= 0 => lut[x as usize],
-                _ => i64::from(x),
+                Some(lut) => translate_one(x, lut),
+                None => i64::from(x),
             }
         } else {
             -1

@@ -1,0 +1,198 @@
+//! Throughput of the CPU plan op against a plain copy of the bytes it writes.
+//!
+//! Each workload is one decode step: `bs` requests in shuffled `req_to_token` rows, prefix
+//! lengths drawn uniformly from a range, one new token each, slot ids a random permutation of
+//! the pool (so LUT reads are scattered, as in a long-running engine). The verify capacity is
+//! exactly the entries the step needs. Next to every `plan` bench, `copy` copies the same output
+//! bytes (four `i64` arrays of `T` entries) from prefilled sources: `plan / copy` is the cost of
+//! planning relative to the cheapest possible producer of the same output.
+//!
+//! Run with `cargo bench --bench plan`; see docs/benchmarks.md.
+
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use kv_canary::{
+    cpu, Batch, ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, ReqToToken, Shape, Swa,
+    UncheckedCapacity,
+};
+use std::hint::black_box;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+/// splitmix64: a small seeded generator, enough for shuffles and uniform draws.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, n)` (modulo bias is irrelevant here).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+/// One decode step: the batch, its `req_to_token` table and the number of pool slots in use.
+struct Step {
+    batch: Batch,
+    table: ReqToToken,
+    pool_slots: usize,
+}
+
+/// `bs` requests in rows `1..=bs` (row 0 is the padding row), visited in shuffled order, with
+/// prefixes drawn from `prefix`; every table cell of those rows holds a distinct slot id `>= 1`.
+fn decode_step(rng: &mut Rng, bs: usize, prefix: RangeInclusive<usize>) -> Step {
+    let width = prefix.end() + 1;
+    let pool_slots = bs * width;
+    let mut data = vec![0i32; width];
+    data.extend(1..=pool_slots as i32);
+    rng.shuffle(&mut data[width..]);
+    let table = ReqToToken::from_vec(bs + 1, width, data).expect("table shape");
+    let mut rows: Vec<i64> = (1..=bs as i64).collect();
+    rng.shuffle(&mut rows);
+    let span = prefix.end() - prefix.start() + 1;
+    let prefixes = (0..bs)
+        .map(|_| (prefix.start() + rng.below(span)) as i64)
+        .collect();
+    let batch = Batch::try_from_columns(rows, prefixes, vec![1; bs]).expect("batch columns");
+    Step {
+        batch,
+        table,
+        pool_slots,
+    }
+}
+
+/// `full_to_swa_index_mapping` for a pool of `pool_slots` slots: slot 0 to 0, slots `1..` to a
+/// permutation of SWA slots `1..`, and a trailing -1, as SGLang lays it out.
+fn lut(rng: &mut Rng, pool_slots: usize) -> Vec<i64> {
+    let mut lut: Vec<i64> = (0..=pool_slots as i64).collect();
+    rng.shuffle(&mut lut[1..]);
+    lut.push(-1);
+    lut
+}
+
+/// An expected-token pool shaped like `table`, random token ids; every verified position valid.
+fn token_pool(rng: &mut Rng, step: &Step) -> (ExpectedTokenTable, Vec<i64>) {
+    let (rows, width) = (step.table.rows(), step.table.width());
+    let data = (0..rows * width)
+        .map(|_| rng.below(150_000) as i32)
+        .collect();
+    let pool = ExpectedTokenTable::from_vec(rows, width, data).expect("pool shape");
+    let valid = step.batch.prefix_lens().iter().map(|p| p + 1).collect();
+    (pool, valid)
+}
+
+/// How long and how often criterion measures one workload.
+struct Timing {
+    samples: usize,
+    warm_up: Duration,
+    measure: Duration,
+    flat: bool,
+}
+
+const DECODE: Timing = Timing {
+    samples: 40,
+    warm_up: Duration::from_secs(1),
+    measure: Duration::from_secs(4),
+    flat: false,
+};
+
+const LARGE: Timing = Timing {
+    samples: 10,
+    warm_up: Duration::from_secs(2),
+    measure: Duration::from_secs(8),
+    flat: true,
+};
+
+/// Benches `plan` on `inputs` and, in the same group, `copy` of the same output bytes.
+fn plan_vs_copy<G: Group, X: ExpectedTokens>(
+    c: &mut Criterion,
+    name: &str,
+    inputs: &PlanInputs<'_, G, X>,
+    timing: &Timing,
+) {
+    let bs = inputs.batch.len();
+    let cap = |what, n| UncheckedCapacity::new(what, n).expect("positive capacity");
+    // Exactly the entries this step verifies: a dry run with room for every prefix position.
+    let roomy: usize = inputs.batch.prefix_lens().iter().sum::<i64>() as usize;
+    let probe = Shape::from_capacities(
+        cap("verify_capacity", roomy),
+        cap("write_req_capacity", bs),
+        cap("write_entry_capacity", bs),
+    );
+    let (mut v, mut w) = (probe.verify_plan(), probe.write_plan());
+    let entries = cpu::plan(&probe, inputs, &mut v, &mut w)
+        .expect("valid workload")
+        .verify_num_valid;
+    drop((v, w));
+    let shape = Shape::from_capacities(
+        cap("verify_capacity", entries),
+        cap("write_req_capacity", bs),
+        cap("write_entry_capacity", bs),
+    );
+    let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+
+    let mut group = c.benchmark_group(name);
+    group
+        .sample_size(timing.samples)
+        .warm_up_time(timing.warm_up)
+        .measurement_time(timing.measure)
+        .throughput(Throughput::Elements(entries as u64));
+    if timing.flat {
+        group.sampling_mode(SamplingMode::Flat);
+    }
+    group.bench_function("plan", |b| {
+        b.iter(|| {
+            let summary = cpu::plan(&shape, black_box(inputs), &mut verify, &mut write);
+            assert!(summary.expect("valid workload").enabled);
+        })
+    });
+    let sources: Vec<Vec<i64>> = (0..4)
+        .map(|k| (0..entries as i64).map(|i| i ^ k).collect())
+        .collect();
+    let mut targets: Vec<Vec<i64>> = (0..4).map(|_| vec![0; entries]).collect();
+    group.bench_function("copy", |b| {
+        b.iter(|| {
+            for (dst, src) in targets.iter_mut().zip(&sources) {
+                dst.copy_from_slice(black_box(src));
+            }
+            black_box(&mut targets);
+        })
+    });
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let mut rng = Rng(0x6b76_2d63_616e_6172);
+
+    // Decode: bs 256, prefixes around 2048 (about 0.5 M entries).
+    let decode = decode_step(&mut rng, 256, 1792..=2304);
+    let full = PlanInputs::full(&decode.batch, &decode.table);
+    plan_vs_copy(c, "decode_full", &full, &DECODE);
+
+    let lut = lut(&mut rng, decode.pool_slots);
+    let swa = full.with_group(Swa::window(1024).with_lut(&lut));
+    plan_vs_copy(c, "decode_swa_w1024_lut", &swa, &DECODE);
+
+    let (pool, valid) = token_pool(&mut rng, &decode);
+    let expected = full.with_expected(pool.with_valid_lens(&valid));
+    plan_vs_copy(c, "decode_full_expected", &expected, &DECODE);
+
+    // Large: bs 4096, prefixes around 4096 (about 16.8 M entries).
+    let large = decode_step(&mut rng, 4096, 3584..=4608);
+    let full = PlanInputs::full(&large.batch, &large.table);
+    plan_vs_copy(c, "large_full", &full, &LARGE);
+}
+
+criterion_group!(plan, benches);
+criterion_main!(plan);

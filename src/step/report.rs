@@ -1,0 +1,142 @@
+//! What a step returns: [`StepReport`], with one summary per launch ([`KvPair`]) and the decoded
+//! violations of the step.
+
+use crate::canary::{HealthCounters, Violation};
+use crate::cpu::{PlanSummary, VerifySummary, WriteSummary};
+use crate::real_kv::RealKv;
+use core::fmt;
+
+/// One value per half of a KV pool: `k` for the K half, `v` for the V half.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KvPair<T> {
+    /// The K half's.
+    pub k: T,
+    /// The V half's.
+    pub v: T,
+}
+
+impl<T> KvPair<T> {
+    /// Both halves, K first.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        [&self.k, &self.v].into_iter()
+    }
+
+    /// Applies `f` to both halves.
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> KvPair<U> {
+        KvPair {
+            k: f(self.k),
+            v: f(self.v),
+        }
+    }
+}
+
+/// The real-KV fingerprints of the tail launches: the K half folds the K bytes of each slot, the
+/// V half the V bytes (spec §2.10, §2.11). Head launches never fold (spec §1).
+///
+/// Every active source must cover every slot of the canary, so that no tail launch can fail
+/// half-way through a step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TailKv<'a> {
+    /// Fingerprint of the K half's tail buffer.
+    pub k: RealKv<'a>,
+    /// Fingerprint of the V half's tail buffer.
+    pub v: RealKv<'a>,
+}
+
+impl<'a> TailKv<'a> {
+    /// No fingerprint on either half (every expected `real_kv_hash` is 0).
+    pub const NONE: TailKv<'static> = TailKv {
+        k: RealKv::NONE,
+        v: RealKv::NONE,
+    };
+
+    /// The K half folds `k`, the V half `v`.
+    pub fn new(k: RealKv<'a>, v: RealKv<'a>) -> Self {
+        TailKv { k, v }
+    }
+}
+
+/// Everything one step did: the plan, one summary per launch, the health counters, and the
+/// violations it recorded.
+///
+/// `violations` holds the rows recorded during this step only, decoded, in recording order: head
+/// verify (K, V), head write (K, V), tail verify (K, V), tail write (K, V). Each row's
+/// [`launch_tag`](Violation::launch_tag) says which launch found it and its
+/// [`reasons`](Violation::reasons) what. Rows past the ring's capacity are lost; `dropped` counts
+/// them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepReport {
+    /// What the plan op produced.
+    pub plan: PlanSummary,
+    /// The head verify launches (no real-KV fold).
+    pub head_verify: KvPair<VerifySummary>,
+    /// The head write launches (no real-KV fold).
+    pub head_write: KvPair<WriteSummary>,
+    /// The tail verify launches (real-KV fold).
+    pub tail_verify: KvPair<VerifySummary>,
+    /// The tail write launches (real-KV fold).
+    pub tail_write: KvPair<WriteSummary>,
+    /// The health counters of the head launches after this step (cumulative, spec §2.7).
+    pub head_counters: KvPair<HealthCounters>,
+    /// The health counters of the tail launches after this step (cumulative).
+    pub tail_counters: KvPair<HealthCounters>,
+    /// This step's violation rows, decoded, in recording order.
+    pub violations: Vec<Violation>,
+    /// This step's rows that did not fit in the ring.
+    pub dropped: u64,
+}
+
+impl StepReport {
+    /// Whether the step recorded no violation at all.
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty() && self.dropped == 0
+    }
+
+    /// Violations recorded, stored or dropped.
+    pub fn recorded(&self) -> u64 {
+        self.violations.len() as u64 + self.dropped
+    }
+
+    /// Canary slots checked, over the four verify launches (slot-0 entries excluded).
+    pub fn entries_checked(&self) -> u64 {
+        let verifies = self.head_verify.iter().chain(self.tail_verify.iter());
+        verifies.map(|s| s.checked as u64).sum()
+    }
+
+    /// Canary slots stamped, over the four write launches.
+    pub fn entries_written(&self) -> u64 {
+        let writes = self.head_write.iter().chain(self.tail_write.iter());
+        writes.map(|s| s.written).sum()
+    }
+}
+
+/// One line: `bs 3, 12 verify entries (enabled), 5 tokens written; 48 slots checked, 20 stamped;
+/// clean` — or `2 violations (0 dropped)`.
+impl fmt::Display for StepReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bs {}, {} verify entries ({}), {} tokens written; {} slots checked, {} stamped; ",
+            self.plan.bs,
+            self.plan.requested_entries,
+            if self.plan.enabled {
+                "enabled"
+            } else {
+                "DISABLED: over capacity"
+            },
+            self.plan.write_tokens,
+            self.entries_checked(),
+            self.entries_written(),
+        )?;
+        if self.is_clean() {
+            f.write_str("clean")
+        } else {
+            write!(
+                f,
+                "{} violations ({} dropped)",
+                self.recorded(),
+                self.dropped
+            )
+        }
+    }
+}

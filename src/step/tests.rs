@@ -1,0 +1,432 @@
+use super::*;
+use crate::canary::{CanarySlot, FailReason, Violation};
+use crate::hash::fold_words;
+use crate::input::{Batch, ExpectedTokenTable, ReqToToken, Swa};
+use crate::real_kv::{RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
+use crate::Cap;
+
+type Spec = Shape<Cap<64>, Cap<4>, Cap<16>>;
+type Small = Canary<Cap<64>, Cap<4>, Cap<16>, Cap<64>, Cap<16>>;
+
+/// Bytes of one slot's K or V strip.
+const STRIP: usize = 16;
+
+/// A toy engine: `req_to_token[r][p] = 8r + p`, and 16 bytes of K and of V per slot.
+struct Engine {
+    table: ReqToToken,
+    k: Vec<u8>,
+    v: Vec<u8>,
+}
+
+/// One token of a step: (slot, token id, position).
+type Token = (i64, i64, i64);
+
+impl Engine {
+    fn new() -> Self {
+        Engine {
+            table: ReqToToken::from_vec(4, 8, (0..32).collect()).unwrap(),
+            k: vec![0; 64 * STRIP],
+            v: vec![0; 64 * STRIP],
+        }
+    }
+
+    /// The "forward pass": KV bytes of every new token, a function of its token and position.
+    fn forward(&mut self, tokens: &[Token]) {
+        for &(slot, token, pos) in tokens {
+            let at = slot as usize * STRIP;
+            self.k[at..at + 8].copy_from_slice(&token.to_le_bytes());
+            self.k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
+            self.v[at..at + 8].copy_from_slice(&(!token).to_le_bytes());
+            self.v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
+        }
+    }
+
+    fn tail_kv(&self) -> TailKv<'_> {
+        let params = RealKvParams::new(1, STRIP as i64, STRIP as i64);
+        let source = |bytes| {
+            let src = RealKvSource::new(bytes, STRIP, params).unwrap();
+            RealKv::new(RealKvHashMode::All, RealKvSources::from_array([src]))
+        };
+        TailKv::new(source(&self.k), source(&self.v))
+    }
+
+    /// Runs one full step of `batch` writing `tokens`, on a canary with any ring size.
+    fn step<R: Capacity>(
+        &mut self,
+        canary: &mut Canary<Cap<64>, Cap<4>, Cap<16>, Cap<64>, R>,
+        batch: &Batch,
+        tokens: &[Token],
+    ) -> StepReport {
+        let inputs = inputs(canary, tokens);
+        let step = canary
+            .plan(&PlanInputs::full(batch, &self.table))
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&inputs)
+            .unwrap();
+        self.forward(tokens);
+        step.verify_tail(self.tail_kv()).unwrap()
+    }
+}
+
+fn inputs<V, W, S, R, G>(
+    canary: &Canary<V, W, Cap<16>, S, R, G>,
+    tokens: &[Token],
+) -> WriteInputs<Cap<16>>
+where
+    V: Capacity,
+    W: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+{
+    let mut inputs = canary.write_inputs();
+    let p = inputs.parts_mut();
+    for (i, &(slot, token, pos)) in tokens.iter().enumerate() {
+        (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (slot, token, pos);
+    }
+    inputs
+}
+
+fn canary() -> Small {
+    Canary::full(Spec::new(), Cap, Cap)
+}
+
+/// Request in row 1 prefills tokens 100, 101, 102 (slots 8, 9, 10).
+fn prefill(engine: &mut Engine, canary: &mut Small) -> StepReport {
+    let batch = Batch::from_columns([1], [0], [3]);
+    engine.step(canary, &batch, &[(8, 100, 0), (9, 101, 1), (10, 102, 2)])
+}
+
+/// The same request decodes token `100 + pos` at position `pos` (slot `8 + pos`).
+fn decode(engine: &mut Engine, canary: &mut Small, pos: i64) -> StepReport {
+    let batch = Batch::from_columns([1], [pos], [1]);
+    engine.step(canary, &batch, &[(8 + pos, 100 + pos, pos)])
+}
+
+fn tags(rows: &[Violation]) -> Vec<LaunchTag> {
+    rows.iter().map(|v| v.launch_tag().unwrap()).collect()
+}
+
+#[test]
+fn clean_steps_report_nothing_and_count_every_launch() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    let first = prefill(&mut engine, &mut canary);
+    assert!(first.is_clean(), "{first}");
+    assert_eq!(
+        (first.entries_checked(), first.entries_written()),
+        (0, 4 * 3)
+    );
+    // Step 2: a second request (row 2) prefills 2 tokens while the first decodes.
+    let batch = Batch::from_columns([1, 2], [3, 0], [1, 2]);
+    let tokens = [(11, 103, 3), (16, 200, 0), (17, 201, 1)];
+    let second = engine.step(&mut canary, &batch, &tokens);
+    assert!(second.is_clean(), "{second}");
+    assert_eq!(second.plan.requested_entries, 3);
+    let (verify_plan, write_plan) = canary.plans();
+    assert_eq!(&verify_plan.slot_indices()[..3], &[8, 9, 10]);
+    assert_eq!(&write_plan.offsets()[..3], &[0, 1, 3]);
+    assert_eq!(second.head_verify.k.checked, 3);
+    assert_eq!(
+        (second.entries_checked(), second.entries_written()),
+        (4 * 3, 4 * 3)
+    );
+    let mut last = second;
+    for pos in 4..8 {
+        last = decode(&mut engine, &mut canary, pos);
+        assert!(last.is_clean(), "step at {pos}: {last}");
+        assert_eq!(last.tail_verify.v.checked, pos as usize);
+    }
+    let reported = [
+        &last.head_counters.k,
+        &last.head_counters.v,
+        &last.tail_counters.k,
+        &last.tail_counters.v,
+    ];
+    assert_eq!((canary.steps(), canary.total_violations()), (6, 0));
+    for (tag, reported) in canary.tags().into_iter().zip(reported) {
+        let counters = canary.counters(tag).unwrap();
+        assert_eq!(counters, reported, "{tag}");
+        // verify + write each step; slots: verified 0+3+4+5+6+7, written 3+3+1+1+1+1.
+        assert_eq!(counters.kernel_run_counter(), 12, "{tag}");
+        assert_eq!(counters.slot_run_counter(), 25 + 10, "{tag}");
+    }
+    assert!(canary.counters(LaunchTag::SweepKFull).is_none());
+    assert!(canary.counters(LaunchTag::HeadKSwa).is_none());
+}
+
+#[test]
+fn tail_records_carry_the_fingerprint_and_head_records_do_not() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let record = |tag| canary.buffer(tag).unwrap().slot(9).unwrap();
+    let head = record(LaunchTag::HeadKFull);
+    assert_eq!((head.token, head.position, head.real_kv_hash), (101, 1, 0));
+    assert_eq!(record(LaunchTag::HeadVFull), head);
+    let k_strip = fold_words(&engine.k[9 * STRIP..10 * STRIP]);
+    let v_strip = fold_words(&engine.v[9 * STRIP..10 * STRIP]);
+    let tail_k = record(LaunchTag::TailKFull);
+    assert_eq!(tail_k.real_kv_hash as u64, crate::hash::splitmix64(k_strip));
+    let tail_v = record(LaunchTag::TailVFull);
+    assert_eq!(tail_v.real_kv_hash as u64, crate::hash::splitmix64(v_strip));
+    assert_eq!(
+        (tail_k.prev_hash, tail_v.prev_hash),
+        (head.prev_hash, head.prev_hash)
+    );
+}
+
+#[test]
+fn a_corrupted_head_record_is_reported_before_the_write() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let buf = canary.buffer_mut(LaunchTag::HeadKFull).unwrap();
+    let slot = buf.slot(9).unwrap();
+    buf.set_slot(
+        9,
+        CanarySlot {
+            position: 7,
+            ..slot
+        },
+    )
+    .unwrap();
+
+    let table = engine.table.clone();
+    let batch = Batch::from_columns([1], [3], [1]);
+    let inputs = inputs(&canary, &[(11, 103, 3)]);
+    let step = canary.plan(&PlanInputs::full(&batch, &table)).unwrap();
+    assert_eq!(step.violations().len(), 0);
+    let step = step.verify_head().unwrap();
+    // The engine can stop here, before its forward pass reads the cache.
+    let found: Vec<Violation> = step.violations().collect();
+    assert_eq!(tags(&found), [LaunchTag::HeadKFull; 2]);
+    assert_eq!(
+        (found[0].slot, found[0].reasons),
+        (9, FailReason::VERIFY_POSITION_MISMATCH)
+    );
+    assert_eq!(
+        (found[1].slot, found[1].reasons),
+        (10, FailReason::VERIFY_CHAIN_HASH_MISMATCH)
+    );
+    let step = step.write(&inputs).unwrap();
+    engine.forward(&[(11, 103, 3)]);
+    let report = step.verify_tail(engine.tail_kv()).unwrap();
+    assert_eq!(report.violations, found, "head V and both tails are clean");
+    assert_eq!((report.recorded(), canary.total_violations()), (2, 2));
+}
+
+#[test]
+fn kv_bytes_changed_after_their_write_are_reported_by_their_half_of_the_tail() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    engine.v[9 * STRIP + 3] ^= 0x40; // a stray write into the V bytes of slot 9
+    let report = decode(&mut engine, &mut canary, 3);
+    assert_eq!(tags(&report.violations), [LaunchTag::TailVFull]);
+    let v = report.violations[0];
+    assert_eq!((v.slot, v.position, v.stored_token), (9, 1, 101));
+    assert_eq!(v.reasons, FailReason::VERIFY_REAL_KV_HASH_MISMATCH);
+    assert!(report.head_verify.iter().all(|s| s.violations == 0));
+}
+
+#[test]
+fn a_slot_reused_while_referenced_is_reported_by_every_buffer() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    // Use after free: request 2 is handed slot 9, which request 1 still holds.
+    let batch = Batch::from_columns([2], [0], [1]);
+    assert!(engine.step(&mut canary, &batch, &[(9, 555, 0)]).is_clean());
+    let report = decode(&mut engine, &mut canary, 3);
+    let at_slot_9: Vec<Violation> = report
+        .violations
+        .iter()
+        .filter(|v| v.slot == 9)
+        .copied()
+        .collect();
+    assert_eq!(tags(&at_slot_9), canary.tags());
+    let v = report.violations[0];
+    assert_eq!((v.position, v.stored_token), (0, 555));
+    assert!(v.reasons.contains(FailReason::VERIFY_POSITION_MISMATCH));
+}
+
+#[test]
+fn tokens_are_checked_exactly_when_the_plan_has_an_expected_pool() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let mut pool = ExpectedTokenTable::zeros(4, 8).unwrap();
+    pool.row_mut(1).unwrap()[..3].copy_from_slice(&[100, 999, 102]);
+    let valid_lens = [3];
+    let batch = Batch::from_columns([1], [3], [1]);
+    let table = engine.table.clone();
+    let plan_inputs =
+        PlanInputs::full(&batch, &table).with_expected(pool.with_valid_lens(&valid_lens));
+    let inputs = inputs(&canary, &[(11, 103, 3)]);
+    let step = canary
+        .plan(&plan_inputs)
+        .unwrap()
+        .verify_head()
+        .unwrap()
+        .write(&inputs)
+        .unwrap();
+    engine.forward(&[(11, 103, 3)]);
+    let report = step.verify_tail(engine.tail_kv()).unwrap();
+    assert_eq!(tags(&report.violations), canary.tags());
+    for v in &report.violations {
+        assert_eq!((v.slot, v.stored_token, v.expected_token), (9, 101, 999));
+        assert_eq!(v.reasons, FailReason::VERIFY_TOKEN_MISMATCH);
+    }
+    // Without the pool the same step is clean.
+    assert!(decode(&mut engine, &mut canary, 4).is_clean());
+}
+
+#[test]
+fn each_report_holds_its_own_step_and_counts_what_the_ring_dropped() {
+    let mut engine = Engine::new();
+    let mut canary: Canary<Cap<64>, Cap<4>, Cap<16>, Cap<64>, Cap<3>> =
+        Canary::full(Spec::new(), Cap, Cap);
+    let batch = Batch::from_columns([1], [0], [3]);
+    let tokens = [(8, 100, 0), (9, 101, 1), (10, 102, 2)];
+    assert!(engine.step(&mut canary, &batch, &tokens).is_clean());
+    // Every record of slot 8 (head and tail, K and V) gets a wrong position: 4 verify launches
+    // x 1 row, plus 4 chain rows on slot 9 (its predecessor changed).
+    for tag in canary.tags() {
+        let buf = canary.buffer_mut(tag).unwrap();
+        let slot = buf.slot(8).unwrap();
+        buf.set_slot(
+            8,
+            CanarySlot {
+                position: 5,
+                ..slot
+            },
+        )
+        .unwrap();
+    }
+    let batch = Batch::from_columns([1], [3], [1]);
+    for round in 1..=2 {
+        let report = engine.step(&mut canary, &batch, &[(11, 103, 3)]);
+        assert_eq!(
+            (report.violations.len(), report.dropped),
+            (3, 5),
+            "round {round}"
+        );
+        assert_eq!(canary.total_violations(), 8 * round);
+        // The stored rows are the first three recorded: HEAD_K slot 8 and 9, HEAD_V slot 8.
+        let firsts: Vec<(LaunchTag, i64)> = report
+            .violations
+            .iter()
+            .map(|v| (v.launch_tag().unwrap(), v.slot))
+            .collect();
+        assert_eq!(
+            firsts,
+            [
+                (LaunchTag::HeadKFull, 8),
+                (LaunchTag::HeadKFull, 9),
+                (LaunchTag::HeadVFull, 8)
+            ]
+        );
+    }
+}
+
+#[test]
+fn a_failed_launch_modifies_nothing() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let head_before = canary.buffer(LaunchTag::HeadKFull).unwrap().clone();
+    let batch = Batch::from_columns([1], [3], [1]);
+    let table = engine.table.clone();
+    // out_cache_loc past the pool: the head write refuses, after the head verify ran.
+    let bad = inputs(&canary, &[(64, 103, 3)]);
+    let step = canary
+        .plan(&PlanInputs::full(&batch, &table))
+        .unwrap()
+        .verify_head()
+        .unwrap();
+    let err = step.write(&bad).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        "kv-canary: out_cache_loc[0] = 64 is outside the canary buffer's 64 slots"
+    );
+    assert_eq!(canary.buffer(LaunchTag::HeadKFull).unwrap(), &head_before);
+    let counters = canary.counters(LaunchTag::HeadKFull).unwrap();
+    assert_eq!(
+        counters.kernel_run_counter(),
+        3,
+        "prefill verify + write, this verify"
+    );
+    assert_eq!(canary.steps(), 1);
+
+    // A real-KV source that does not cover the pool: refused before any tail launch.
+    let good = inputs(&canary, &[(11, 103, 3)]);
+    let tail_before = canary.buffer(LaunchTag::TailKFull).unwrap().clone();
+    let step = canary
+        .plan(&PlanInputs::full(&batch, &table))
+        .unwrap()
+        .verify_head()
+        .unwrap()
+        .write(&good)
+        .unwrap();
+    let short =
+        RealKvSource::new(&engine.k[..32 * STRIP], STRIP, RealKvParams::new(1, 16, 16)).unwrap();
+    let short = RealKv::new(RealKvHashMode::Partial, RealKvSources::from_array([short]));
+    let err = step
+        .verify_tail(TailKv::new(short, RealKv::NONE))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "kv-canary: real_kv_sources[0]: slot 63 lies in row 63, past the source's 32 rows"
+    );
+    assert_eq!(canary.buffer(LaunchTag::TailKFull).unwrap(), &tail_before);
+    assert_eq!(
+        canary
+            .counters(LaunchTag::TailKFull)
+            .unwrap()
+            .kernel_run_counter(),
+        2
+    );
+}
+
+#[test]
+fn an_swa_canary_verifies_the_window_in_swa_slots_with_swa_tags() {
+    let table = ReqToToken::from_vec(4, 8, (0..32).collect()).unwrap();
+    let lut: Vec<i64> = (0..33).map(|x| x + 100).collect(); // full slot x -> SWA slot x + 100
+    let mut canary = Canary::swa(Spec::new(), Cap::<160>, Cap::<16>);
+    let run = |canary: &mut Canary<_, _, _, _, _, SwaGroup>, batch: &Batch, tokens: &[Token]| {
+        let inputs = inputs(canary, tokens);
+        let group = Swa::window(2).with_lut(&lut);
+        let plan_inputs = PlanInputs::full(batch, &table).with_group(group);
+        let step = canary
+            .plan(&plan_inputs)
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&inputs)
+            .unwrap();
+        step.verify_tail(TailKv::NONE).unwrap()
+    };
+    // out_cache_loc is already in SWA slots (spec §4): full slots 8..13 -> 108..113.
+    let prefill: Vec<Token> = (0..5).map(|p| (108 + p, 100 + p, p)).collect();
+    assert!(run(&mut canary, &Batch::from_columns([1], [0], [5]), &prefill).is_clean());
+    let report = run(
+        &mut canary,
+        &Batch::from_columns([1], [5], [1]),
+        &[(113, 105, 5)],
+    );
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(
+        report.head_verify.k.checked, 2,
+        "only the window: positions 3 and 4"
+    );
+    let buf = canary.buffer_mut(LaunchTag::HeadKSwa).unwrap();
+    let slot = buf.slot(112).unwrap();
+    buf.set_slot(112, CanarySlot { token: 7, ..slot }).unwrap();
+    let report = run(
+        &mut canary,
+        &Batch::from_columns([1], [6], [1]),
+        &[(114, 106, 6)],
+    );
+    assert_eq!(tags(&report.violations), [LaunchTag::HeadKSwa]);
+    assert_eq!(
+        (report.violations[0].slot, report.violations[0].reasons),
+        (113, FailReason::VERIFY_CHAIN_HASH_MISMATCH)
+    );
+    assert!(canary.buffer(LaunchTag::HeadKFull).is_none());
+}
