@@ -9,7 +9,10 @@
 //!
 //! Run with `cargo bench --bench plan`; see docs/benchmarks.md.
 
-use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+mod common;
+
+use common::{Rng, Timing};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kv_canary::{
     cpu, Batch, ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, ReqToToken, Shape, Swa,
     UncheckedCapacity,
@@ -17,30 +20,6 @@ use kv_canary::{
 use std::hint::black_box;
 use std::ops::RangeInclusive;
 use std::time::Duration;
-
-/// splitmix64: a small seeded generator, enough for shuffles and uniform draws.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, n)` (modulo bias is irrelevant here).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            v.swap(i, self.below(i + 1));
-        }
-    }
-}
 
 /// One decode step: the batch, its `req_to_token` table and the number of pool slots in use.
 struct Step {
@@ -50,21 +29,13 @@ struct Step {
 }
 
 /// `bs` requests in rows `1..=bs` (row 0 is the padding row), visited in shuffled order, with
-/// prefixes drawn from `prefix`; every table cell of those rows holds a distinct slot id `>= 1`.
+/// prefixes drawn from `prefix`; every table cell of those rows holds a distinct slot id `>= 1`
+/// (a permutation of the whole pool).
 fn decode_step(rng: &mut Rng, bs: usize, prefix: RangeInclusive<usize>) -> Step {
     let width = prefix.end() + 1;
     let pool_slots = bs * width;
-    let mut data = vec![0i32; width];
-    data.extend(1..=pool_slots as i32);
-    rng.shuffle(&mut data[width..]);
-    let table = ReqToToken::from_vec(bs + 1, width, data).expect("table shape");
-    let mut rows: Vec<i64> = (1..=bs as i64).collect();
-    rng.shuffle(&mut rows);
-    let span = prefix.end() - prefix.start() + 1;
-    let prefixes = (0..bs)
-        .map(|_| (prefix.start() + rng.below(span)) as i64)
-        .collect();
-    let batch = Batch::try_from_columns(rows, prefixes, vec![1; bs]).expect("batch columns");
+    let table = common::slot_table(rng, bs, width, pool_slots + 1);
+    let batch = common::batch(rng, bs, prefix, 1);
     Step {
         batch,
         table,
@@ -83,21 +54,9 @@ fn lut(rng: &mut Rng, pool_slots: usize) -> Vec<i64> {
 
 /// An expected-token pool shaped like `table`, random token ids; every verified position valid.
 fn token_pool(rng: &mut Rng, step: &Step) -> (ExpectedTokenTable, Vec<i64>) {
-    let (rows, width) = (step.table.rows(), step.table.width());
-    let data = (0..rows * width)
-        .map(|_| rng.below(150_000) as i32)
-        .collect();
-    let pool = ExpectedTokenTable::from_vec(rows, width, data).expect("pool shape");
+    let pool = common::token_pool(rng, &step.table);
     let valid = step.batch.prefix_lens().iter().map(|p| p + 1).collect();
     (pool, valid)
-}
-
-/// How long and how often criterion measures one workload.
-struct Timing {
-    samples: usize,
-    warm_up: Duration,
-    measure: Duration,
-    flat: bool,
 }
 
 const DECODE: Timing = Timing {
@@ -143,14 +102,8 @@ fn plan_vs_copy<G: Group, X: ExpectedTokens>(
     let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
 
     let mut group = c.benchmark_group(name);
-    group
-        .sample_size(timing.samples)
-        .warm_up_time(timing.warm_up)
-        .measurement_time(timing.measure)
-        .throughput(Throughput::Elements(entries as u64));
-    if timing.flat {
-        group.sampling_mode(SamplingMode::Flat);
-    }
+    timing.apply(&mut group);
+    group.throughput(Throughput::Elements(entries as u64));
     group.bench_function("plan", |b| {
         b.iter(|| {
             let summary = cpu::plan(&shape, black_box(inputs), &mut verify, &mut write);
@@ -173,7 +126,7 @@ fn plan_vs_copy<G: Group, X: ExpectedTokens>(
 }
 
 fn benches(c: &mut Criterion) {
-    let mut rng = Rng(0x6b76_2d63_616e_6172);
+    let mut rng = Rng(common::SEED);
 
     // Decode: bs 256, prefixes around 2048 (about 0.5 M entries).
     let decode = decode_step(&mut rng, 256, 1792..=2304);
