@@ -31,10 +31,17 @@ pub const CHAIN_HEAD: i64 = CHAIN_HEAD_HASH as i64;
 /// zero-padded as in the reference.
 #[inline]
 pub fn fold_words(bytes: &[u8]) -> u64 {
+    let mut words = bytes.chunks_exact(8);
     let mut h = 0u64;
-    for chunk in bytes.chunks(8) {
+    for word in &mut words {
         let mut w = [0u8; 8];
-        w[..chunk.len()].copy_from_slice(chunk);
+        w.copy_from_slice(word);
+        h = splitmix64(h ^ u64::from_le_bytes(w));
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        let mut w = [0u8; 8];
+        w[..tail.len()].copy_from_slice(tail);
         h = splitmix64(h ^ u64::from_le_bytes(w));
     }
     h
@@ -79,6 +86,20 @@ mod tests {
         let per_source = fold_words(&strip);
         assert_eq!(per_source, 0xF036_E30B_6961_C78D);
         assert_eq!(splitmix64(per_source), 0x6041_5808_49E6_407D);
+    }
+
+    #[test]
+    fn a_partial_last_word_is_zero_padded() {
+        let bytes: Vec<u8> = (1..=21).collect();
+        let mut padded = bytes.clone();
+        padded.resize(24, 0);
+        let mut h = 0u64;
+        for w in padded.chunks(8) {
+            h = splitmix64(h ^ u64::from_le_bytes(w.try_into().unwrap()));
+        }
+        assert_eq!(fold_words(&bytes), h);
+        assert_ne!(fold_words(&bytes), fold_words(&bytes[..16]));
+        assert_eq!(fold_words(&[]), 0);
     }
 
     #[test]

@@ -58,10 +58,12 @@ pub struct CanarySlot {
 impl CanarySlot {
     /// The chain hash this slot passes to its successor: `mix3(prev_hash, token, position)`
     /// (the real-KV hash is deliberately not part of the chain, spec §2.2).
+    #[inline]
     pub const fn chain_hash(&self) -> i64 {
         chain_step(self.prev_hash, self.token, self.position)
     }
 
+    #[inline]
     fn from_bytes(b: &[u8]) -> CanarySlot {
         let field = |i: usize| {
             let mut w = [0u8; 8];
@@ -76,6 +78,7 @@ impl CanarySlot {
         }
     }
 
+    #[inline]
     fn to_bytes(self, b: &mut [u8]) {
         let fields = [self.token, self.position, self.prev_hash, self.real_kv_hash];
         for (i, v) in fields.into_iter().enumerate() {

@@ -4,6 +4,9 @@
 //! Every op validates all the indices it will follow before it mutates anything, so an op that
 //! returns an error has modified nothing.
 
+#[cfg(test)]
+mod block_tests;
+mod fingerprints;
 mod plan;
 mod scatter;
 #[cfg(test)]

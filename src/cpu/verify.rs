@@ -1,11 +1,19 @@
 //! The CPU verify op (spec §5): re-derive every planned slot's chain link, position, token and
 //! real-KV fingerprint and report mismatches. Read-only on the canary buffer.
+//!
+//! Entries are checked in blocks: a block's records, predecessor hashes and fingerprints are
+//! gathered first, so that its cache misses overlap, then its entries are checked in index order.
 
-use crate::canary::{CanaryBuffer, FailReason, HealthCounters, Launch, TokenCheck, ViolationRing};
+use super::fingerprints::{fingerprints, BLOCK};
+use crate::canary::{
+    CanaryBuffer, CanarySlot, FailReason, HealthCounters, Launch, TokenCheck, ViolationRing,
+};
 use crate::capacity::{Capacity, SameVerifyCapacity};
 use crate::consts::TOKEN_TO_KV_SLOT_PADDING;
+use crate::hash::CHAIN_HEAD;
 use crate::plan::VerifyPlan;
 use crate::{Error, Shape};
+use core::ops::Range;
 
 /// What one verify call did, for logs and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -91,59 +99,121 @@ where
     counters.add_slots(active as u64);
     summary.entries = active;
     let tag = launch.tag.value();
-    for i in 0..active {
-        let slot = plan.slot_indices[i];
-        if slot == TOKEN_TO_KV_SLOT_PADDING {
-            continue;
-        }
-        summary.checked += 1;
-        let s = slot as usize;
-        let stored = canary.load(s);
-        let prev = plan.prev_slot_indices[i];
-        let reachable = prev != TOKEN_TO_KV_SLOT_PADDING;
-        let expected_chain = if reachable {
-            canary.slot_hash(prev)
-        } else {
-            stored.prev_hash
-        };
-        let expected_token = if K::ENABLED {
-            plan.expected_tokens[i]
-        } else {
-            -1
-        };
-        let expected_real_kv = launch.real_kv.hash(s);
-        let bits = FailReason::NONE
-            .with_if(
-                FailReason::VERIFY_CHAIN_HASH_MISMATCH,
-                stored.prev_hash != expected_chain,
-            )
-            .with_if(
-                FailReason::VERIFY_TOKEN_MISMATCH,
-                expected_token != -1 && stored.token != expected_token,
-            )
-            .with_if(
-                FailReason::VERIFY_POSITION_MISMATCH,
-                stored.position != plan.expected_positions[i],
-            )
-            .with_if(
-                FailReason::VERIFY_REAL_KV_HASH_MISMATCH,
-                stored.real_kv_hash != expected_real_kv,
-            );
-        if !bits.is_empty() {
-            ring.record([
-                tag,
-                slot,
-                stored.position,
-                stored.token,
-                expected_token,
-                stored.prev_hash,
-                expected_chain,
-                bits.bits(),
-            ]);
-            summary.violations += 1;
+    let mut block = Block::new();
+    for start in (0..active).step_by(BLOCK) {
+        let entries = start..active.min(start + BLOCK);
+        block.gather(plan, entries.clone(), launch, canary);
+        for (j, i) in entries.enumerate() {
+            let slot = plan.slot_indices[i];
+            if slot == TOKEN_TO_KV_SLOT_PADDING {
+                continue;
+            }
+            summary.checked += 1;
+            let stored = block.stored[j];
+            let reachable = plan.prev_slot_indices[i] != TOKEN_TO_KV_SLOT_PADDING;
+            let expected_chain = if reachable {
+                block.prev_hash[j]
+            } else {
+                stored.prev_hash
+            };
+            let expected_token = if K::ENABLED {
+                plan.expected_tokens[i]
+            } else {
+                -1
+            };
+            let bits = FailReason::NONE
+                .with_if(
+                    FailReason::VERIFY_CHAIN_HASH_MISMATCH,
+                    stored.prev_hash != expected_chain,
+                )
+                .with_if(
+                    FailReason::VERIFY_TOKEN_MISMATCH,
+                    expected_token != -1 && stored.token != expected_token,
+                )
+                .with_if(
+                    FailReason::VERIFY_POSITION_MISMATCH,
+                    stored.position != plan.expected_positions[i],
+                )
+                .with_if(
+                    FailReason::VERIFY_REAL_KV_HASH_MISMATCH,
+                    stored.real_kv_hash != block.real_kv[j],
+                );
+            if !bits.is_empty() {
+                ring.record([
+                    tag,
+                    slot,
+                    stored.position,
+                    stored.token,
+                    expected_token,
+                    stored.prev_hash,
+                    expected_chain,
+                    bits.bits(),
+                ]);
+                summary.violations += 1;
+            }
         }
     }
     Ok(summary)
+}
+
+/// What the checks of one block of validated entries need from memory, gathered before any check
+/// so that the block's cache misses overlap. Slot-0 entries load nothing (their fields stay
+/// default).
+struct Block {
+    /// The stored record of each entry's slot.
+    stored: [CanarySlot; BLOCK],
+    /// The record of each entry's predecessor slot (when `prev > 0`).
+    prev_records: [CanarySlot; BLOCK],
+    /// `slot_hash(prev)` of each entry whose predecessor is reachable (`prev != 0`).
+    prev_hash: [i64; BLOCK],
+    /// The slot's real-KV fingerprint now (0 without an active fingerprint).
+    real_kv: [i64; BLOCK],
+}
+
+impl Block {
+    fn new() -> Block {
+        Block {
+            stored: [CanarySlot::default(); BLOCK],
+            prev_records: [CanarySlot::default(); BLOCK],
+            prev_hash: [0; BLOCK],
+            real_kv: [0; BLOCK],
+        }
+    }
+
+    /// Fills the block for `entries` (at most [`BLOCK`] validated entries of `plan`).
+    #[inline(always)]
+    fn gather<VB: Capacity, S: Capacity>(
+        &mut self,
+        plan: &VerifyPlan<VB>,
+        entries: Range<usize>,
+        launch: &Launch<'_>,
+        canary: &CanaryBuffer<S>,
+    ) {
+        let slots = &plan.slot_indices[entries.clone()];
+        let prevs = &plan.prev_slot_indices[entries];
+        // Loads only, back to back: the block's misses are in flight together.
+        for (j, (&slot, &prev)) in slots.iter().zip(prevs).enumerate() {
+            if slot != TOKEN_TO_KV_SLOT_PADDING {
+                self.stored[j] = canary.load(slot as usize);
+                if prev > 0 {
+                    self.prev_records[j] = canary.load(prev as usize);
+                }
+            }
+        }
+        for (j, &prev) in prevs.iter().enumerate() {
+            self.prev_hash[j] = if prev < 0 {
+                CHAIN_HEAD
+            } else {
+                self.prev_records[j].chain_hash()
+            };
+        }
+        fingerprints(
+            &launch.real_kv,
+            slots,
+            |s| s != TOKEN_TO_KV_SLOT_PADDING,
+            &mut self.real_kv,
+        );
+    }
 }
 
 /// Checks every slot the verify will load.

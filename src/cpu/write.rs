@@ -1,6 +1,11 @@
 //! The CPU write op (spec §4): stamp every planned token into its canary slot, extending each
 //! request's hash chain.
+//!
+//! With a real-KV fingerprint active, a request's entries are stamped in blocks whose
+//! fingerprints are computed first, all strips of the block folded together (the fingerprints do
+//! not depend on the chain, and the KV bytes are never written by the op).
 
+use super::fingerprints::{fingerprints, BLOCK};
 use crate::canary::{CanaryBuffer, CanarySlot, FailReason, HealthCounters, Launch, ViolationRing};
 use crate::capacity::{Capacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use crate::hash::chain_step;
@@ -129,6 +134,8 @@ where
 
     counters.add_kernel_run();
     let mut summary = WriteSummary::default();
+    // Fingerprints of the current block of entries; all 0 without an active fingerprint.
+    let mut real_kv = [0; BLOCK];
     for r in 0..active {
         let tokens = request_tokens(plan, r);
         if tokens.is_empty() {
@@ -136,7 +143,8 @@ where
         }
         let seed = plan.seed_slot_indices[r];
         summary.requests += 1;
-        let (written, violations) = write_request(seed, tokens, inputs, launch, canary, ring);
+        let (written, violations) =
+            write_request(seed, tokens, inputs, launch, canary, ring, &mut real_kv);
         counters.add_slots(written);
         summary.written += written;
         summary.violations += violations;
@@ -196,7 +204,8 @@ fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, S: Capacity>(
     Ok(active)
 }
 
-/// Stamps one validated request; returns `(entries written, rows recorded)`.
+/// Stamps one validated request; returns `(entries written, rows recorded)`. `real_kv` is
+/// scratch for a block's fingerprints, all 0 when the launch has no active fingerprint.
 #[inline]
 fn write_request<EB: Capacity, A: WriteInputAssert, S: Capacity, R: Capacity>(
     seed: i64,
@@ -205,6 +214,7 @@ fn write_request<EB: Capacity, A: WriteInputAssert, S: Capacity, R: Capacity>(
     launch: &Launch<'_>,
     canary: &mut CanaryBuffer<S>,
     ring: &mut ViolationRing<R>,
+    real_kv: &mut [i64; BLOCK],
 ) -> (u64, u64) {
     let tag = launch.tag.value();
     let expected = inputs.expected_host();
@@ -216,44 +226,51 @@ fn write_request<EB: Capacity, A: WriteInputAssert, S: Capacity, R: Capacity>(
         0
     };
     let (mut written, mut violations) = (0u64, 0u64);
-    for i in tokens {
-        let slot = inputs.out_cache_loc[i];
-        if slot < 0 {
-            continue;
+    let hashing = launch.real_kv.is_active();
+    for start in tokens.clone().step_by(BLOCK) {
+        let block = start..tokens.end.min(start + BLOCK);
+        if hashing {
+            // The block's fingerprints first: their strips are loaded together, off the chain.
+            let slots = &inputs.out_cache_loc[block.clone()];
+            fingerprints(&launch.real_kv, slots, |s| s >= 0, real_kv);
         }
-        let (token, pos) = (inputs.input_ids[i], inputs.positions[i]);
-        if let Some((tokens, positions)) = expected {
-            let (et, ep) = (tokens[i], positions[i]);
-            let bits = FailReason::NONE
-                .with_if(FailReason::WRITE_TOKEN_MISMATCH, token != et)
-                .with_if(FailReason::WRITE_POSITION_MISMATCH, pos != ep);
-            if !bits.is_empty() {
-                ring.record([tag, slot, pos, token, et, running, ep, bits.bits()]);
-                violations += 1;
+        for (j, i) in block.enumerate() {
+            let slot = inputs.out_cache_loc[i];
+            if slot < 0 {
+                continue;
             }
-        }
-        if chain_assert {
-            let want = prev_pos.wrapping_add(1);
-            if pos != want {
-                let bits = FailReason::WRITE_POSITION_MISMATCH.bits();
-                ring.record([tag, slot, pos, token, token, running, want, bits]);
-                violations += 1;
+            let (token, pos) = (inputs.input_ids[i], inputs.positions[i]);
+            if let Some((tokens, positions)) = expected {
+                let (et, ep) = (tokens[i], positions[i]);
+                let bits = FailReason::NONE
+                    .with_if(FailReason::WRITE_TOKEN_MISMATCH, token != et)
+                    .with_if(FailReason::WRITE_POSITION_MISMATCH, pos != ep);
+                if !bits.is_empty() {
+                    ring.record([tag, slot, pos, token, et, running, ep, bits.bits()]);
+                    violations += 1;
+                }
             }
-            prev_pos = pos;
+            if chain_assert {
+                let want = prev_pos.wrapping_add(1);
+                if pos != want {
+                    let bits = FailReason::WRITE_POSITION_MISMATCH.bits();
+                    ring.record([tag, slot, pos, token, token, running, want, bits]);
+                    violations += 1;
+                }
+                prev_pos = pos;
+            }
+            canary.store(
+                slot as usize,
+                CanarySlot {
+                    token,
+                    position: pos,
+                    prev_hash: running,
+                    real_kv_hash: real_kv[j],
+                },
+            );
+            running = chain_step(running, token, pos);
+            written += 1;
         }
-        let s = slot as usize;
-        let real_kv_hash = launch.real_kv.hash(s);
-        canary.store(
-            s,
-            CanarySlot {
-                token,
-                position: pos,
-                prev_hash: running,
-                real_kv_hash,
-            },
-        );
-        running = chain_step(running, token, pos);
-        written += 1;
     }
     (written, violations)
 }

@@ -15,6 +15,9 @@ pub use sources::{AtMostFourSources, RealKvSources, SourceCount};
 use crate::hash::splitmix64;
 use crate::Error;
 
+/// The most slots [`RealKv::hash_block`] hashes in one call (the ops' block of entries).
+pub(crate) const HASH_BLOCK: usize = 32;
+
 /// How much of each source's per-slot strip is hashed (spec §2.11).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(i32)]
@@ -111,16 +114,34 @@ impl<'a> RealKv<'a> {
     /// `real_kv_hash(s)` of spec §2.11 as stored (`i64`); `check_slot(s)` has passed.
     #[inline]
     pub fn hash(&self, s: usize) -> i64 {
+        let mut out = [0];
+        self.hash_block(&[s], &mut out);
+        out[0]
+    }
+
+    /// `out[j] = hash(slots[j])` for at most [`HASH_BLOCK`] slots (`out` at least as long),
+    /// `check_slot` having passed for each. All the slots' strips are folded in lockstep, so the
+    /// ops hash a block of slots at memory-level parallelism rather than one slot at a time.
+    #[inline]
+    pub(crate) fn hash_block(&self, slots: &[usize], out: &mut [i64]) {
+        let out = &mut out[..slots.len()];
         if !self.is_active() {
-            return 0;
+            out.fill(0);
+            return;
         }
         let partial = self.mode == RealKvHashMode::Partial;
-        let mut acc = 0u64;
+        let (mut acc, mut strip) = ([0u64; HASH_BLOCK], [0u64; HASH_BLOCK]);
+        let acc = &mut acc[..slots.len()];
         for src in self.sources.as_slice() {
             let n = if partial { 16 } else { src.read_bytes() };
-            acc = splitmix64(acc ^ src.strip_hash(s, n));
+            src.fold_strips(slots, n, &mut strip);
+            for (a, &h) in acc.iter_mut().zip(&strip) {
+                *a = splitmix64(*a ^ h);
+            }
         }
-        acc as i64
+        for (o, &a) in out.iter_mut().zip(acc.iter()) {
+            *o = a as i64;
+        }
     }
 }
 
@@ -143,6 +164,82 @@ mod tests {
             assert_eq!(rk.hash(0) as u64, 0x6041_5808_49E6_407D, "{mode:?}");
         }
         assert_eq!(RealKv::new(RealKvHashMode::None, sources).hash(0), 0);
+    }
+
+    /// Spec §2.11 written out for one slot: row `s / page`, strip `s % page`, fold, combine.
+    fn spec_hash(mode: RealKvHashMode, sources: &[(&[u8], usize, RealKvParams)], s: usize) -> u64 {
+        let mut acc = 0u64;
+        for &(bytes, stride, p) in sources {
+            let (page, nbpt) = (p.page_size as usize, p.num_bytes_per_token as usize);
+            let n = match mode {
+                RealKvHashMode::Partial => 16,
+                _ => p.read_bytes as usize,
+            };
+            let at = (s / page) * stride + (s % page) * nbpt;
+            acc = splitmix64(acc ^ crate::hash::fold_words(&bytes[at..at + n]));
+        }
+        acc
+    }
+
+    #[test]
+    fn blocks_hash_every_slot_as_the_spec_does() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let bytes: Vec<u8> = (0..64 * 1024).map(|_| next(256) as u8).collect();
+        // (page_size, num_bytes_per_token, read_bytes, row stride): paged, strided, mixed reads.
+        let configs = [
+            (1, 64, 64, 64),
+            (4, 32, 16, 160),
+            (2, 48, 32, 112),
+            (8, 16, 16, 128),
+        ];
+        let sources: Vec<(&[u8], usize, RealKvParams)> = configs
+            .iter()
+            .enumerate()
+            .map(|(k, &(page, nbpt, read, stride))| {
+                let view = &bytes[k * 1000..k * 1000 + 256 * stride];
+                (view, stride, RealKvParams::new(page, nbpt, read))
+            })
+            .collect();
+        let built: Vec<RealKvSource<'_>> = sources
+            .iter()
+            .map(|&(view, stride, p)| {
+                let layout = RowLayout {
+                    num_rows: 256,
+                    row_bytes: stride,
+                    row_stride_bytes: stride,
+                };
+                RealKvSource::strided(view, layout, p).unwrap()
+            })
+            .collect();
+        for mode in [RealKvHashMode::Partial, RealKvHashMode::All] {
+            for count in 1..=4 {
+                let rk = RealKv::new(
+                    mode,
+                    RealKvSources::try_from_slice(&built[..count]).unwrap(),
+                );
+                for len in [1, 2, 7, HASH_BLOCK] {
+                    let slots: Vec<usize> = (0..len).map(|_| next(256)).collect();
+                    let mut out = [0i64; HASH_BLOCK];
+                    rk.hash_block(&slots, &mut out);
+                    for (j, &s) in slots.iter().enumerate() {
+                        rk.check_slot(s).unwrap();
+                        let want = spec_hash(mode, &sources[..count], s);
+                        assert_eq!(out[j] as u64, want, "{mode:?} {count} sources, slot {s}");
+                        assert_eq!(rk.hash(s), out[j]);
+                    }
+                }
+            }
+        }
+        let mut out = [7i64; 3];
+        RealKv::new(RealKvHashMode::None, RealKvSources::from_array([built[0]]))
+            .hash_block(&[1, 2], &mut out);
+        assert_eq!(out, [0, 0, 7]);
     }
 
     #[test]

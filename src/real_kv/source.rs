@@ -1,6 +1,9 @@
 //! [`RealKvSource`]: one piece of real KV memory to fingerprint, validated once (spec §2.10).
 
+use super::HASH_BLOCK;
+#[cfg(test)]
 use crate::hash::fold_words;
+use crate::hash::splitmix64;
 use crate::Error;
 
 /// The three per-source parameters of spec §2.10, as the engine states them (signed, so that a
@@ -191,19 +194,50 @@ impl<'a> RealKvSource<'a> {
         self.num_rows.saturating_mul(self.page_size)
     }
 
-    /// Whether slot `s` (non-negative) lies in a row of this source.
+    /// Whether slot `s` (non-negative) lies in a row of this source: `s / page_size < num_rows`,
+    /// computed without a division (`num_slots` saturates, and `s` fits an `i64`).
     #[inline]
     pub(crate) fn covers(&self, s: usize) -> bool {
-        s / self.page_size < self.num_rows
+        s < self.num_slots()
+    }
+
+    /// Where slot `s`'s strip starts in `bytes`.
+    #[inline]
+    fn strip_start(&self, s: usize) -> usize {
+        (s / self.page_size) * self.row_stride + (s % self.page_size) * self.num_bytes_per_token
     }
 
     /// The fold of the first `n` bytes of slot `s`'s strip (`n` is 16 or `read_bytes`);
     /// `covers(s)` holds.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn strip_hash(&self, s: usize, n: usize) -> u64 {
-        let at = (s / self.page_size) * self.row_stride
-            + (s % self.page_size) * self.num_bytes_per_token;
+        let at = self.strip_start(s);
         fold_words(&self.bytes[at..at + n])
+    }
+
+    /// `out[j]` = the fold of the first `n` bytes of slot `slots[j]`'s strip, for at most
+    /// [`HASH_BLOCK`] slots, each covered; `n` is 16 or `read_bytes` (a multiple of 16).
+    ///
+    /// The strips are folded in lockstep (word `w` of every strip before word `w + 1` of any):
+    /// the same values as [`fold_words`] per strip, but the loads of all the strips are in flight
+    /// together and the independent chains keep the multiplier busy.
+    #[inline]
+    pub(crate) fn fold_strips(&self, slots: &[usize], n: usize, out: &mut [u64]) {
+        debug_assert!(n.is_multiple_of(8) && slots.len() <= HASH_BLOCK);
+        let mut strips: [&[u8]; HASH_BLOCK] = [&[]; HASH_BLOCK];
+        for (strip, &s) in strips.iter_mut().zip(slots) {
+            let at = self.strip_start(s);
+            *strip = &self.bytes[at..at + n];
+        }
+        let (strips, out) = (&strips[..slots.len()], &mut out[..slots.len()]);
+        out.fill(0);
+        for w in (0..n).step_by(8) {
+            for (h, strip) in out.iter_mut().zip(strips) {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&strip[w..w + 8]);
+                *h = splitmix64(*h ^ u64::from_le_bytes(word));
+            }
+        }
     }
 }
 
