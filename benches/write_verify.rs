@@ -16,7 +16,8 @@
 //!   of 512 tokens, and a decode step of 256 requests x 1 token (seeded chains, chain-position
 //!   assert on); input assert off and on. Floors: `mix3`, the per-request chains of `mix3`
 //!   steps over the same tokens with no memory traffic (a request's chain is inherently serial),
-//!   and `scatter`, storing the same 32-byte records at the same random slots with no hashing.
+//!   and `scatter`, storing the same 32-byte records at the same random slots with no hashing;
+//!   with real-KV sources, `gather`, loading the same 4 x 128 KV bytes of every written slot.
 //!
 //! Run with `cargo bench --bench write_verify`; see docs/benchmarks.md.
 
@@ -170,22 +171,25 @@ fn write_clean(step: &Step, launch: &Launch<'_>, canary: &mut Canary) {
 // ---------------------------------------------------------------------------------------------
 // verify
 
-/// Loads the 32-byte record of every active entry's slot and folds it with XOR; with `kv`, also
-/// every word of the slot's strip in each source. Blocks of 32 entries, each strip word of the
-/// whole block before the next word, so that a block's misses are all in flight together.
-fn gather(plan: &VerifyPlan<Unchecked>, canary: &Canary, kv: &[Vec<u8>]) -> u64 {
-    let bytes = canary.as_bytes();
+/// Loads the 32-byte record of every slot of `slots` (when `canary` is given) and every word of
+/// the slot's strip in each source of `kv`, and folds them with XOR; slot 0 and negative slots
+/// are skipped. Blocks of 32 slots, each strip word of the whole block before the next word, so
+/// that a block's misses are all in flight together.
+fn gather(slots: &[i64], canary: Option<&Canary>, kv: &[Vec<u8>]) -> u64 {
     let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
     let mut acc = 0u64;
-    for block in plan.slot_indices()[..plan.active_len()].chunks(32) {
-        for &slot in block.iter().filter(|&&s| s != 0) {
-            let at = slot as usize * 32;
-            acc ^=
-                word(bytes, at) ^ word(bytes, at + 8) ^ word(bytes, at + 16) ^ word(bytes, at + 24);
+    for block in slots.chunks(32) {
+        if let Some(canary) = canary {
+            let bytes = canary.as_bytes();
+            for &slot in block.iter().filter(|&&s| s > 0) {
+                let at = slot as usize * 32;
+                acc ^= word(bytes, at) ^ word(bytes, at + 8);
+                acc ^= word(bytes, at + 16) ^ word(bytes, at + 24);
+            }
         }
         for source in kv {
             for w in (0..KV_BYTES_PER_TOKEN).step_by(8) {
-                for &slot in block.iter().filter(|&&s| s != 0) {
+                for &slot in block.iter().filter(|&&s| s > 0) {
                     acc ^= word(source, slot as usize * KV_BYTES_PER_TOKEN + w);
                 }
             }
@@ -252,7 +256,10 @@ fn verify_group(
     if token_on {
         group.bench_function("token_on", |b| timed(b, true));
     }
-    group.bench_function("gather", |b| b.iter(|| gather(black_box(plan), canary, kv)));
+    let slots = &plan.slot_indices()[..plan.active_len()];
+    group.bench_function("gather", |b| {
+        b.iter(|| gather(black_box(slots), Some(canary), kv))
+    });
     group.finish();
 }
 
@@ -370,8 +377,8 @@ fn scatter(step: &Step, bytes: &mut [u8]) {
     }
 }
 
-/// Benches write of `step` with the input assert off (and on, if `assert_on`), plus the two
-/// floors when `floors`.
+/// Benches write of `step` with the input assert off (and on, if `assert_on`), plus the floors:
+/// `mix3` and `scatter` without real-KV sources, `gather` of the KV strips with them.
 fn write_group(
     c: &mut Criterion,
     name: &str,
@@ -379,7 +386,7 @@ fn write_group(
     launch: &Launch<'_>,
     canary: &mut Canary,
     assert_on: bool,
-    floors: bool,
+    kv: &[Vec<u8>],
 ) {
     let mut group = c.benchmark_group(name);
     WRITE.apply(&mut group);
@@ -422,12 +429,15 @@ fn write_group(
         });
     }
     assert_eq!(ring.write_index(), 0, "{name}: the write is clean");
-    if floors {
+    if kv.is_empty() {
         group.bench_function("mix3", |b| b.iter(|| mix3_chains(black_box(step))));
         let mut bytes = vec![0u8; NUM_SLOTS * 32];
         group.bench_function("scatter", |b| {
             b.iter(|| scatter(black_box(step), &mut bytes))
         });
+    } else {
+        let slots = &step.inputs.out_cache_loc()[..step.write_entries];
+        group.bench_function("gather", |b| b.iter(|| gather(black_box(slots), None, kv)));
     }
     group.finish();
 }
@@ -440,15 +450,7 @@ fn write_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
     let table = common::slot_table(rng, 1, 8192, NUM_SLOTS);
     let tokens = common::token_pool(rng, &table);
     let one = step(&common::batch(rng, 1, 0..=0, 8192), &table, &tokens);
-    write_group(
-        c,
-        "write_prefill_8192",
-        &one,
-        &head,
-        &mut canary,
-        true,
-        true,
-    );
+    write_group(c, "write_prefill_8192", &one, &head, &mut canary, true, &[]);
     let tail = head.with_real_kv(all_mode(kv));
     write_group(
         c,
@@ -457,7 +459,7 @@ fn write_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
         &tail,
         &mut canary,
         false,
-        false,
+        kv,
     );
 
     // 64 prefill requests of 512 tokens.
@@ -471,7 +473,7 @@ fn write_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
         &head,
         &mut canary,
         true,
-        true,
+        &[],
     );
 
     // A decode step: 256 requests with 1792..=2304 cached tokens (written first), 1 token each.
@@ -491,7 +493,7 @@ fn write_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
         &head,
         &mut canary,
         true,
-        true,
+        &[],
     );
 }
 
