@@ -224,39 +224,25 @@ where
     /// The canary buffer the launches tagged `tag` use; `None` for a tag of another group or a
     /// sweep tag.
     pub fn buffer(&self, tag: LaunchTag) -> Option<&CanaryBuffer<S>> {
-        let [hk, hv, tk, tv] = self.tags();
-        match tag {
-            t if t == hk => Some(&self.head.k),
-            t if t == hv => Some(&self.head.v),
-            t if t == tk => Some(&self.tail.k),
-            t if t == tv => Some(&self.tail.v),
-            _ => None,
-        }
+        let i = self.launch_index(tag)?;
+        Some([&self.head.k, &self.head.v, &self.tail.k, &self.tail.v][i])
     }
 
     /// The canary buffer of `tag`, mutable: for tests that tamper with a record.
     pub fn buffer_mut(&mut self, tag: LaunchTag) -> Option<&mut CanaryBuffer<S>> {
-        let [hk, hv, tk, tv] = self.tags();
-        match tag {
-            t if t == hk => Some(&mut self.head.k),
-            t if t == hv => Some(&mut self.head.v),
-            t if t == tk => Some(&mut self.tail.k),
-            t if t == tv => Some(&mut self.tail.v),
-            _ => None,
-        }
+        let i = self.launch_index(tag)?;
+        let (head, tail) = (&mut self.head, &mut self.tail);
+        [&mut head.k, &mut head.v, &mut tail.k, &mut tail.v]
+            .into_iter()
+            .nth(i)
     }
 
     /// The health counters of the launches tagged `tag` (cumulative over every step); `None` for
     /// a tag this canary does not launch.
     pub fn counters(&self, tag: LaunchTag) -> Option<&HealthCounters> {
-        let [hk, hv, tk, tv] = self.tags();
-        match tag {
-            t if t == hk => Some(&self.head_counters.k),
-            t if t == hv => Some(&self.head_counters.v),
-            t if t == tk => Some(&self.tail_counters.k),
-            t if t == tv => Some(&self.tail_counters.v),
-            _ => None,
-        }
+        let i = self.launch_index(tag)?;
+        let (head, tail) = (&self.head_counters, &self.tail_counters);
+        Some([&head.k, &head.v, &tail.k, &tail.v][i])
     }
 
     /// The violation ring: the rows of the current (or last) step. Each `plan` empties it.
@@ -272,6 +258,13 @@ where
     /// Violations recorded by every completed step (stored or dropped).
     pub fn total_violations(&self) -> u64 {
         self.violations
+    }
+
+    /// Where `tag` stands in [`tags`](Canary::tags) (head K, head V, tail K, tail V): the order
+    /// in which [`buffer`](Canary::buffer), [`buffer_mut`](Canary::buffer_mut) and
+    /// [`counters`](Canary::counters) list their fields.
+    fn launch_index(&self, tag: LaunchTag) -> Option<usize> {
+        self.tags().iter().position(|&t| t == tag)
     }
 
     /// The launch settings of `tag` with `real_kv`.

@@ -336,23 +336,11 @@ where
         End::Tail => (&mut c.tail, &mut c.tail_counters),
     };
     let (shape, plan, ring) = (&c.shape, &c.write_plan, &mut c.ring);
+    let mut one =
+        |launch, buffer, counters| inputs.stamp(shape, plan, launch, buffer, ring, counters);
     Ok(KvPair {
-        k: inputs.stamp(
-            shape,
-            plan,
-            &launches.k,
-            &mut buffers.k,
-            ring,
-            &mut counters.k,
-        )?,
-        v: inputs.stamp(
-            shape,
-            plan,
-            &launches.v,
-            &mut buffers.v,
-            ring,
-            &mut counters.v,
-        )?,
+        k: one(&launches.k, &mut buffers.k, &mut counters.k)?,
+        v: one(&launches.v, &mut buffers.v, &mut counters.v)?,
     })
 }
 
