@@ -1,12 +1,14 @@
 //! The launch context shared by `write` and `verify` cases (golden README §5.5): the state a
 //! launch mutates (canary buffer, violation ring and its write index, health counters) and its
 //! settings (launch tag, real-KV sources and mode, chain-position assert flag), decoded into the
-//! crate's types; and the outputs those five state tensors produce.
+//! crate's types; the outputs those five state tensors produce; and [`replay_launch`], the replay
+//! both ops share around their one launch.
 
-use super::capacity;
+use super::{capacity, Replayed};
 use crate::conformance::case::{Case, Fields};
 use crate::conformance::compare::Produced;
 use crate::conformance::tensor::{Tensor, TensorData};
+use crate::conformance::Backend;
 use crate::consts::VIOLATION_FIELDS;
 use crate::Capacity;
 use crate::{
@@ -23,14 +25,14 @@ pub(super) struct State {
 }
 
 /// One real-KV source as dumped: its bytes, shape and parameters.
-pub(super) struct DumpedSource {
+struct DumpedSource {
     bytes: Vec<u8>,
     shape: Vec<usize>,
     params: RealKvParams,
 }
 
 /// A launch's settings; [`Settings::launch`] borrows the source bytes.
-pub(super) struct Settings {
+struct Settings {
     tag: LaunchTag,
     mode: RealKvHashMode,
     sources: Vec<DumpedSource>,
@@ -53,8 +55,38 @@ impl Settings {
     }
 }
 
+/// Replays one launch case (`write` or `verify`) on `backend`: decodes the context, then the
+/// op's own inputs with `decode_op`, then the launch settings (the first error is the replay's);
+/// runs `launch` on the state ([`run`]); and, for a backend that records rows out of order,
+/// aligns the rows it appended with the golden ones ([`realign`]).
+pub(super) fn replay_launch<T>(
+    case: &Case,
+    backend: Backend,
+    decode_op: impl FnOnce(&Fields<'_>) -> Result<T, Error>,
+    launch: impl FnOnce(&T, &Launch<'_>, &mut State) -> Result<(), Error>,
+) -> Replayed {
+    let inputs = case.inputs();
+    let decoded =
+        decode(&inputs).and_then(|(state, settings)| Ok((state, settings, decode_op(&inputs)?)));
+    let (mut state, settings, op) = match decoded {
+        Ok(d) => d,
+        Err(e) => return Replayed::Error(e),
+    };
+    let settings = match settings.launch() {
+        Ok(l) => l,
+        Err(e) => return Replayed::Error(e),
+    };
+    let initial_index = state.ring.write_index();
+    let replayed = run(&mut state, |st| launch(&op, &settings, st));
+    if backend.records_rows_in_order() {
+        replayed
+    } else {
+        realign(case, initial_index, &mut state, replayed)
+    }
+}
+
 /// Decodes `inputs.context`.
-pub(super) fn decode(inputs: &Fields<'_>) -> Result<(State, Settings), Error> {
+fn decode(inputs: &Fields<'_>) -> Result<(State, Settings), Error> {
     let ctx = inputs.object("context")?;
     let (slots, stride, bytes) = ctx
         .required_tensor("canary_buf")?
@@ -117,7 +149,7 @@ pub(super) fn decode(inputs: &Fields<'_>) -> Result<(State, Settings), Error> {
 }
 
 /// The five state tensors, by their golden output names.
-pub(super) fn outputs(state: &State) -> Produced {
+fn outputs(state: &State) -> Produced {
     let ring_rows = state.ring.capacity().get();
     vec![
         (
@@ -153,7 +185,7 @@ pub(super) fn outputs(state: &State) -> Produced {
 /// as a multiset, the rows the golden outputs appended, put them in the golden order so that the
 /// full comparison passes; otherwise leave them, so that it reports the first difference.
 /// `initial_index` is the write index before the launch.
-pub(super) fn align_new_rows(expected_ring: Option<&[i64]>, initial_index: i32, state: &mut State) {
+fn align_new_rows(expected_ring: Option<&[i64]>, initial_index: i32, state: &mut State) {
     let Some(expected) = expected_ring else {
         return;
     };
@@ -179,13 +211,8 @@ pub(super) fn align_new_rows(expected_ring: Option<&[i64]>, initial_index: i32, 
 
 /// [`align_new_rows`] against the case's golden ring, then the outputs again; errors pass
 /// through.
-pub(super) fn realign(
-    case: &Case,
-    initial_index: i32,
-    state: &mut State,
-    replayed: super::Replayed,
-) -> super::Replayed {
-    if !matches!(replayed, super::Replayed::Outputs(_)) {
+fn realign(case: &Case, initial_index: i32, state: &mut State, replayed: Replayed) -> Replayed {
+    if !matches!(replayed, Replayed::Outputs(_)) {
         return replayed;
     }
     let golden = case
@@ -198,20 +225,17 @@ pub(super) fn realign(
         _ => None,
     };
     align_new_rows(rows.as_deref(), initial_index, state);
-    super::Replayed::Outputs(outputs(state))
+    Replayed::Outputs(outputs(state))
 }
 
 /// Runs `op` on `state`; an error leaves `state` as it was or is reported as a mutation.
-pub(super) fn run(
-    state: &mut State,
-    op: impl FnOnce(&mut State) -> Result<(), Error>,
-) -> super::Replayed {
+fn run(state: &mut State, op: impl FnOnce(&mut State) -> Result<(), Error>) -> Replayed {
     let before = state.clone();
     match op(state) {
-        Ok(()) => super::Replayed::Outputs(outputs(state)),
+        Ok(()) => Replayed::Outputs(outputs(state)),
         Err(error) => match mutated(&before, state) {
-            Some(buffer) => super::Replayed::MutatedThenFailed { error, buffer },
-            None => super::Replayed::Error(error),
+            Some(buffer) => Replayed::MutatedThenFailed { error, buffer },
+            None => Replayed::Error(error),
         },
     }
 }

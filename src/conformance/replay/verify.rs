@@ -13,32 +13,17 @@ use crate::{
 
 /// Replays one `verify` case on `backend`.
 pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
-    let inputs = case.inputs();
-    let decoded = context::decode(&inputs).and_then(|(state, settings)| {
-        let plan = decode_plan(&inputs)?;
-        let check = inputs.bool("check_verify_expected_token")?;
-        Ok((state, settings, plan, check))
-    });
-    let (mut state, settings, plan, check) = match decoded {
-        Ok(d) => d,
-        Err(e) => return Replayed::Error(e),
+    let decode_op = |inputs: &Fields<'_>| {
+        let plan = decode_plan(inputs)?;
+        Ok((plan, inputs.bool("check_verify_expected_token")?))
     };
-    let launch = match settings.launch() {
-        Ok(l) => l,
-        Err(e) => return Replayed::Error(e),
-    };
-    let initial_index = state.ring.write_index();
-    let mut replayed = context::run(&mut state, |st| {
-        if check {
-            launch_verify(backend, &plan, TokenCheckOn, &launch, st)
+    context::replay_launch(case, backend, decode_op, |(plan, check), launch, st| {
+        if *check {
+            launch_verify(backend, plan, TokenCheckOn, launch, st)
         } else {
-            launch_verify(backend, &plan, TokenCheckOff, &launch, st)
+            launch_verify(backend, plan, TokenCheckOff, launch, st)
         }
-    });
-    if !backend.records_rows_in_order() {
-        replayed = context::realign(case, initial_index, &mut state, replayed);
-    }
-    replayed
+    })
 }
 
 fn decode_plan(inputs: &Fields<'_>) -> Result<VerifyPlan<UncheckedCapacity>, Error> {

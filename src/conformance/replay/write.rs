@@ -17,28 +17,15 @@ use crate::{cpu, Error, Launch, UncheckedCapacity, UncheckedShape, WriteInputs, 
 
 /// Replays one `write` case on `backend`.
 pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
-    let inputs = case.inputs();
-    let decoded = context::decode(&inputs).and_then(|(state, settings)| {
-        let (plan, ids) = decode_plan_and_inputs(&inputs)?;
-        Ok((state, settings, plan, ids))
-    });
-    let (mut state, settings, plan, ids) = match decoded {
-        Ok(d) => d,
-        Err(e) => return Replayed::Error(e),
-    };
-    let launch = match settings.launch() {
-        Ok(l) => l,
-        Err(e) => return Replayed::Error(e),
-    };
-    let initial_index = state.ring.write_index();
-    let mut replayed = context::run(&mut state, |st| match &ids {
-        Inputs::Off(i) => launch_write(backend, &plan, i, &launch, st),
-        Inputs::On(i) => launch_write(backend, &plan, i, &launch, st),
-    });
-    if !backend.records_rows_in_order() {
-        replayed = context::realign(case, initial_index, &mut state, replayed);
-    }
-    replayed
+    context::replay_launch(
+        case,
+        backend,
+        decode_plan_and_inputs,
+        |(plan, ids), launch, st| match ids {
+            Inputs::Off(i) => launch_write(backend, plan, i, launch, st),
+            Inputs::On(i) => launch_write(backend, plan, i, launch, st),
+        },
+    )
 }
 
 /// The per-token inputs, with the input assert off or on.
