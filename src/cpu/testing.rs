@@ -1,10 +1,12 @@
 //! Helpers shared by the write and verify unit tests.
 
-use crate::canary::{CanaryBuffer, HealthCounters, Launch, LaunchTag, ViolationRing};
+use super::{VerifySummary, WriteSummary};
+use crate::canary::{CanaryBuffer, HealthCounters, Launch, LaunchTag, TokenCheck, ViolationRing};
 use crate::hash::{chain_step, CHAIN_HEAD};
-use crate::input::WriteInputs;
+use crate::input::{WriteInputAssert, WriteInputs};
 use crate::plan::{VerifyEntry, VerifyPlan, WritePlan};
-use crate::{Cap, Shape};
+use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
+use crate::{Cap, Error, Shape};
 
 /// Verify 16 entries, 4 requests, 16 written tokens.
 pub type Spec = Shape<Cap<16>, Cap<4>, Cap<16>>;
@@ -28,6 +30,42 @@ impl State {
             ring: Ring::new(),
             counters: HealthCounters::new(),
         }
+    }
+
+    /// Runs the write op of [`Spec`] on this state.
+    pub fn write<A: WriteInputAssert>(
+        &mut self,
+        plan: &WritePlan<Cap<4>>,
+        inputs: &WriteInputs<Cap<16>, A>,
+        launch: &Launch<'_>,
+    ) -> Result<WriteSummary, Error> {
+        super::write(
+            &Spec::new(),
+            plan,
+            inputs,
+            launch,
+            &mut self.buf,
+            &mut self.ring,
+            &mut self.counters,
+        )
+    }
+
+    /// Runs the verify op of [`Spec`] on this state.
+    pub fn verify<K: TokenCheck>(
+        &mut self,
+        plan: &VerifyPlan<Cap<16>>,
+        check: K,
+        launch: &Launch<'_>,
+    ) -> Result<VerifySummary, Error> {
+        super::verify(
+            &Spec::new(),
+            plan,
+            check,
+            launch,
+            &self.buf,
+            &mut self.ring,
+            &mut self.counters,
+        )
     }
 }
 
@@ -94,18 +132,34 @@ pub fn expected_prev_hashes(start: i64, tokens: &[(i64, i64)]) -> Vec<i64> {
 pub const HEAD: i64 = CHAIN_HEAD;
 pub const LAUNCH: Launch<'static> = Launch::new(LaunchTag::HeadKFull);
 
-/// Writes one anchored request of `tokens` at `slots` (positions from 0).
+/// Writes one anchored request of `tokens` at `slots` (positions from 0) with [`LAUNCH`].
 pub fn stamp_chain(state: &mut State, tokens: &[i64], slots: &[i64]) {
+    stamp(state, tokens, slots, &LAUNCH);
+}
+
+/// Writes one anchored request of `tokens` at `slots` (positions from 0) with `launch`.
+pub fn stamp(state: &mut State, tokens: &[i64], slots: &[i64], launch: &Launch<'_>) {
     let n = tokens.len() as i64;
     let positions: Vec<i64> = (0..n).collect();
-    super::write(
-        &Spec::new(),
-        &write_plan(&[0, n], &[-1]),
-        &write_inputs(tokens, &positions, slots),
-        &LAUNCH,
-        &mut state.buf,
-        &mut state.ring,
-        &mut state.counters,
-    )
-    .unwrap();
+    let inputs = write_inputs(tokens, &positions, slots);
+    state
+        .write(&write_plan(&[0, n], &[-1]), &inputs, launch)
+        .unwrap();
+}
+
+/// A fingerprint in `mode` over one source: `bytes` in rows of `row_bytes`.
+pub fn one_source(
+    mode: RealKvHashMode,
+    bytes: &[u8],
+    row_bytes: usize,
+    params: RealKvParams,
+) -> RealKv<'_> {
+    let src = RealKvSource::new(bytes, row_bytes, params).unwrap();
+    RealKv::new(mode, RealKvSources::from_array([src]))
+}
+
+/// Asserts that a launch moved the kernel counter by one and the slot counter not at all.
+pub fn assert_only_the_kernel_counter_moved(before: &HealthCounters, after: &HealthCounters) {
+    assert_eq!(after.slot_run_counter(), before.slot_run_counter());
+    assert_eq!(after.kernel_run_counter(), before.kernel_run_counter() + 1);
 }

@@ -2,28 +2,11 @@
 
 use super::*;
 use crate::canary::{CanarySlot, LaunchTag};
+use crate::cpu::plan;
 use crate::cpu::testing::*;
-use crate::cpu::{plan, write};
 use crate::input::{Batch, ExpectedTokenTable, PlanInputs, ReqToToken};
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 use crate::{Cap, TokenCheckOff, TokenCheckOn, VerifyEntry};
-
-fn run<K: TokenCheck>(
-    st: &mut State,
-    plan: &VerifyPlan<Cap<16>>,
-    check: K,
-    launch: &Launch<'_>,
-) -> Result<VerifySummary, Error> {
-    verify(
-        &Spec::new(),
-        plan,
-        check,
-        launch,
-        &st.buf,
-        &mut st.ring,
-        &mut st.counters,
-    )
-}
 
 fn rows(st: &State) -> Vec<[i64; 8]> {
     st.ring.raw_rows().collect()
@@ -50,7 +33,7 @@ fn worked_example_5() {
 
     let mut off = st.clone();
     let before = st.clone();
-    let s = run(&mut st, &vplan, TokenCheckOn, &LAUNCH).unwrap();
+    let s = st.verify(&vplan, TokenCheckOn, &LAUNCH).unwrap();
     assert_eq!(
         rows(&st),
         [
@@ -100,7 +83,7 @@ fn worked_example_5() {
         "slot 17, position 1: stored token 8, expected 201 (VERIFY_TOKEN_MISMATCH), launch HEAD_K_FULL"
     );
 
-    run(&mut off, &vplan, TokenCheckOff, &LAUNCH).unwrap();
+    off.verify(&vplan, TokenCheckOff, &LAUNCH).unwrap();
     assert_eq!(off.ring.write_index(), 0);
 }
 
@@ -110,7 +93,7 @@ fn clean_chains_record_nothing() {
     let mut st = State::new();
     stamp_chain(&mut st, &[10, 11, 12, 13, 14], &[5, 9, 2, 7, 30]);
     let p = verify_plan(&chain_entries(&[5, 9, 2, 7, 30], 0, -1));
-    run(&mut st, &p, TokenCheckOn, &LAUNCH).unwrap();
+    st.verify(&p, TokenCheckOn, &LAUNCH).unwrap();
     assert_eq!(st.ring.write_index(), 0);
 
     let mut x = 0x1234_5678_9ABC_DEF0u64;
@@ -127,7 +110,7 @@ fn clean_chains_record_nothing() {
         };
         st.buf.set_slot(slot, rec).unwrap();
         let p = verify_plan(&chain_entries(&[slot as i64], 0, -1));
-        run(&mut st, &p, TokenCheckOff, &LAUNCH).unwrap();
+        st.verify(&p, TokenCheckOff, &LAUNCH).unwrap();
     }
     assert_eq!(st.ring.write_index(), 0);
 }
@@ -139,8 +122,7 @@ fn a_wrong_head_hash_sets_only_the_chain_bit() {
     let mut rec = st.buf.slot(5).unwrap();
     rec.prev_hash ^= 1;
     st.buf.set_slot(5, rec).unwrap();
-    run(
-        &mut st,
+    st.verify(
         &verify_plan(&chain_entries(&[5], 0, -1)),
         TokenCheckOff,
         &LAUNCH,
@@ -167,14 +149,14 @@ fn token_corruption_shows_on_the_successor() {
     }
     let p = verify_plan(&entries);
     let mut off = setup();
-    run(&mut off, &p, TokenCheckOff, &LAUNCH).unwrap();
+    off.verify(&p, TokenCheckOff, &LAUNCH).unwrap();
     assert_eq!(
         off.ring.violations().map(|v| v.slot).collect::<Vec<_>>(),
         [3]
     );
     assert_eq!(bits(&off), [1]);
     let mut on = setup();
-    run(&mut on, &p, TokenCheckOn, &LAUNCH).unwrap();
+    on.verify(&p, TokenCheckOn, &LAUNCH).unwrap();
     assert_eq!(
         on.ring
             .violations()
@@ -195,8 +177,7 @@ fn position_and_prev_hash_corruptions_set_their_own_bit() {
     st.buf.set_slot(1, rec).unwrap();
     let mut entries = chain_entries(&[1, 2, 3], 0, -1);
     entries[2].expected_position = 7; // the plan contradicts the stored position 2
-    run(
-        &mut st,
+    st.verify(
         &verify_plan(&entries),
         TokenCheckOff,
         &Launch::new(LaunchTag::SweepVSwa),
@@ -249,7 +230,8 @@ fn prev_zero_skips_the_chain_and_negative_prev_is_a_head() {
             prev_slot: -1,
         },
     ];
-    run(&mut st, &verify_plan(&entries), TokenCheckOff, &LAUNCH).unwrap();
+    st.verify(&verify_plan(&entries), TokenCheckOff, &LAUNCH)
+        .unwrap();
     assert_eq!(
         rows(&st),
         [
@@ -269,13 +251,15 @@ fn token_and_position_mismatch_share_one_row() {
         expected_position: 3,
         prev_slot: -1,
     };
-    run(&mut st, &verify_plan(&[e]), TokenCheckOn, &LAUNCH).unwrap();
+    st.verify(&verify_plan(&[e]), TokenCheckOn, &LAUNCH)
+        .unwrap();
     assert_eq!(bits(&st), [34]);
     let e = VerifyEntry {
         expected_token: -1,
         ..e
     };
-    run(&mut st, &verify_plan(&[e]), TokenCheckOn, &LAUNCH).unwrap();
+    st.verify(&verify_plan(&[e]), TokenCheckOn, &LAUNCH)
+        .unwrap();
     assert_eq!(bits(&st), [34, 2], "-1 skips the token check");
 }
 
@@ -293,7 +277,9 @@ fn slot_zero_entries_are_skipped_but_counted() {
     let mut entries = chain_entries(&[1], 0, -1);
     entries.insert(0, zero);
     entries.push(zero);
-    let s = run(&mut st, &verify_plan(&entries), TokenCheckOn, &LAUNCH).unwrap();
+    let s = st
+        .verify(&verify_plan(&entries), TokenCheckOn, &LAUNCH)
+        .unwrap();
     assert_eq!((s.entries, s.checked, s.violations), (3, 1, 0));
     assert_eq!(st.counters.slot_run_counter(), 1 + 3);
 }
@@ -315,17 +301,10 @@ fn disabled_and_empty_plans_only_move_the_kernel_counter() {
     *negative.parts_mut().num_valid = -3;
     for p in [disabled, negative, verify_plan(&[])] {
         let before = st.clone();
-        let s = run(&mut st, &p, TokenCheckOn, &LAUNCH).unwrap();
+        let s = st.verify(&p, TokenCheckOn, &LAUNCH).unwrap();
         assert_eq!((s.entries, s.violations), (0, 0));
         assert_eq!(st.ring, before.ring);
-        assert_eq!(
-            st.counters.slot_run_counter(),
-            before.counters.slot_run_counter()
-        );
-        assert_eq!(
-            st.counters.kernel_run_counter(),
-            before.counters.kernel_run_counter() + 1
-        );
+        assert_only_the_kernel_counter_moved(&before.counters, &st.counters);
     }
 }
 
@@ -336,7 +315,7 @@ fn a_count_above_the_capacity_is_clamped() {
     let parts = p.parts_mut();
     parts.slot_indices.fill(0);
     *parts.num_valid = 50;
-    let s = run(&mut st, &p, TokenCheckOn, &LAUNCH).unwrap();
+    let s = st.verify(&p, TokenCheckOn, &LAUNCH).unwrap();
     assert_eq!(s.entries, 16);
     assert_eq!(st.counters.slot_run_counter(), 16);
 }
@@ -400,7 +379,7 @@ fn counters_grow_linearly_over_launches() {
     let p = verify_plan(&chain_entries(&[1, 2, 3], 0, -1));
     let start = st.counters.clone();
     for _ in 0..100 {
-        run(&mut st, &p, TokenCheckOn, &LAUNCH).unwrap();
+        st.verify(&p, TokenCheckOn, &LAUNCH).unwrap();
     }
     assert_eq!(
         st.counters.kernel_run_counter(),
@@ -413,20 +392,10 @@ fn counters_grow_linearly_over_launches() {
     assert_eq!(st.ring.write_index(), 0);
 }
 
+/// Writes one anchored request at `slots` (tokens 100.., positions from 0), folding `real_kv`.
 fn stamp_with(st: &mut State, real_kv: RealKv<'_>, slots: &[i64]) {
-    let n = slots.len() as i64;
-    let tokens: Vec<i64> = (0..n).map(|t| 100 + t).collect();
-    let positions: Vec<i64> = (0..n).collect();
-    write(
-        &Spec::new(),
-        &write_plan(&[0, n], &[-1]),
-        &write_inputs(&tokens, &positions, slots),
-        &LAUNCH.with_real_kv(real_kv),
-        &mut st.buf,
-        &mut st.ring,
-        &mut st.counters,
-    )
-    .unwrap();
+    let tokens: Vec<i64> = (100..).take(slots.len()).collect();
+    stamp(st, &tokens, slots, &LAUNCH.with_real_kv(real_kv));
 }
 
 /// ALL mode over a page-4 source whose rows have a 16-byte hole, crossing a page boundary:
@@ -439,23 +408,16 @@ fn real_kv_flips_inside_the_hashed_range_only() {
     let params = RealKvParams::new(4, 32, 16);
     let slots = [2i64, 3, 4, 5]; // rows 0 and 1
     let mut st = State::new();
-    {
-        let src = RealKvSource::new(&kv, row_bytes, params).unwrap();
-        stamp_with(
-            &mut st,
-            RealKv::new(RealKvHashMode::All, RealKvSources::from_array([src])),
-            &slots,
-        );
-    }
+    stamp_with(
+        &mut st,
+        one_source(RealKvHashMode::All, &kv, row_bytes, params),
+        &slots,
+    );
     let p = verify_plan(&chain_entries(&slots, 0, -1));
     let check = |st: &mut State, kv: &[u8]| {
-        let src = RealKvSource::new(kv, row_bytes, params).unwrap();
-        let launch = LAUNCH.with_real_kv(RealKv::new(
-            RealKvHashMode::All,
-            RealKvSources::from_array([src]),
-        ));
+        let launch = LAUNCH.with_real_kv(one_source(RealKvHashMode::All, kv, row_bytes, params));
         let from = st.ring.stored_len();
-        run(st, &p, TokenCheckOff, &launch).unwrap();
+        st.verify(&p, TokenCheckOff, &launch).unwrap();
         st.ring
             .violations()
             .skip(from)
@@ -477,23 +439,16 @@ fn partial_mode_sees_only_the_first_16_bytes() {
     let params = RealKvParams::new(16, 64, 64);
     let slots = [15i64, 16, 17];
     let mut st = State::new();
-    {
-        let src = RealKvSource::new(&kv, row_bytes, params).unwrap();
-        stamp_with(
-            &mut st,
-            RealKv::new(RealKvHashMode::Partial, RealKvSources::from_array([src])),
-            &slots,
-        );
-    }
+    stamp_with(
+        &mut st,
+        one_source(RealKvHashMode::Partial, &kv, row_bytes, params),
+        &slots,
+    );
     let p = verify_plan(&chain_entries(&slots, 0, -1));
     kv[row_bytes + 64 + 40] ^= 1; // slot 17, byte 40: not read in PARTIAL
     kv[row_bytes + 15] ^= 1; // slot 16 (row 1, strip 0), byte 15: read
-    let src = RealKvSource::new(&kv, row_bytes, params).unwrap();
-    let launch = LAUNCH.with_real_kv(RealKv::new(
-        RealKvHashMode::Partial,
-        RealKvSources::from_array([src]),
-    ));
-    run(&mut st, &p, TokenCheckOff, &launch).unwrap();
+    let launch = LAUNCH.with_real_kv(one_source(RealKvHashMode::Partial, &kv, row_bytes, params));
+    st.verify(&p, TokenCheckOff, &launch).unwrap();
     assert_eq!(
         rows(&st).iter().map(|r| (r[1], r[7])).collect::<Vec<_>>(),
         [(16, 4)]
@@ -505,21 +460,22 @@ fn partial_mode_sees_only_the_first_16_bytes() {
 #[test]
 fn none_mode_expects_zero() {
     let kv = vec![0u8; 16];
-    let src = RealKvSource::new(&kv, 16, RealKvParams::new(1, 16, 16)).unwrap();
     // the source covers only slot 0: reading slot 1 would be an error, so NONE cannot read it
-    let none = LAUNCH.with_real_kv(RealKv::new(
+    let none = LAUNCH.with_real_kv(one_source(
         RealKvHashMode::None,
-        RealKvSources::from_array([src]),
+        &kv,
+        16,
+        RealKvParams::new(1, 16, 16),
     ));
     let mut st = State::new();
     stamp_chain(&mut st, &[1, 2], &[1, 2]);
     let p = verify_plan(&chain_entries(&[1, 2], 0, -1));
-    run(&mut st, &p, TokenCheckOff, &none).unwrap();
+    st.verify(&p, TokenCheckOff, &none).unwrap();
     assert_eq!(st.ring.write_index(), 0);
     let mut rec = st.buf.slot(2).unwrap();
     rec.real_kv_hash = 5;
     st.buf.set_slot(2, rec).unwrap();
-    run(&mut st, &p, TokenCheckOff, &none).unwrap();
+    st.verify(&p, TokenCheckOff, &none).unwrap();
     assert_eq!(bits(&st), [4]);
 }
 
@@ -547,8 +503,7 @@ fn one_to_four_sources() {
         );
         kv[n - 1][8 * 48 + 31] ^= 0xFF;
         let launch = LAUNCH.with_real_kv(RealKv::new(RealKvHashMode::All, make(&kv, n)));
-        run(
-            &mut st,
+        st.verify(
             &verify_plan(&chain_entries(&slots, 0, -1)),
             TokenCheckOff,
             &launch,
@@ -605,7 +560,8 @@ fn malformed_plans_mutate_nothing() {
     for (entries, want) in cases {
         let before = st.clone();
         assert_eq!(
-            run(&mut st, &verify_plan(&entries), TokenCheckOn, &LAUNCH).unwrap_err(),
+            st.verify(&verify_plan(&entries), TokenCheckOn, &LAUNCH)
+                .unwrap_err(),
             want
         );
         assert_eq!(st, before);
@@ -613,16 +569,19 @@ fn malformed_plans_mutate_nothing() {
     // entries past verify_num_valid are never read, so garbage there is fine
     let mut p = verify_plan(&[e(1, -1)]);
     p.parts_mut().slot_indices[5] = -7;
-    run(&mut st, &p, TokenCheckOn, &LAUNCH).unwrap();
+    st.verify(&p, TokenCheckOn, &LAUNCH).unwrap();
 
     let kv = vec![0u8; 2 * 16];
-    let src = RealKvSource::new(&kv, 16, RealKvParams::new(1, 16, 16)).unwrap();
-    let launch = LAUNCH.with_real_kv(RealKv::new(
+    let launch = LAUNCH.with_real_kv(one_source(
         RealKvHashMode::All,
-        RealKvSources::from_array([src]),
+        &kv,
+        16,
+        RealKvParams::new(1, 16, 16),
     ));
     let before = st.clone();
-    let err = run(&mut st, &verify_plan(&[e(2, 1)]), TokenCheckOn, &launch).unwrap_err();
+    let err = st
+        .verify(&verify_plan(&[e(2, 1)]), TokenCheckOn, &launch)
+        .unwrap_err();
     assert_eq!(
         err,
         Error::RealKvSlotOutOfRange {

@@ -2,28 +2,11 @@
 
 use super::*;
 use crate::canary::{ChainPositionAssert, LaunchTag, Violation};
+use crate::cpu::plan;
 use crate::cpu::testing::*;
-use crate::cpu::{plan, verify};
 use crate::input::{Batch, InputAssertOn, PlanInputs, ReqToToken};
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 use crate::{Cap, TokenCheckOff, UncheckedCapacity};
-
-fn run<A: WriteInputAssert>(
-    state: &mut State,
-    plan: &WritePlan<Cap<4>>,
-    inputs: &WriteInputs<Cap<16>, A>,
-    launch: &Launch<'_>,
-) -> Result<WriteSummary, Error> {
-    write(
-        &Spec::new(),
-        plan,
-        inputs,
-        launch,
-        &mut state.buf,
-        &mut state.ring,
-        &mut state.counters,
-    )
-}
 
 fn slot(state: &State, s: usize) -> (i64, i64, i64, i64) {
     let r = state.buf.slot(s).unwrap();
@@ -59,7 +42,7 @@ fn worked_example_4() {
         &[19, 20, 8, 9, -1, 11],
     );
     let before = st.clone();
-    let s = run(&mut st, &wplan, &inputs, &LAUNCH).unwrap();
+    let s = st.write(&wplan, &inputs, &LAUNCH).unwrap();
     assert_eq!(slot(&st, 19), (20, 3, -2578355540885286685, 0));
     assert_eq!(slot(&st, 20), (21, 4, 7875720530841144087, 0));
     assert_eq!(slot(&st, 8), (30, 0, -2414019407054260458, 0));
@@ -103,7 +86,8 @@ fn seeded_resume_chains_from_the_seed() {
         &tokens.iter().map(|t| t.1).collect::<Vec<_>>(),
         &[20, 21, 22, 23, 24],
     );
-    run(&mut st, &write_plan(&[0, 5], &[50]), &inputs, &LAUNCH).unwrap();
+    st.write(&write_plan(&[0, 5], &[50]), &inputs, &LAUNCH)
+        .unwrap();
     let want = expected_prev_hashes(seed.chain_hash(), &tokens);
     let got: Vec<i64> = (20..25)
         .map(|s| st.buf.slot(s).unwrap().prev_hash)
@@ -112,16 +96,7 @@ fn seeded_resume_chains_from_the_seed() {
     assert_eq!(st.ring.write_index(), 0, "chain-position assert satisfied");
 
     let vplan = verify_plan(&chain_entries(&[20, 21, 22, 23, 24], 11, 50));
-    let v = verify(
-        &Spec::new(),
-        &vplan,
-        TokenCheckOff,
-        &LAUNCH,
-        &st.buf,
-        &mut st.ring,
-        &mut st.counters,
-    )
-    .unwrap();
+    let v = st.verify(&vplan, TokenCheckOff, &LAUNCH).unwrap();
     assert_eq!(v.violations, 0);
 }
 
@@ -143,7 +118,7 @@ fn chain_position_assert_follows_the_run_time_flag() {
     let tag = Launch::new(LaunchTag::HeadVFull);
 
     let mut on = setup();
-    run(&mut on, &plan, &inputs, &tag).unwrap();
+    on.write(&plan, &inputs, &tag).unwrap();
     let running: Vec<i64> = (20..23)
         .map(|s| on.buf.slot(s).unwrap().prev_hash)
         .collect();
@@ -158,7 +133,7 @@ fn chain_position_assert_follows_the_run_time_flag() {
 
     let mut off = setup();
     let quiet = tag.with_chain_position_assert(ChainPositionAssert::from_flag(0));
-    run(&mut off, &plan, &inputs, &quiet).unwrap();
+    off.write(&plan, &inputs, &quiet).unwrap();
     assert_eq!(off.ring.write_index(), 0);
     assert_eq!(off.buf, on.buf, "the flag only decides about rows");
 }
@@ -168,7 +143,8 @@ fn chain_position_assert_follows_the_run_time_flag() {
 fn chain_heads_skip_the_position_assert() {
     let mut st = State::new();
     let inputs = write_inputs(&[1, 2], &[5, 9], &[3, 4]);
-    run(&mut st, &write_plan(&[0, 2], &[-1]), &inputs, &LAUNCH).unwrap();
+    st.write(&write_plan(&[0, 2], &[-1]), &inputs, &LAUNCH)
+        .unwrap();
     assert_eq!(st.ring.write_index(), 0);
 }
 
@@ -192,13 +168,13 @@ fn input_assert_reports_and_stores_the_actual_values() {
     // all match: no rows
     let mut st = State::new();
     let ok = asserted(&[5, 6, 7], &[0, 1, 2], &[1, 2, 3], &[5, 6, 7], &[0, 1, 2]);
-    run(&mut st, &plan, &ok, &LAUNCH).unwrap();
+    st.write(&plan, &ok, &LAUNCH).unwrap();
     assert_eq!(st.ring.write_index(), 0);
 
     // token mismatch at the head, position mismatch in the middle, both at the last entry
     let mut st = State::new();
     let bad = asserted(&[5, 6, 7], &[0, 1, 2], &[1, 2, 3], &[9, 6, 8], &[0, 4, 5]);
-    run(&mut st, &plan, &bad, &LAUNCH).unwrap();
+    st.write(&plan, &bad, &LAUNCH).unwrap();
     let h = expected_prev_hashes(HEAD, &[(5, 0), (6, 1), (7, 2)]);
     let rows: Vec<_> = st.ring.raw_rows().collect();
     assert_eq!(
@@ -215,16 +191,7 @@ fn input_assert_reports_and_stores_the_actual_values() {
     // the chain was built from the actual values: a downstream verify is clean
     let index = st.ring.write_index();
     let vplan = verify_plan(&chain_entries(&[1, 2, 3], 0, -1));
-    verify(
-        &Spec::new(),
-        &vplan,
-        TokenCheckOff,
-        &LAUNCH,
-        &st.buf,
-        &mut st.ring,
-        &mut st.counters,
-    )
-    .unwrap();
+    st.verify(&vplan, TokenCheckOff, &LAUNCH).unwrap();
     assert_eq!(st.ring.write_index(), index);
 }
 
@@ -234,7 +201,8 @@ fn input_assert_row_precedes_the_chain_position_row() {
     let mut st = State::new();
     stamp_chain(&mut st, &[1, 2], &[30, 31]);
     let inputs = asserted(&[9], &[7], &[32], &[8], &[2]);
-    run(&mut st, &write_plan(&[0, 1], &[31]), &inputs, &LAUNCH).unwrap();
+    st.write(&write_plan(&[0, 1], &[31]), &inputs, &LAUNCH)
+        .unwrap();
     let reasons: Vec<i64> = st.ring.violations().map(|v| v.reasons.bits()).collect();
     assert_eq!(reasons, [8 | 16, 16]);
     let chain_row = st.ring.violations().nth(1).unwrap();
@@ -255,7 +223,7 @@ fn negative_slots_empty_requests_and_padding_tails() {
     );
     // request 1 is empty and names a seed past the buffer: never read, so no error
     let plan = write_plan(&[0, 4, 4, 7], &[-1, 1000, 5]);
-    let s = run(&mut st, &plan, &inputs, &LAUNCH).unwrap();
+    let s = st.write(&plan, &inputs, &LAUNCH).unwrap();
     assert_eq!(s.written, 5);
     assert_eq!(
         st.counters.slot_run_counter(),
@@ -273,8 +241,7 @@ fn negative_slots_empty_requests_and_padding_tails() {
     }
     // a later, smaller batch leaves the earlier slots alone
     let snapshot = st.clone();
-    run(
-        &mut st,
+    st.write(
         &write_plan(&[0, 1], &[-1]),
         &write_inputs(&[7], &[0], &[50]),
         &LAUNCH,
@@ -288,8 +255,7 @@ fn negative_slots_empty_requests_and_padding_tails() {
 #[test]
 fn slot_zero_is_written_like_any_slot() {
     let mut st = State::new();
-    run(
-        &mut st,
+    st.write(
         &write_plan(&[0, 3], &[-1]),
         &write_inputs(&[5, 6, 7], &[0, 1, 2], &[2, 0, 3]),
         &LAUNCH,
@@ -310,24 +276,13 @@ fn empty_plans_only_move_the_kernel_counter() {
         p
     }] {
         let before = st.clone();
-        let s = run(
-            &mut st,
-            &plan,
-            &write_inputs(&[1, 2], &[0, 1], &[1, 2]),
-            &LAUNCH,
-        )
-        .unwrap();
+        let s = st
+            .write(&plan, &write_inputs(&[1, 2], &[0, 1], &[1, 2]), &LAUNCH)
+            .unwrap();
         assert_eq!(s, WriteSummary::default());
         assert_eq!(st.buf, before.buf);
         assert_eq!(st.ring, before.ring);
-        assert_eq!(
-            st.counters.slot_run_counter(),
-            before.counters.slot_run_counter()
-        );
-        assert_eq!(
-            st.counters.kernel_run_counter(),
-            before.counters.kernel_run_counter() + 1
-        );
+        assert_only_the_kernel_counter_moved(&before.counters, &st.counters);
     }
 }
 
@@ -337,13 +292,13 @@ fn request_count_is_clamped_to_the_capacity() {
     let mut st = State::new();
     let mut plan = write_plan(&[0, 1, 2, 3, 4], &[-1, -1, -1, -1]);
     *plan.parts_mut().num_valid_reqs = 99;
-    let s = run(
-        &mut st,
-        &plan,
-        &write_inputs(&[1, 2, 3, 4], &[0; 4], &[1, 2, 3, 4]),
-        &LAUNCH,
-    )
-    .unwrap();
+    let s = st
+        .write(
+            &plan,
+            &write_inputs(&[1, 2, 3, 4], &[0; 4], &[1, 2, 3, 4]),
+            &LAUNCH,
+        )
+        .unwrap();
     assert_eq!(s.requests, 4);
 }
 
@@ -363,8 +318,7 @@ fn boundary_values_round_trip_through_verify() {
     let positions: Vec<i64> = values.iter().rev().copied().collect();
     let slots: Vec<i64> = (1..=8).collect();
     let mut st = State::new();
-    run(
-        &mut st,
+    st.write(
         &write_plan(&[0, 8], &[-1]),
         &write_inputs(&values, &positions, &slots),
         &LAUNCH,
@@ -392,16 +346,9 @@ fn boundary_values_round_trip_through_verify() {
             prev_slot: if i == 0 { -1 } else { s - 1 },
         })
         .collect();
-    let v = verify(
-        &Spec::new(),
-        &verify_plan(&entries),
-        TokenCheckOff,
-        &LAUNCH,
-        &st.buf,
-        &mut st.ring,
-        &mut st.counters,
-    )
-    .unwrap();
+    let v = st
+        .verify(&verify_plan(&entries), TokenCheckOff, &LAUNCH)
+        .unwrap();
     assert_eq!(v.violations, 0);
 }
 
@@ -414,14 +361,14 @@ fn kv(rows: usize, row_bytes: usize) -> Vec<u8> {
 #[test]
 fn none_mode_with_sources_stores_zero() {
     let bytes = kv(64, 32);
-    let src = RealKvSource::new(&bytes, 32, RealKvParams::new(1, 32, 32)).unwrap();
-    let launch = LAUNCH.with_real_kv(RealKv::new(
+    let launch = LAUNCH.with_real_kv(one_source(
         RealKvHashMode::None,
-        RealKvSources::from_array([src]),
+        &bytes,
+        32,
+        RealKvParams::new(1, 32, 32),
     ));
     let mut st = State::new();
-    run(
-        &mut st,
+    st.write(
         &write_plan(&[0, 2], &[-1]),
         &write_inputs(&[1, 2], &[0, 1], &[3, 4]),
         &launch,
@@ -436,11 +383,9 @@ fn partial_and_all_hash_the_documented_bytes() {
     let mut bytes = kv(64, 64);
     let slots = [3i64, 4, 5];
     let fp = |bytes: &[u8], mode| {
-        let src = RealKvSource::new(bytes, 64, RealKvParams::new(1, 64, 32)).unwrap();
-        let launch = LAUNCH.with_real_kv(RealKv::new(mode, RealKvSources::from_array([src])));
+        let launch = LAUNCH.with_real_kv(one_source(mode, bytes, 64, RealKvParams::new(1, 64, 32)));
         let mut st = State::new();
-        run(
-            &mut st,
+        st.write(
             &write_plan(&[0, 3], &[-1]),
             &write_inputs(&[1, 2, 3], &[0, 1, 2], &slots),
             &launch,
@@ -484,8 +429,7 @@ fn all_mode_two_sources_pages_of_16() {
     let launch = LAUNCH.with_real_kv(real_kv);
     let mut st = State::new();
     let slots = [14i64, 15, 16, 17];
-    run(
-        &mut st,
+    st.write(
         &write_plan(&[0, 4], &[-1]),
         &write_inputs(&[1, 2, 3, 4], &[0, 1, 2, 3], &slots),
         &launch,
@@ -497,16 +441,13 @@ fn all_mode_two_sources_pages_of_16() {
         assert_ne!(hashes[i], 0);
     }
     assert!(hashes.windows(2).all(|w| w[0] != w[1]));
-    let v = verify(
-        &Spec::new(),
-        &verify_plan(&chain_entries(&slots, 0, -1)),
-        TokenCheckOff,
-        &launch,
-        &st.buf,
-        &mut st.ring,
-        &mut st.counters,
-    )
-    .unwrap();
+    let v = st
+        .verify(
+            &verify_plan(&chain_entries(&slots, 0, -1)),
+            TokenCheckOff,
+            &launch,
+        )
+        .unwrap();
     assert_eq!(v.violations, 0);
 }
 
@@ -573,18 +514,21 @@ fn malformed_plans_and_inputs_mutate_nothing() {
     ];
     for (plan, inputs, want) in cases {
         let before = st.clone();
-        assert_eq!(run(&mut st, &plan, &inputs, &LAUNCH).unwrap_err(), want);
+        assert_eq!(st.write(&plan, &inputs, &LAUNCH).unwrap_err(), want);
         assert_eq!(st, before, "{want}");
     }
 
     let bytes = kv(6, 16);
-    let src = RealKvSource::new(&bytes, 16, RealKvParams::new(1, 16, 16)).unwrap();
-    let launch = LAUNCH.with_real_kv(RealKv::new(
+    let launch = LAUNCH.with_real_kv(one_source(
         RealKvHashMode::Partial,
-        RealKvSources::from_array([src]),
+        &bytes,
+        16,
+        RealKvParams::new(1, 16, 16),
     ));
     let before = st.clone();
-    let err = run(&mut st, &write_plan(&[0, 3], &[-1]), &ok_inputs, &launch).unwrap_err();
+    let err = st
+        .write(&write_plan(&[0, 3], &[-1]), &ok_inputs, &launch)
+        .unwrap_err();
     assert_eq!(
         err,
         Error::RealKvSlotOutOfRange {
@@ -630,8 +574,7 @@ fn unchecked_capacities_are_compared() {
 fn violations_display_as_sentences() {
     let mut st = State::new();
     let inputs = asserted(&[5], &[0], &[1], &[6], &[0]);
-    run(
-        &mut st,
+    st.write(
         &write_plan(&[0, 1], &[-1]),
         &inputs,
         &Launch::new(LaunchTag::TailKSwa),
