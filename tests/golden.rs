@@ -7,6 +7,7 @@ use kv_canary::conformance::{
 };
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// Ops the runner cannot replay yet: their cases must be skipped, and nothing else may be.
 /// Shrink this list when adding a replay.
@@ -20,13 +21,28 @@ fn load() -> Vec<GoldenFile> {
     load_dir(golden_dir()).expect("tests/golden loads")
 }
 
-fn run() -> Report {
-    run_files(&load(), &RunOptions::default())
+/// The runner's report over every golden file, computed once for all the tests that read it.
+fn report() -> &'static Report {
+    static REPORT: OnceLock<Report> = OnceLock::new();
+    REPORT.get_or_init(|| run_files(&load(), &RunOptions::default()))
+}
+
+/// How many cases of `ops` the golden file `file` holds, each asserted to pass.
+fn passing(file: &str, ops: &[&str]) -> usize {
+    let cases: Vec<_> = report()
+        .results
+        .iter()
+        .filter(|r| r.file == file && ops.contains(&r.op.as_str()))
+        .collect();
+    for r in &cases {
+        assert_eq!(r.outcome, Outcome::Pass, "{r}");
+    }
+    cases.len()
 }
 
 #[test]
 fn every_golden_case_passes_or_is_skipped() {
-    let report = run();
+    let report = report();
     let failures: Vec<String> = report
         .results
         .iter()
@@ -39,49 +55,25 @@ fn every_golden_case_passes_or_is_skipped() {
 
 #[test]
 fn every_plan_case_actually_runs() {
-    let report = run();
-    let ran = |file: &str, ops: &[&str]| {
-        let cases: Vec<_> = report
-            .results
-            .iter()
-            .filter(|r| r.file == file && ops.contains(&r.op.as_str()))
-            .collect();
-        for r in &cases {
-            assert_eq!(r.outcome, Outcome::Pass, "{r}");
-        }
-        cases.len()
-    };
-    assert_eq!(ran("plan", &["plan"]), 39);
-    assert_eq!(ran("pipeline", &["plan"]), 17);
-    assert_eq!(ran("errors", &["plan"]), 5);
+    assert_eq!(passing("plan", &["plan"]), 39);
+    assert_eq!(passing("pipeline", &["plan"]), 17);
+    assert_eq!(passing("errors", &["plan"]), 5);
     assert_eq!(
-        ran("errors", &["verify_plan_allocate", "write_plan_allocate"]),
+        passing("errors", &["verify_plan_allocate", "write_plan_allocate"]),
         2
     );
 }
 
 #[test]
 fn every_write_verify_and_scatter_case_actually_runs() {
-    let report = run();
-    let ran = |file: &str, ops: &[&str]| {
-        let cases: Vec<_> = report
-            .results
-            .iter()
-            .filter(|r| r.file == file && ops.contains(&r.op.as_str()))
-            .collect();
-        for r in &cases {
-            assert_eq!(r.outcome, Outcome::Pass, "{r}");
-        }
-        cases.len()
-    };
-    assert_eq!(ran("write", &["write"]), 11);
-    assert_eq!(ran("verify", &["verify"]), 17);
-    assert_eq!(ran("pipeline", &["write"]), 11);
-    assert_eq!(ran("pipeline", &["verify"]), 12);
-    assert_eq!(ran("pipeline", &["scatter_req_token_ids"]), 2);
-    assert_eq!(ran("errors", &["write"]), 2);
-    assert_eq!(ran("errors", &["real_kv_source_new"]), 5);
-    assert_eq!(ran("errors", &["scatter_req_token_ids"]), 3);
+    assert_eq!(passing("write", &["write"]), 11);
+    assert_eq!(passing("verify", &["verify"]), 17);
+    assert_eq!(passing("pipeline", &["write"]), 11);
+    assert_eq!(passing("pipeline", &["verify"]), 12);
+    assert_eq!(passing("pipeline", &["scatter_req_token_ids"]), 2);
+    assert_eq!(passing("errors", &["write"]), 2);
+    assert_eq!(passing("errors", &["real_kv_source_new"]), 5);
+    assert_eq!(passing("errors", &["scatter_req_token_ids"]), 3);
 }
 
 /// A stride-64 write must leave the tail bytes of every slot alone: a golden tail byte changed
@@ -128,7 +120,7 @@ fn violation_rows_are_compared_in_order_on_the_cpu() {
 
 #[test]
 fn exactly_the_unsupported_ops_are_skipped() {
-    let report = run();
+    let report = report();
     for r in &report.results {
         let unsupported = NOT_YET_SUPPORTED.contains(&r.op.as_str());
         let skipped = matches!(r.outcome, Outcome::Skip(_));
