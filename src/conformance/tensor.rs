@@ -236,28 +236,12 @@ impl Tensor {
 
     /// The one element of an `i32` tensor of shape `[1]` (a plan's scalar fields).
     pub fn into_i32_scalar(self, what: &'static str) -> Result<i32, Error> {
-        let v = self.into_i32(what)?;
-        match v.as_slice() {
-            [x] => Ok(*x),
-            _ => Err(Error::LengthMismatch {
-                what,
-                expected: 1,
-                found: v.len(),
-            }),
-        }
+        single(what, self.into_i32(what)?)
     }
 
     /// The one element of an `i64` tensor of shape `[1]` (the health counters).
     pub fn into_i64_scalar(self, what: &'static str) -> Result<i64, Error> {
-        let v = self.into_i64(what)?;
-        match v.as_slice() {
-            [x] => Ok(*x),
-            _ => Err(Error::LengthMismatch {
-                what,
-                expected: 1,
-                found: v.len(),
-            }),
-        }
+        single(what, self.into_i64(what)?)
     }
 
     /// `(rows, cols, cells)` of a 2-D `i64` tensor (the violation ring).
@@ -294,6 +278,18 @@ impl Tensor {
             TensorData::I32(v) => Ok((rows, cols, v)),
             _ => Err(self.wrong_type(what, Dtype::I32)),
         }
+    }
+}
+
+/// The one element of `v` (a tensor of shape `[1]`), else [`Error::LengthMismatch`] naming `what`.
+fn single<T: Copy>(what: &'static str, v: Vec<T>) -> Result<T, Error> {
+    match v.as_slice() {
+        [x] => Ok(*x),
+        _ => Err(Error::LengthMismatch {
+            what,
+            expected: 1,
+            found: v.len(),
+        }),
     }
 }
 
