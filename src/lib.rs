@@ -40,6 +40,36 @@
 //! cpu::plan(&shape, &PlanInputs::full(&batch, &table), &mut stale, &mut write);
 //! ```
 //!
+//! Engines drive the ops through [`step`]: a [`Canary`] owns every buffer of one KV group and
+//! runs each forward step's launches in the only order that checks anything (the raw ops, called
+//! one by one, are shown at [`cpu::write`]):
+//!
+//! ```
+//! use kv_canary::{Batch, Canary, Cap, PlanInputs, ReqToToken, Shape, TailKv};
+//!
+//! // The shape above, canary buffers of 64 KV slots, a 16-row violation ring.
+//! let mut canary = Canary::full(Shape::<Cap<8>, Cap<4>, Cap<16>>::new(), Cap::<64>, Cap::<16>);
+//! let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;
+//! let mut inputs = canary.write_inputs();
+//!
+//! // The request in pool row 1 prefills tokens 7, 8 into slots 8, 9, then decodes 9 into 10:
+//! // (cached tokens, [(token, position, slot)]) per step.
+//! for (cached, tokens) in [(0, &[(7, 0, 8), (8, 1, 9)][..]), (2, &[(9, 2, 10)][..])] {
+//!     let batch = Batch::from_columns([1], [cached], [tokens.len() as i64]);
+//!     let p = inputs.parts_mut();
+//!     for (i, &(token, position, slot)) in tokens.iter().enumerate() {
+//!         (p.input_ids[i], p.positions[i], p.out_cache_loc[i]) = (token, position, slot);
+//!     }
+//!     let step = canary.plan(&PlanInputs::full(&batch, &table))?.verify_head()?.write(&inputs)?;
+//!     // ... the engine's forward pass writes this step's KV bytes here ...
+//!     let report = step.verify_tail(TailKv::NONE)?;
+//!     // Each of the four buffers (head and tail, K and V) re-checked the cached prefix: clean.
+//!     assert_eq!((report.entries_checked(), report.recorded()), (4 * cached as u64, 0));
+//! }
+//! assert_eq!(canary.steps(), 2);
+//! # Ok::<(), kv_canary::Error>(())
+//! ```
+//!
 //! Modules: [`capacity`] (static, derived, branded and unchecked capacities), [`shape`] (knobs to
 //! capacities), [`plan`] (the plan buffers), [`input`] (plan inputs as types), [`hash`] and
 //! [`consts`] (spec §2), [`canary`] (canary buffer, violation ring, counters, launch settings),
