@@ -63,11 +63,7 @@ fn main() -> Result<(), kv_canary::Error> {
     let summary = cpu::plan(&shape, &inputs, &mut verify, &mut write)?;
 
     println!();
-    common::print_verify_plan(&verify, &batch, usize::MAX);
-    println!();
-    common::print_write_plan(&write, &batch);
-    println!();
-    common::print_summary(&summary);
+    common::print_plan(&verify, &write, &batch, &summary, usize::MAX);
     println!(
         "\nNext: the write op stamps this step's tokens into the canary slots along the write \
          plan, and the verify op re-derives every entry above and reports mismatches."

@@ -150,11 +150,7 @@ fn branded(args: &Args) -> Result<(), Error> {
         let summary = cpu::plan(&shape, &inputs, &mut verify, &mut write)?;
         common::print_batch(&batch);
         println!();
-        common::print_verify_plan(&verify, &batch, 12);
-        println!();
-        common::print_write_plan(&write, &batch);
-        println!();
-        common::print_summary(&summary);
+        common::print_plan(&verify, &write, &batch, &summary, 12);
         Ok(())
     })?
 }

@@ -76,11 +76,7 @@ fn main() -> Result<(), kv_canary::Error> {
     let summary = cpu::plan(&shape, &inputs, &mut verify, &mut write)?;
 
     println!();
-    common::print_verify_plan(&verify, &batch, usize::MAX);
-    println!();
-    common::print_write_plan(&write, &batch);
-    println!();
-    common::print_summary(&summary);
+    common::print_plan(&verify, &write, &batch, &summary, usize::MAX);
 
     // 4. Longer prefixes than the step was sized for: the plan overflows, exactly as SGLang's.
     //    Verify is disabled for the step (enable = 0); the write metadata is still produced.

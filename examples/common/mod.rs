@@ -24,10 +24,26 @@ pub fn print_batch(batch: &Batch) {
     }
 }
 
+/// Prints what one plan call produced: the verify plan (at most `limit` entries), the write
+/// plan and the summary, a blank line between them.
+pub fn print_plan<V: Capacity, W: Capacity>(
+    verify: &VerifyPlan<V>,
+    write: &WritePlan<W>,
+    batch: &Batch,
+    summary: &PlanSummary,
+    limit: usize,
+) {
+    print_verify_plan(verify, batch, limit);
+    println!();
+    print_write_plan(write, batch);
+    println!();
+    print_summary(summary);
+}
+
 /// Prints the valid verify entries (at most `limit` of them), each with the batch row it belongs
 /// to. The row is recovered from the FULL-group rule of spec §3.2: an active row contributes one
 /// entry per cached position, `max(prefix_len, 0)` of them, in row order.
-pub fn print_verify_plan<C: Capacity>(plan: &VerifyPlan<C>, batch: &Batch, limit: usize) {
+fn print_verify_plan<C: Capacity>(plan: &VerifyPlan<C>, batch: &Batch, limit: usize) {
     println!(
         "verify plan: {} of {} entries valid, enable = {}",
         plan.num_valid(),
@@ -70,7 +86,7 @@ pub fn print_verify_plan<C: Capacity>(plan: &VerifyPlan<C>, batch: &Batch, limit
 }
 
 /// Prints the write metadata: each request's flat token range and seed slot, then the raw arrays.
-pub fn print_write_plan<C: Capacity>(plan: &WritePlan<C>, batch: &Batch) {
+fn print_write_plan<C: Capacity>(plan: &WritePlan<C>, batch: &Batch) {
     println!(
         "write plan: {} requests (write_num_valid_reqs), capacity {}",
         plan.num_valid_reqs(),
