@@ -1,3 +1,6 @@
+//! Tests of the per-step API: a toy engine drives a [`Canary`] through whole steps (plan, head
+//! verify, write, forward pass, tail verify) and checks the reports, the buffers and the counters.
+
 use super::*;
 use crate::canary::{CanarySlot, FailReason, Violation};
 use crate::hash::fold_words;
