@@ -8,7 +8,7 @@ use crate::Error;
 use core::fmt;
 
 /// The violation ring of spec §2.6: `R` rows (its capacity, in the type) of 8 `i64` fields, and
-/// the `i32` write index counting every violation ever recorded.
+/// the `i32` write index counting every violation recorded since the last clear.
 ///
 /// "Fill-once": recording a row takes `seq = write_index` and increments the index; the row is
 /// stored at `seq` only if `seq < R`, otherwise dropped. The index keeps counting past the
