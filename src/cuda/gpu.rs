@@ -40,9 +40,19 @@ pub struct LaunchConfig {
     pub verify_blocks_per_sm: u32,
     /// Verify with PARTIAL real-KV folds: blocks of 512 threads per SM (two fit: 64 registers).
     pub verify_fold_blocks_per_sm: u32,
-    /// Verify with ALL real-KV folds: blocks of 512 threads per SM (one fits: up to 128
-    /// registers, a source's strip in flight per lane).
+    /// Verify with ALL real-KV folds, unstaged (strips over 128 bytes, or a slot stride that
+    /// is not a multiple of 16): blocks of 512 threads per SM (one fits: up to 128 registers, a
+    /// source's strip in flight per lane).
     pub verify_all_blocks_per_sm: u32,
+    /// Verify with ALL real-KV folds staged through shared memory (strips of at most 128
+    /// bytes): whether to use that kernel at all (else the unstaged one).
+    pub verify_all_staged: bool,
+    /// Verify, staged ALL: blocks of 256 threads per SM (three fit: 72 KB of shared memory,
+    /// 64 registers).
+    pub verify_all_staged_blocks_per_sm: u32,
+    /// Write: the previous kernels (chain thread beside eight worker warps on every
+    /// scheduler, a select per chain step) instead of the current ones.
+    pub write_legacy: bool,
 }
 
 impl Default for LaunchConfig {
@@ -54,6 +64,9 @@ impl Default for LaunchConfig {
             verify_blocks_per_sm: 4,
             verify_fold_blocks_per_sm: 2,
             verify_all_blocks_per_sm: 1,
+            verify_all_staged: true,
+            verify_all_staged_blocks_per_sm: 3,
+            write_legacy: false,
         }
     }
 }
@@ -69,8 +82,12 @@ pub(crate) struct Kernels {
     pub(crate) legacy_plan_lut_check: [CUfunction; 2],
     /// `[none, none_tokens, partial, partial_tokens, all, all_tokens]`.
     pub(crate) verify: [CUfunction; 6],
+    /// `[all_staged, all_staged_tokens]`.
+    pub(crate) verify_all_staged: [CUfunction; 2],
     /// `[none, none_assert, partial, partial_assert, all, all_assert]`.
     pub(crate) write: [CUfunction; 6],
+    /// The legacy write kernels, same order.
+    pub(crate) legacy_write: [CUfunction; 6],
     pub(crate) scatter: CUfunction,
     pub(crate) gather_floor: CUfunction,
     pub(crate) chain_floor: CUfunction,
@@ -127,6 +144,7 @@ impl Gpu {
             load(ptx::PLAN_LEGACY)?,
             load(ptx::VERIFY)?,
             load(ptx::WRITE)?,
+            load(ptx::WRITE_LEGACY)?,
             load(ptx::SCATTER)?,
             load(ptx::BENCH)?,
         ];
@@ -135,13 +153,14 @@ impl Gpu {
                 .map_err(cust_error("cuModuleGetFunction"))?
                 .to_raw())
         };
-        let (pm, lm, vm, wm, sm, bm) = (
+        let (pm, lm, vm, wm, wlm, sm, bm) = (
             &modules[0],
             &modules[1],
             &modules[2],
             &modules[3],
             &modules[4],
             &modules[5],
+            &modules[6],
         );
         let plan_family = |size: &str| -> Result<[CUfunction; 6], Error> {
             let mut out = [core::ptr::null_mut(); 6];
@@ -177,6 +196,10 @@ impl Gpu {
                 f(vm, "kv_canary_verify_all")?,
                 f(vm, "kv_canary_verify_all_tokens")?,
             ],
+            verify_all_staged: [
+                f(vm, "kv_canary_verify_all_staged")?,
+                f(vm, "kv_canary_verify_all_staged_tokens")?,
+            ],
             write: [
                 f(wm, "kv_canary_write")?,
                 f(wm, "kv_canary_write_assert")?,
@@ -184,6 +207,14 @@ impl Gpu {
                 f(wm, "kv_canary_write_partial_assert")?,
                 f(wm, "kv_canary_write_all")?,
                 f(wm, "kv_canary_write_all_assert")?,
+            ],
+            legacy_write: [
+                f(wlm, "kv_canary_legacy_write")?,
+                f(wlm, "kv_canary_legacy_write_assert")?,
+                f(wlm, "kv_canary_legacy_write_partial")?,
+                f(wlm, "kv_canary_legacy_write_partial_assert")?,
+                f(wlm, "kv_canary_legacy_write_all")?,
+                f(wlm, "kv_canary_legacy_write_all_assert")?,
             ],
             scatter: f(sm, "kv_canary_scatter")?,
             gather_floor: f(bm, "kv_canary_gather_floor")?,
@@ -208,6 +239,16 @@ impl Gpu {
                     k,
                     cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     plan_shared as i32,
+                )
+            })?;
+        }
+        for &k in &kernels.verify_all_staged {
+            // SAFETY: as above (72 KB of staging buffers a block).
+            check("cuFuncSetAttribute", unsafe {
+                cust::sys::cuFuncSetAttribute(
+                    k,
+                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    super::verify::STAGED_SHARED_BYTES as i32,
                 )
             })?;
         }
@@ -245,6 +286,9 @@ impl Gpu {
             verify_blocks_per_sm: config.verify_blocks_per_sm.max(1),
             verify_fold_blocks_per_sm: config.verify_fold_blocks_per_sm.max(1),
             verify_all_blocks_per_sm: config.verify_all_blocks_per_sm.max(1),
+            verify_all_staged: config.verify_all_staged,
+            verify_all_staged_blocks_per_sm: config.verify_all_staged_blocks_per_sm.max(1),
+            write_legacy: config.write_legacy,
         };
     }
 
