@@ -4,7 +4,7 @@ use super::abi::{LegacyPlanArgs, PlanArgs};
 use super::driver;
 use super::gpu::PlanKernel;
 use super::inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
-use super::stream::{launch, launch_with, Queue};
+use super::stream::{Prepared, Queue, Target};
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::{Device, Error, Shape};
@@ -82,6 +82,63 @@ where
     G: DeviceGroup<'a>,
     X: DeviceExpectedTokens<'a, W>,
 {
+    let target = on.target();
+    // SAFETY (both arms): the arguments mirror the kernels' parameters and every address in
+    // them is a live buffer borrowed for 'a, at least the launch (the whole graph for a
+    // capture); see `prepare` for the bounds the kernels keep.
+    match prepare(&target, shape, inputs, verify, write)? {
+        PlanLaunch::Fused(launch) => unsafe { launch.queue(&target) },
+        PlanLaunch::Legacy { check, plan } => {
+            if let Some(check) = check {
+                // SAFETY: as above.
+                unsafe { check.queue(&target) }?;
+            }
+            // SAFETY: as above.
+            unsafe { plan.queue(&target) }
+        }
+    }
+}
+
+/// The launches [`plan`] queues.
+pub(crate) enum PlanLaunch {
+    /// One launch (cooperative with a checked LUT).
+    Fused(Prepared<PlanArgs>),
+    /// The legacy kernels: a LUT check launch first when the LUT is checked, then the plan.
+    Legacy {
+        check: Option<Prepared<LegacyPlanArgs>>,
+        plan: Prepared<LegacyPlanArgs>,
+    },
+}
+
+/// The launches [`plan`] queues: kernels, grids and arguments, checked and built.
+///
+/// The arguments mirror the kernels' parameters. The batch columns hold capacity(BB) = write
+/// capacity rows and a kernel reads rows < smem_rows <= that; the table holds rows x width
+/// cells, the LUT lut_len, the pool pool_rows x pool_width, the valid lengths the write
+/// capacity; the verify arrays hold verify_capacity entries (written only when the entries
+/// fit), the write offsets write_capacity + 1 and the seeds write_capacity; the kernels bound
+/// every access by these numbers (kernels/plan.cu). The small kernel scans at most 1024 rows
+/// (`small` implies smem_rows <= 1024). The stream's scratch holds the four words the checked
+/// kernel's grid barrier uses, with its invariant (kernels/plan.cu, `grid_lut_verdict`); that
+/// kernel is launched cooperatively, at most one block per multiprocessor, so every block is
+/// resident and the barrier cannot hang. The legacy kernels use scratch words 4 and 5.
+pub(crate) fn prepare<'a, V, W, E, VB, WB, BB, G, X>(
+    target: &Target<'_>,
+    shape: &Shape<V, W, E>,
+    inputs: &PlanInputs<'a, BB, G, X>,
+    verify: &'a VerifyPlan<VB, Device>,
+    write: &'a WritePlan<WB, Device>,
+) -> Result<PlanLaunch, Error>
+where
+    V: SameVerifyCapacity<VB>,
+    W: SameWriteReqCapacity<WB> + SameWriteReqCapacity<BB>,
+    E: Capacity,
+    VB: Capacity,
+    WB: Capacity,
+    BB: Capacity,
+    G: DeviceGroup<'a>,
+    X: DeviceExpectedTokens<'a, W>,
+{
     let w = shape.write_req_capacity();
     shape.verify_capacity().check(verify.capacity())?;
     <W as SameWriteReqCapacity<WB>>::check(w, write.capacity())?;
@@ -108,7 +165,6 @@ where
         None => (0, 0, 0, 0, 0),
     };
     let smem_rows = write.capacity().get().min(PLAN_MAX_ROWS);
-    let target = on.target();
     let config = target.gpu.launch_config();
     let sms = target.gpu.sm_count();
     let window = i64::try_from(inputs.group.window()).unwrap_or(i64::MAX);
@@ -158,35 +214,21 @@ where
         let variant = usize::from(lut.is_some()) * 2 + pool_variant;
         let grid = sms * config.plan_blocks_per_sm;
         let shared = legacy_plan_shared_bytes(smem_rows);
-        if checked {
-            // SAFETY: as for the plan kernel below (same arguments; the check kernel only reads
-            // the inputs, bounded the same way, and the stream's two legacy scratch words).
-            unsafe {
-                launch(
-                    &target,
-                    kernels.legacy_plan_lut_check[pool_variant],
-                    grid,
-                    LARGE.0,
-                    shared,
-                    &args,
-                )
-            }?;
-        }
-        // SAFETY: as for the plan kernel below.
-        return unsafe {
-            launch(
-                &target,
-                kernels.legacy_plan[variant],
-                grid,
-                LARGE.0,
-                shared,
-                &args,
-            )
+        let launch = |kernel| Prepared {
+            kernel,
+            grid,
+            block: LARGE.0,
+            shared,
+            args,
+            cooperative: false,
         };
+        return Ok(PlanLaunch::Legacy {
+            check: checked.then(|| launch(kernels.legacy_plan_lut_check[pool_variant])),
+            plan: launch(kernels.legacy_plan[variant]),
+        });
     }
     let small_fits = smem_rows <= SMALL_MAX_ROWS
-        && verify_capacity
-            <= (sms * config.plan_small_blocks_per_sm * SMALL.0 * SMALL.1) as usize;
+        && verify_capacity <= (sms * config.plan_small_blocks_per_sm * SMALL.0 * SMALL.1) as usize;
     let small = match config.plan_kernel {
         PlanKernel::Small => smem_rows <= SMALL_MAX_ROWS,
         PlanKernel::Large | PlanKernel::Legacy => false,
@@ -247,26 +289,12 @@ where
         (true, true) => 2,
     };
     let kernel = target.gpu.kernels().plan[usize::from(!small)][lut_mode * 2 + pool_variant];
-    // SAFETY: `PlanArgs` mirrors the kernel's parameter. Every address is a live buffer borrowed
-    // for 'a (at least the launch; the whole graph for a capture): the batch columns hold
-    // capacity(BB) = write capacity rows and the kernel reads rows < smem_rows <= that; the
-    // table holds rows x width cells, the LUT lut_len, the pool pool_rows x pool_width, the
-    // valid lengths the write capacity; the verify arrays hold verify_capacity entries (written
-    // only when the entries fit), the write offsets write_capacity + 1 and the seeds
-    // write_capacity; the kernel bounds every access by these numbers (kernels/plan.cu). The
-    // small kernel scans at most 1024 rows: `small` implies smem_rows <= 1024. The stream's
-    // scratch holds the four words the checked kernel's grid barrier uses, with its invariant
-    // (kernels/plan.cu, `grid_lut_verdict`); that kernel is launched cooperatively, so every
-    // block is resident and the barrier cannot hang.
-    unsafe {
-        launch_with(
-            &target,
-            kernel,
-            grid,
-            threads,
-            plan_shared_bytes(smem_rows),
-            &args,
-            checked,
-        )
-    }
+    Ok(PlanLaunch::Fused(Prepared {
+        kernel,
+        grid,
+        block: threads,
+        shared: plan_shared_bytes(smem_rows),
+        args,
+        cooperative: checked,
+    }))
 }

@@ -128,6 +128,11 @@ impl<'g> Stream<'g> {
         })
     }
 
+    /// The raw stream handle (for the raw launches of `floors`).
+    pub(crate) fn raw_handle(&self) -> CUstream {
+        self.raw.as_inner()
+    }
+
     pub(crate) fn target(&self) -> Target<'_> {
         Target {
             gpu: self.gpu,
@@ -331,6 +336,40 @@ pub(crate) unsafe fn launch<A: Copy>(
 ) -> Result<(), Error> {
     // SAFETY: forwarded; the caller's contract is this function's.
     unsafe { launch_with(target, kernel, grid, block, shared_bytes, args, false) }
+}
+
+/// One kernel launch with its argument struct, ready to queue (see [`Prepared::queue`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Prepared<A> {
+    pub(crate) kernel: CUfunction,
+    pub(crate) grid: u32,
+    pub(crate) block: u32,
+    pub(crate) shared: u32,
+    pub(crate) args: A,
+    pub(crate) cooperative: bool,
+}
+
+impl<A: Copy> Prepared<A> {
+    /// Queues the launch on `target`'s stream.
+    ///
+    /// # Safety
+    ///
+    /// As for [`launch`]: `A` is the kernel's parameter type and every address in `args` is
+    /// live (and as large as `args` says) for as long as the launch can run.
+    pub(crate) unsafe fn queue(&self, target: &Target<'_>) -> Result<(), Error> {
+        // SAFETY: forwarded; the caller's contract is this function's.
+        unsafe {
+            launch_with(
+                target,
+                self.kernel,
+                self.grid,
+                self.block,
+                self.shared,
+                &self.args,
+                self.cooperative,
+            )
+        }
+    }
 }
 
 /// [`launch`], cooperative or not.

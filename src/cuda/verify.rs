@@ -3,7 +3,7 @@
 use super::abi::VerifyArgs;
 use super::canary::DeviceLaunch;
 use super::driver;
-use super::stream::{launch, Queue};
+use super::stream::{Prepared, Queue, Target};
 use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity};
 use crate::plan::VerifyPlan;
@@ -59,9 +59,55 @@ where
     S: Capacity,
     R: Capacity,
 {
+    let target = on.target();
+    let prepared = prepare(
+        &target,
+        shape,
+        plan,
+        check,
+        launch_settings,
+        canary,
+        ring,
+        counters,
+    )?;
+    // SAFETY: `VerifyArgs` mirrors the kernel's parameter (see `prepare`); every address in it
+    // is a live buffer borrowed for 'a, at least the launch (the whole graph for a capture).
+    unsafe { prepared.queue(&target) }
+}
+
+/// The launch [`verify`] queues: kernel, grid and arguments, checked and built.
+///
+/// `VerifyArgs` mirrors the kernel's parameter and the kernel's accesses stay inside the
+/// buffers it names: the plan arrays hold `capacity` entries and the kernel reads entries
+/// < clamp(num_valid, 0, capacity) only; the canary buffer holds num_slots x stride bytes and
+/// every slot and predecessor is checked against num_slots before it is loaded; the ring holds
+/// ring_capacity rows (rows past it are dropped); real-KV sources hold num_rows rows of
+/// row_stride bytes (validated layout) and every row is checked; the scalars are live. The
+/// staged kernel copies 16-byte pieces: slots at multiples of the stride (a multiple of 16,
+/// checked here) and strips of read_bytes <= 128 (multiples of 16, validated), inside the rows
+/// the same checks allow; its shared memory is the size it is given.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn prepare<'a, V, W, E, VB, K, S, R>(
+    target: &Target<'_>,
+    shape: &Shape<V, W, E>,
+    plan: &'a VerifyPlan<VB, Device>,
+    check: K,
+    launch_settings: &DeviceLaunch<'a>,
+    canary: &'a CanaryBuffer<S, Device>,
+    ring: &'a ViolationRing<R, Device>,
+    counters: &'a HealthCounters<Device>,
+) -> Result<Prepared<VerifyArgs>, Error>
+where
+    V: SameVerifyCapacity<VB>,
+    W: Capacity,
+    E: Capacity,
+    VB: Capacity,
+    K: TokenCheck,
+    S: Capacity,
+    R: Capacity,
+{
     let _ = check;
     shape.verify_capacity().check(plan.capacity())?;
-    let target = on.target();
     let kv = launch_settings.real_kv;
     let args = VerifyArgs {
         slots: driver::addr(&plan.slot_indices),
@@ -112,14 +158,12 @@ where
             0,
         )
     };
-    // SAFETY: `VerifyArgs` mirrors the kernel's parameter. Every address is a live buffer
-    // borrowed for 'a: the plan arrays hold `capacity` entries and the kernel reads entries
-    // < clamp(num_valid, 0, capacity) only; the canary buffer holds num_slots x stride bytes and
-    // every slot and predecessor is checked against num_slots before it is loaded; the ring
-    // holds ring_capacity rows (rows past it are dropped); real-KV sources hold num_rows rows
-    // of row_stride bytes (validated layout) and every row is checked; the scalars are live.
-    // The staged kernel copies 16-byte pieces: slots at multiples of the stride (a multiple of
-    // 16, checked above) and strips of read_bytes <= 128 (multiples of 16, validated), inside
-    // the rows the same checks allow; its shared memory is the size it was given.
-    unsafe { launch(&target, kernel, grid, threads, shared, &args) }
+    Ok(Prepared {
+        kernel,
+        grid,
+        block: threads,
+        shared,
+        args,
+        cooperative: false,
+    })
 }
