@@ -83,11 +83,13 @@ where
     X: DeviceExpectedTokens<'a, W>,
 {
     let target = on.target();
-    // SAFETY (both arms): the arguments mirror the kernels' parameters and every address in
-    // them is a live buffer borrowed for 'a, at least the launch (the whole graph for a
-    // capture); see `prepare` for the bounds the kernels keep.
     match prepare(&target, shape, inputs, verify, write)? {
-        PlanLaunch::Fused(launch) => unsafe { launch.queue(&target) },
+        PlanLaunch::Fused(launch) => {
+            // SAFETY: the arguments mirror the kernel's parameter and every address in them is
+            // a live buffer borrowed for 'a, at least the launch (the whole graph for a
+            // capture); see `prepare` for the bounds the kernels keep.
+            unsafe { launch.queue(&target) }
+        }
         PlanLaunch::Legacy { check, plan } => {
             if let Some(check) = check {
                 // SAFETY: as above.
@@ -100,6 +102,7 @@ where
 }
 
 /// The launches [`plan`] queues.
+#[allow(clippy::large_enum_variant)] // built and queued once; never stored
 pub(crate) enum PlanLaunch {
     /// One launch (cooperative with a checked LUT).
     Fused(Prepared<PlanArgs>),
