@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 
 const BATCH: u64 = 256;
 
+/// One launch, typed or raw.
+type Launcher<'a> = dyn FnMut() -> Result<(), Error> + 'a;
+
 fn cap(what: &'static str, n: usize) -> UncheckedCapacity {
     UncheckedCapacity::new(what, n).unwrap()
 }
@@ -163,11 +166,7 @@ fn host_cost(c: &mut Criterion) {
 
     let mut raw_verify_launch = || raw_verify.queue();
     let mut raw_plan_launch = || raw_plan.queue();
-    let pairs: [(
-        &str,
-        &mut dyn FnMut() -> Result<(), Error>,
-        &mut dyn FnMut() -> Result<(), Error>,
-    ); 2] = [
+    let pairs: [(&str, &mut Launcher, &mut Launcher); 2] = [
         ("verify", &mut typed_verify, &mut raw_verify_launch),
         ("plan", &mut typed_plan, &mut raw_plan_launch),
     ];
