@@ -20,10 +20,11 @@
 //     while the block waits at the barrier.
 //  4. The last block writes offsets (tail zeroed) and seeds (read in step 1).
 //  5. Entry blocks: each thread finds its first row once (a binary search), then walks rows
-//     forward with the row's facts in registers; per round it has U entries in flight (table,
-//     pool and LUT loads issued before any store). Consecutive threads handle consecutive
-//     entries, so loads and the four output stores are coalesced; a predecessor slot comes
-//     from the neighbouring lane (warp shuffle) except at a row or warp start.
+//     forward with the row's facts in registers, U entries a round, software-pipelined: while
+//     it stores round i, the LUT gathers of round i + 1 and the table (and pool) loads of
+//     round i + 2 are in flight. Consecutive threads handle consecutive entries, so loads and
+//     the four output stores are coalesced; a predecessor slot comes from the neighbouring
+//     lane (warp shuffle) except at a row or warp start.
 //
 // Differences from the CPU reference are listed in src/cuda/plan.rs.
 #include "common.cuh"
@@ -181,13 +182,9 @@ struct Row {
     bool seeded;         // active, prefix > 0, extend > 0: the seed is table[rp][prefix - 1]
 };
 
-// Loads and checks row r (r < smem_rows: inside every column).
+// Checks a row from its columns (`vl`: its valid length, with a pool).
 template <bool HAS_POOL>
-__device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r) {
-    const i64 rp = __ldg(a.req_pool_indices + r);
-    const i64 prefix_raw = __ldg(a.prefix_lens + r);
-    const i64 ext = __ldg(a.extend_lens + r);
-    const i64 vl = HAS_POOL ? __ldg(a.valid_lens + r) : 0;
+__device__ __forceinline__ Row make_row(const PlanArgs& a, i64 rp, i64 prefix_raw, i64 ext, i64 vl) {
     Row w = {};
     w.rp = rp;
     if (rp == 0) return w;  // padding row: never read further
@@ -230,6 +227,13 @@ __device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r) {
     return w;
 }
 
+// Loads and checks row r (r < smem_rows: inside every column).
+template <bool HAS_POOL>
+__device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r) {
+    return make_row<HAS_POOL>(a, __ldg(a.req_pool_indices + r), __ldg(a.prefix_lens + r),
+                              __ldg(a.extend_lens + r), HAS_POOL ? __ldg(a.valid_lens + r) : 0);
+}
+
 // Entry chunking: the T entries in `blocks` chunks of whole THREADS-entry rows of threads;
 // [c0, c1) for this block (empty past the entry blocks).
 struct Chunk {
@@ -238,7 +242,11 @@ struct Chunk {
 template <int THREADS>
 __device__ __forceinline__ Chunk block_chunk(i64 total, i64 blocks) {
     if (static_cast<i64>(blockIdx.x) >= blocks) return {0, 0};
-    const i64 per_block = (total + blocks - 1) / blocks;
+    // 32-bit division when it fits (a 64-bit one is a long subroutine).
+    const i64 per_block = total < (1ll << 31)
+                              ? static_cast<i64>((static_cast<u32>(total) + static_cast<u32>(blocks) - 1) /
+                                                 static_cast<u32>(blocks))
+                              : (total + blocks - 1) / blocks;
     const i64 chunk = (per_block + THREADS - 1) / THREADS * THREADS;
     const i64 c0 = static_cast<i64>(blockIdx.x) * chunk;
     const i64 c1 = c0 + chunk < total ? c0 + chunk : total;
@@ -373,6 +381,34 @@ __device__ __forceinline__ void emit_lanes(const PlanArgs& a, i64 base, const La
     }
 }
 
+// The entries [c0, c1) of a block, U a thread per round, software-pipelined: while round i is
+// stored, round i + 1's LUT gathers and round i + 2's table loads are in flight.
+template <int THREADS, int U, bool HAS_POOL, int MODE>
+__device__ __forceinline__ void emit_chunk(const PlanArgs& a, const Smem& sm, i64 bs, i64 c0, i64 c1,
+                                           i64 first_f) {
+    constexpr i64 ROUND = static_cast<i64>(U) * THREADS;
+    Cursor c = cursor_at<HAS_POOL>(sm, bs, first_f);
+    Lanes<U> A, B;
+    i64 sA[U], pA[U];
+    load_lanes<THREADS, U, HAS_POOL>(a, sm, c, c0, c1, A);
+    translate_lanes<MODE, U>(a, A, sA, pA);
+    if (c0 + ROUND < c1) load_lanes<THREADS, U, HAS_POOL>(a, sm, c, c0 + ROUND, c1, B);
+    for (i64 base = c0; base < c1; base += ROUND) {
+        i64 sB[U], pB[U];
+        if (base + ROUND < c1) translate_lanes<MODE, U>(a, B, sB, pB);
+        Lanes<U> C;
+        if (base + 2 * ROUND < c1) load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base + 2 * ROUND, c1, C);
+        emit_lanes<THREADS, U>(a, base, A, sA, pA);
+        A = B;
+        B = C;
+#pragma unroll
+        for (int k = 0; k < U; ++k) {
+            sA[k] = sB[k];
+            pA[k] = pB[k];
+        }
+    }
+}
+
 __device__ __forceinline__ i64 warp_min64(i64 v) {
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) v = min(v, static_cast<i64>(__shfl_xor_sync(0xffffffffu, v, d)));
@@ -434,11 +470,22 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     const int rpt = static_cast<int>((R + THREADS - 1) / THREADS);
     u64 vsum = 0, wsum = 0;
     u32 err = NO_ERR;
-#pragma unroll 2
+    // Every column of every row of this thread is loaded first (all in flight at once).
+    i64 col_rp[MAX_RPT], col_prefix[MAX_RPT], col_ext[MAX_RPT], col_vl[MAX_RPT];
+#pragma unroll
+    for (int k = 0; k < MAX_RPT; ++k) {
+        const i64 r = static_cast<i64>(tid) * rpt + k;
+        const bool in = k < rpt && r < R;
+        col_rp[k] = in ? __ldg(a.req_pool_indices + r) : 0;
+        col_prefix[k] = in ? __ldg(a.prefix_lens + r) : 0;
+        col_ext[k] = in ? __ldg(a.extend_lens + r) : 0;
+        col_vl[k] = (HAS_POOL && in) ? __ldg(a.valid_lens + r) : 0;
+    }
+#pragma unroll
     for (int k = 0; k < MAX_RPT; ++k) {
         const i64 r = static_cast<i64>(tid) * rpt + k;
         if (k < rpt && r < R) {
-            const Row w = load_row<HAS_POOL>(a, r);
+            const Row w = make_row<HAS_POOL>(a, col_rp[k], col_prefix[k], col_ext[k], col_vl[k]);
             sm.voff[r] = static_cast<i64>(w.vlen);
             sm.woff[r] = static_cast<i64>(w.wlen);
             sm.rp[r] = static_cast<i32>(w.rp);
@@ -553,11 +600,16 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
                 translate_lanes<LUT_CHECKED, U>(a, L0, slot0, pown0);
             }
         } else {
+            // Several rounds: check each (the next one's loads in flight meanwhile), keep nothing.
+            constexpr i64 ROUND = static_cast<i64>(U) * THREADS;
             Cursor c = cursor_at<HAS_POOL>(sm, bs, first_f);
-            for (i64 base = ch.c0; base < ch.c1; base += static_cast<i64>(U) * THREADS) {
-                Lanes<U> L;
-                load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base, ch.c1, L);
-                best = min(best, check_lanes<THREADS, U>(a, base, L));
+            Lanes<U> A;
+            load_lanes<THREADS, U, HAS_POOL>(a, sm, c, ch.c0, ch.c1, A);
+            for (i64 base = ch.c0; base < ch.c1; base += ROUND) {
+                Lanes<U> B;
+                if (base + ROUND < ch.c1) load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base + ROUND, ch.c1, B);
+                best = min(best, check_lanes<THREADS, U>(a, base, A));
+                A = B;
             }
         }
         const i64 key = grid_lut_verdict<THREADS>(a, best);
@@ -604,14 +656,7 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         emit_lanes<THREADS, U>(a, ch.c0, L0, slot0, pown0);
         return;
     }
-    Cursor c = cursor_at<HAS_POOL>(sm, bs, first_f);
-    for (i64 base = ch.c0; base < ch.c1; base += static_cast<i64>(U) * THREADS) {
-        Lanes<U> L;
-        load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base, ch.c1, L);
-        i64 slot[U], pown[U];
-        translate_lanes<MODE, U>(a, L, slot, pown);
-        emit_lanes<THREADS, U>(a, base, L, slot, pown);
-    }
+    emit_chunk<THREADS, U, HAS_POOL, MODE>(a, sm, bs, ch.c0, ch.c1, first_f);
 }
 
 }  // namespace kvc
@@ -620,9 +665,9 @@ using kvc::PlanArgs;
 static_assert(sizeof(PlanArgs) == 31 * 8, "PlanArgs layout (src/cuda/abi.rs)");
 
 // Entry names: kv_canary_plan_{small,large}{,_pool}{,_lut_clamp,_lut}.
-//  * small: 128 threads, 4 entries in flight a thread, at most 1024 rows (several blocks a
+//  * small: 128 threads, rounds of 4 entries a thread, at most 1024 rows (several blocks a
 //    multiprocessor; for decode-sized plans);
-//  * large: 512 threads, 8 entries in flight a thread, up to 4096 rows (one block a
+//  * large: 512 threads, rounds of 4 entries a thread, up to 4096 rows (one block a
 //    multiprocessor; 128 KB of shared memory at 4096 rows).
 //  * _lut: the LUT checked in the same launch (cooperative launch); _lut_clamp: SGLang's GPU
 //    semantics (an index past the end is clamped and recorded, the outputs written).
@@ -639,4 +684,4 @@ static_assert(sizeof(PlanArgs) == 31 * 8, "PlanArgs layout (src/cuda/abi.rs)");
     KVC_PLAN_ENTRY(NAME##_pool_lut, THREADS, MINB, U, true, kvc::LUT_CHECKED)
 
 KVC_PLAN_FAMILY(kv_canary_plan_small, 128, 4, 4)
-KVC_PLAN_FAMILY(kv_canary_plan_large, 512, 1, 8)
+KVC_PLAN_FAMILY(kv_canary_plan_large, 512, 1, 4)

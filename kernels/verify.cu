@@ -9,6 +9,8 @@
 // 128-byte lines), while the warp folds the previous batch out of shared memory, one strip a
 // lane; the entry indices are loaded two batches ahead. So the random loads of one batch are in
 // flight during the folds of another, and no lane waits on its own strip.
+#include <stddef.h>
+
 #include "common.cuh"
 
 namespace kvc {
@@ -170,12 +172,16 @@ struct Stage {
 };
 static_assert(sizeof(Stage) == 4608, "Stage layout (src/cuda/verify.rs: STAGED_SHARED_BYTES)");
 
-__device__ __forceinline__ void copy16_async(void* dst, const void* src) {
+// Copies 16 bytes from global `src` to shared memory at byte `offset` past `base` (generic
+// address of the stage; `base_s` its shared-window address).
+__device__ __forceinline__ void copy16_async(unsigned char* base, unsigned base_s, unsigned offset,
+                                             const void* src) {
 #if __CUDA_ARCH__ >= 800
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+    (void)base;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(base_s + offset), "l"(src) : "memory");
 #else
-    *reinterpret_cast<ulonglong2*>(dst) = __ldg(reinterpret_cast<const ulonglong2*>(src));
+    (void)base_s;
+    *reinterpret_cast<ulonglong2*>(base + offset) = __ldg(reinterpret_cast<const ulonglong2*>(src));
 #endif
 }
 
@@ -205,35 +211,53 @@ __device__ __forceinline__ i64 batch_index(const VerifyArgs& a, i64 b, i64 n) {
     return __ldg(arr + e);
 }
 
+// A lane's sources: k = lane % 4 (whose strip address it computes and later folds) and
+// q = lane / 8 (whose pieces it copies).
+struct LaneSources {
+    const unsigned char* k_base;
+    i64 k_stride, k_page, k_bpt;
+    bool k_valid;
+    int k_pieces;  // 16-byte pieces source k folds
+    int q_pieces;  // 16-byte pieces source q copies
+};
+
 // Checks batch b's entries (lanes 0-7 each one: range checks, recorded when bad), then queues
 // the copies of the servable ones into `st`. Returns the mask of servable entries.
 __device__ __forceinline__ u32 batch_issue(const VerifyArgs& a, Stage& st, i64 b, i64 n, i64 v,
-                                           const unsigned char* src_base, i64 src_stride,
-                                           i64 src_page, i64 src_bpt, int src_pieces) {
+                                           const LaneSources& ls) {
     const int lane = threadIdx.x & 31;
     const i64 prev_own = __shfl_sync(0xffffffffu, v, (lane & 7) + 8);
     const i64 e_own = b * STAGE_ENTRIES + lane;
     const bool ok = lane < STAGE_ENTRIES && e_own < n && entry_in_range<true>(a, e_own, v, prev_own);
     const u32 mask = __ballot_sync(0xffffffffu, ok) & 0xFFu;
+    // Lane l computes the address of entry l / 4's strip of source l % 4 (one division at most).
+    const int i = lane >> 2;
+    const i64 si = __shfl_sync(0xffffffffu, v, i);
+    const i64 pi = __shfl_sync(0xffffffffu, v, i + 8);
+    const bool ok_i = ((mask >> i) & 1u) != 0;
+    u64 mine = 0;
+    if (ok_i && ls.k_valid) {
+        const i64 row = ls.k_page == 1 ? si : si / ls.k_page;
+        mine = reinterpret_cast<u64>(ls.k_base + row * ls.k_stride + (si - row * ls.k_page) * ls.k_bpt);
+    }
     // Strips: instruction m moves entry m's four strips; lane l piece l % 8 of source l / 8.
+    unsigned char* base = reinterpret_cast<unsigned char*>(&st);
+    const unsigned base_s = static_cast<unsigned>(__cvta_generic_to_shared(base));
     const int q = lane >> 3, p = lane & 7;
 #pragma unroll
     for (int m = 0; m < STAGE_ENTRIES; ++m) {
-        const i64 s = __shfl_sync(0xffffffffu, v, m);
-        if (((mask >> m) & 1u) && p < src_pieces) {
-            const i64 row = src_page == 1 ? s : s / src_page;
-            const unsigned char* src = src_base + row * src_stride + (s - row * src_page) * src_bpt + p * 16;
+        const u64 src = __shfl_sync(0xffffffffu, mine, m * MAX_REAL_KV_SOURCES + q);
+        if (((mask >> m) & 1u) && p < ls.q_pieces) {
             const int t = m * MAX_REAL_KV_SOURCES + q;
-            copy16_async(&st.strip[t][p ^ (t & 7)], src);
+            copy16_async(base, base_s, static_cast<unsigned>((t * 8 + (p ^ (t & 7))) * 16),
+                         reinterpret_cast<const unsigned char*>(src) + p * 16);
         }
     }
     // Slots: lane l moves half (l & 1) of entry l / 4's own (l & 2 clear) or predecessor slot.
-    const int i = lane >> 2;
     const bool pred = (lane & 2) != 0;
-    const i64 si = __shfl_sync(0xffffffffu, v, i);
-    const i64 pi = __shfl_sync(0xffffffffu, v, i + 8);
-    if (((mask >> i) & 1u) && (!pred || pi > 0)) {
-        copy16_async(&st.slot[i][lane & 3], a.buf + (pred ? pi : si) * a.stride + (lane & 1) * 16);
+    if (ok_i && (!pred || pi > 0)) {
+        copy16_async(base, base_s, static_cast<unsigned>(offsetof(Stage, slot) + (i * 4 + (lane & 3)) * 16),
+                     a.buf + (pred ? pi : si) * a.stride + (lane & 1) * 16);
     }
     copy_commit();
     return mask;
@@ -289,15 +313,18 @@ __device__ __forceinline__ void verify_staged(const VerifyArgs& a) {
     const Ring ring = {a.ring, a.ring_capacity, a.write_index};
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     Stage* st = reinterpret_cast<Stage*>(s_raw) + warp * STAGES;
-    // This lane's copy source (l / 8) and fold source (l % 4).
-    const int q = lane >> 3;
-    const bool has_q = q < a.kv.num_sources;
-    const unsigned char* src_base = has_q ? a.kv.base[q] : nullptr;
-    const i64 src_stride = has_q ? a.kv.row_stride[q] : 0;
-    const i64 src_page = has_q ? a.kv.page_size[q] : 1;
-    const i64 src_bpt = has_q ? a.kv.bytes_per_token[q] : 0;
-    const int src_pieces = has_q ? static_cast<int>(a.kv.read_bytes[q] >> 4) : 0;
-    const int fold_pieces = (lane & 3) < a.kv.num_sources ? static_cast<int>(a.kv.read_bytes[lane & 3] >> 4) : 0;
+    // This lane's fold source (l % 4) and copy source (l / 8).
+    LaneSources ls;
+    {
+        const int k = lane & 3, q = lane >> 3;
+        ls.k_valid = k < a.kv.num_sources;
+        ls.k_base = ls.k_valid ? a.kv.base[k] : nullptr;
+        ls.k_stride = ls.k_valid ? a.kv.row_stride[k] : 0;
+        ls.k_page = ls.k_valid ? a.kv.page_size[k] : 1;
+        ls.k_bpt = ls.k_valid ? a.kv.bytes_per_token[k] : 0;
+        ls.k_pieces = ls.k_valid ? static_cast<int>(a.kv.read_bytes[k] >> 4) : 0;
+        ls.q_pieces = q < a.kv.num_sources ? static_cast<int>(a.kv.read_bytes[q] >> 4) : 0;
+    }
 
     const i64 batches = (n + STAGE_ENTRIES - 1) / STAGE_ENTRIES;
     const i64 step = static_cast<i64>(gridDim.x) * STAGED_WARPS;
@@ -305,20 +332,19 @@ __device__ __forceinline__ void verify_staged(const VerifyArgs& a) {
     if (b >= batches) return;
     i64 v_cur = batch_index<CHECK_TOKEN>(a, b, n);
     i64 v_next = batch_index<CHECK_TOKEN>(a, b + step, n);
-    u32 mask_cur = batch_issue(a, st[0], b, n, v_cur, src_base, src_stride, src_page, src_bpt, src_pieces);
+    u32 mask_cur = batch_issue(a, st[0], b, n, v_cur, ls);
     for (int j = 0; b < batches; b += step, ++j) {
         const i64 bn = b + step;
         u32 mask_next = 0;
         if (bn < batches) {
-            mask_next = batch_issue(a, st[(j + 1) & 1], bn, n, v_next, src_base, src_stride, src_page,
-                                    src_bpt, src_pieces);
+            mask_next = batch_issue(a, st[(j + 1) & 1], bn, n, v_next, ls);
         } else {
             copy_commit();  // an empty group keeps one group per batch
         }
         const i64 v_next2 = bn + step < batches ? batch_index<CHECK_TOKEN>(a, bn + step, n) : 0;
         copy_wait_all_but_one();
         __syncwarp();
-        batch_check<CHECK_TOKEN>(a, ring, st[j & 1], b, v_cur, mask_cur, fold_pieces);
+        batch_check<CHECK_TOKEN>(a, ring, st[j & 1], b, v_cur, mask_cur, ls.k_pieces);
         __syncwarp();  // stage j & 1 is refilled by the next iteration's copies
         v_cur = v_next;
         v_next = v_next2;

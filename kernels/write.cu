@@ -6,7 +6,7 @@
 // not depend on it. So each block runs a pipeline over tiles of WRITE_TILE entries, in shared
 // memory (triple-buffered, nothing allocated at launch):
 //
-//   round t:  chain thread (warp 0, lane 0)  -> runs the chain over tile t
+//   round t:  chain warp (warp 0)            -> runs the chain over tile t
 //             worker warps                   -> load tile t+1 (compacting the entries the chain
 //                                               steps over), fold tile t's real-KV bytes,
 //                                               store tile t-1
@@ -272,30 +272,36 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
     }
 }
 
-// One chain step over kept entry j.
+// One chain step over kept entry j (every lane of warp 0 computes it; lane 0 stores).
 template <bool CHAIN_ASSERT>
-__device__ __forceinline__ void chain_step(Tile& tl, int j, i64 tk, i64 ps, u64& running, i64& prev_pos) {
-    tl.hash[j] = static_cast<i64>(running);
+__device__ __forceinline__ void chain_step(Tile& tl, int j, i64 tk, i64 ps, u64& running, i64& prev_pos,
+                                           bool leader) {
+    if (leader) tl.hash[j] = static_cast<i64>(running);
     if (CHAIN_ASSERT) {
         const i64 want = static_cast<i64>(static_cast<u64>(prev_pos) + 1);
-        tl.cflag[j] = ps != want ? F_CPOS : 0;
-        tl.cexp[j] = want;
+        if (leader) {
+            tl.cflag[j] = ps != want ? F_CPOS : 0;
+            tl.cexp[j] = want;
+        }
         prev_pos = ps;
     }
     running = mix3(running, static_cast<u64>(tk), static_cast<u64>(ps));
 }
 
-// The chain over one tile's m kept entries (thread 0). Only mix3 depends on the previous step;
-// each step's token and position were read from shared memory during the step before.
+// The chain over one tile's m kept entries, run by all of warp 0 in lockstep (the same values
+// in every lane: broadcast reads; lane 0 stores), so the warp never diverges around the block
+// barrier. Only mix3 depends on the previous step; each step's token and position were read
+// from shared memory during the step before.
 template <bool CHAIN_ASSERT>
 __device__ __forceinline__ void chain_tile(Tile& tl, int m, u64& running, i64& prev_pos) {
     if (m == 0) return;
+    const bool leader = (threadIdx.x & 31) == 0;
     i64 tk = tl.tok[0], ps = tl.pos[0];
 #pragma unroll 8
     for (int j = 0; j < m; ++j) {
         const int jn = j + 1 < m ? j + 1 : j;
         const i64 tkn = tl.tok[jn], psn = tl.pos[jn];
-        chain_step<CHAIN_ASSERT>(tl, j, tk, ps, running, prev_pos);
+        chain_step<CHAIN_ASSERT>(tl, j, tk, ps, running, prev_pos, leader);
         tk = tkn;
         ps = psn;
     }
@@ -346,12 +352,12 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     const bool chain_assert = seed >= 0 && assert_flag;
     const int w = worker_index();
 
-    // Chain state (thread 0 only).
+    // Chain state (warp 0, the same in every lane).
     u64 running = CHAIN_HEAD;
     i64 prev_pos = 0, written = 0;
 
     for (i64 t = -1; t <= ntiles; ++t) {
-        if (tid == 0) {
+        if (tid < 32) {
             if (t == -1) {
                 if (seed >= 0) {
                     const Slot sd = load_slot(a.buf, a.stride, seed);

@@ -14,7 +14,8 @@ use cust::CudaFlags;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanKernel {
     /// Blocks of 128 threads for a plan whose rows (at most 1024) and verify entries fit one
-    /// round of the small grid, blocks of 512 threads otherwise.
+    /// round of the small grid, or (no checked LUT) of at most 256 rows and 4 Mi entries;
+    /// blocks of 512 threads otherwise.
     Auto,
     /// Always blocks of 128 threads (at most 1024 write requests; larger plans use `Large`).
     Small,

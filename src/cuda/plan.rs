@@ -10,10 +10,16 @@ use crate::plan::{VerifyPlan, WritePlan};
 use crate::{Device, Error, Shape};
 
 /// Threads of a large plan block (`kv_canary_plan_large*` in kernels/plan.cu; the legacy
-/// kernels too) and entries in flight per thread.
-const LARGE: (u32, u32) = (512, 8);
-/// Threads of a small plan block (`kv_canary_plan_small*`) and entries in flight per thread.
+/// kernels too) and entries a thread takes per round.
+const LARGE: (u32, u32) = (512, 4);
+/// Threads of a small plan block (`kv_canary_plan_small*`) and entries a thread takes per round.
 const SMALL: (u32, u32) = (128, 4);
+/// Rows up to which the small kernel also takes plans of several rounds (the sweep of
+/// benches/cuda: with 256 rows it beats the large one up to millions of entries, with 1024 it
+/// loses once the entries need more than one round).
+const SMALL_MULTI_ROUND_ROWS: usize = 256;
+/// Verify capacity up to which the small kernel takes plans of at most 256 rows.
+const SMALL_MULTI_ROUND_ENTRIES: usize = 4 << 20;
 /// Rows one plan block scans (`PLAN_MAX_ROWS`).
 const PLAN_MAX_ROWS: usize = crate::consts::PLAN_BS_BLOCK_SIZE;
 /// Rows a small plan block scans (eight a thread).
@@ -57,7 +63,8 @@ const fn legacy_plan_shared_bytes(rows: usize) -> u32 {
 ///
 /// The grid is sized from the verify capacity (one round of entries per block, plus a block
 /// for the write metadata), with blocks of 128 threads when at most 1024 rows and the capacity
-/// fit the small grid, else 512; see [`LaunchConfig`](super::LaunchConfig).
+/// fit one round of the small grid (or, without a checked LUT, at most 256 rows and 4 Mi
+/// entries), else 512; see [`LaunchConfig`](super::LaunchConfig).
 ///
 /// The one difference from the CPU op: **`bs > 4096`** is [`Error::BatchTooLarge`], nothing
 /// written (a block scans at most 4096 rows in shared memory, as SGLang's GPU path; the CPU op
@@ -230,8 +237,13 @@ where
             plan: launch(kernels.legacy_plan[variant]),
         });
     }
+    let one_small_round =
+        verify_capacity <= (sms * config.plan_small_blocks_per_sm * SMALL.0 * SMALL.1) as usize;
     let small_fits = smem_rows <= SMALL_MAX_ROWS
-        && verify_capacity <= (sms * config.plan_small_blocks_per_sm * SMALL.0 * SMALL.1) as usize;
+        && (one_small_round
+            || (!checked
+                && smem_rows <= SMALL_MULTI_ROUND_ROWS
+                && verify_capacity <= SMALL_MULTI_ROUND_ENTRIES));
     let small = match config.plan_kernel {
         PlanKernel::Small => smem_rows <= SMALL_MAX_ROWS,
         PlanKernel::Large | PlanKernel::Legacy => false,

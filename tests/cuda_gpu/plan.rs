@@ -429,14 +429,93 @@ pub fn malformed_rows_write_nothing(_: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
-/// Every plan kernel (small and large blocks, one launch; the legacy two-launch one) forced on
-/// random cases, batches up to 1024 rows: each equals the CPU op, errors included.
+/// A large valid-ish case (hundreds of rows of thousands of tokens, millions of entries), so
+/// that every block of the GPU plan takes several rounds; LUTs (sometimes too short), pools,
+/// capacities exact, loose or one short.
+pub fn big_case(rng: &mut Rng) -> Case {
+    let rows = 300usize;
+    let width = rng.range(1000, 3000) as usize;
+    let pool_slots = 5000i64;
+    let cells = (0..rows * width)
+        .map(|_| rng.range(-1, pool_slots - 1) as i32)
+        .collect();
+    let table = ReqToToken::from_vec(rows, width, cells).unwrap();
+    let bs = rng.range(200, 1024) as usize;
+    let batch: Batch = (0..bs)
+        .map(|_| BatchRow {
+            req_pool_index: rng.range(0, rows as i64 - 1),
+            prefix_len: rng.range(-2, width as i64),
+            extend_len: rng.range(-1, 4),
+        })
+        .collect();
+    let (window, lut) = if rng.chance(40) {
+        let window = rng.pick(&[0, 7, 700, width as u64]);
+        let len = if rng.chance(15) {
+            rng.range(pool_slots - 3, pool_slots) as usize
+        } else {
+            pool_slots as usize + 1
+        };
+        (
+            window,
+            Some((0..len).map(|_| rng.range(-1, 1 << 24)).collect()),
+        )
+    } else {
+        (0, None)
+    };
+    let pool = if rng.chance(30) {
+        let t = (0..rows * (width + 1))
+            .map(|_| rng.range(-5, 100_000) as i32)
+            .collect();
+        let lens: Vec<i64> = (0..bs).map(|_| rng.range(-2, width as i64 + 2)).collect();
+        Some((
+            ExpectedTokenTable::from_vec(rows, width + 1, t).unwrap(),
+            lens,
+        ))
+    } else {
+        None
+    };
+    let offset = if rng.chance(50) {
+        PositionOffset::Target
+    } else {
+        PositionOffset::EagleDraft
+    };
+    let write_cap = bs + rng.range(0, 3) as usize;
+    let mut case = Case {
+        batch,
+        table,
+        window,
+        lut,
+        pool,
+        offset,
+        verify: VerifyPlan::from_parts(cap("v", 1), vec![0], vec![0], vec![0], vec![0], 0, 0)
+            .unwrap(),
+        write: WritePlan::from_parts(cap("w", 1), vec![0; 2], vec![0], 0).unwrap(),
+    };
+    let requested = requested_entries(&case) as usize;
+    let verify_cap = match rng.below(3) {
+        0 => requested,
+        1 => requested + rng.range(1, 20) as usize,
+        _ => requested.saturating_sub(1),
+    }
+    .max(1);
+    let (v, w) = poisoned_plans(rng, verify_cap, write_cap);
+    case.verify = v;
+    case.write = w;
+    case
+}
+
+/// Every plan kernel (small and large blocks, one block a multiprocessor at most, so that
+/// blocks take several rounds; the legacy two-launch one) forced on random cases, small ones
+/// and big ones (millions of entries): each equals the CPU op, errors included.
 pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
-    let cases = crate::scaled(400);
+    let cases = crate::scaled(300);
+    let big = crate::scaled(30);
     for kernel in [PlanKernel::Small, PlanKernel::Large, PlanKernel::Legacy] {
         let mut gpu = Gpu::new().map_err(fail("gpu"))?;
         gpu.set_launch_config(LaunchConfig {
             plan_kernel: kernel,
+            plan_blocks_per_sm: 1,
+            plan_small_blocks_per_sm: 1,
             ..gpu.launch_config()
         });
         let offload = Offload::new(&gpu).map_err(fail("offload"))?;
@@ -454,9 +533,18 @@ pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
                 Some(&offload),
             )?;
         }
+        for seed in 0..big {
+            let mut rng = Rng::new(0xB16C_0000 + seed);
+            let case = big_case(&mut rng);
+            compare_on(
+                &case,
+                &format!("{kernel:?} big plan case seed {seed}"),
+                Some(&offload),
+            )?;
+        }
     }
     println!(
-        "    {cases} random plan cases x 3 kernels (small, large, legacy) equal to the CPU op"
+        "    {cases} random plan cases and {big} big ones (up to 3 M entries) x 3 kernels (small, large, legacy; one block a multiprocessor) equal to the CPU op"
     );
     Ok(())
 }
