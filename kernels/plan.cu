@@ -7,7 +7,7 @@
 // capacity; bs is read from device memory):
 //  1. Every block loads the rows (speculatively up to the capacity, in flight together with bs)
 //     and keeps per-row facts in shared memory (verify and write lengths, request row, window
-//     start, pool-read limit; the last block also issues each row's seed read). One block-wide
+//     start, pool-read limit; the last block also reads every row's seed, all at once). One block-wide
 //     scan gives both running sums and the first row error (a min in the same pass). Every
 //     block reaches the same totals and the same verdict.
 //  2. Any row error: block 0 records the first (in row order) and the launch writes nothing.
@@ -100,8 +100,8 @@ __device__ __forceinline__ Smem smem_layout(const PlanArgs& a) {
 }
 
 __device__ __forceinline__ u64 sat_add(u64 a, u64 b) {
-    u64 s = a + b;  // a, b <= SAT, so no wrap
-    return s > SAT ? SAT : s;
+    const u64 s = a + b;  // a, b <= SAT: wraps (to 0) only when both are SAT
+    return (s > SAT || s < a) ? SAT : s;
 }
 
 // Block-wide exclusive scan of a pair (plain sum, saturating sum) of one value per thread, and
@@ -481,6 +481,16 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         col_ext[k] = in ? __ldg(a.extend_lens + r) : 0;
         col_vl[k] = (HAS_POOL && in) ? __ldg(a.valid_lens + r) : 0;
     }
+    // The last block also reads every seeded row's seed (table[rp][prefix - 1]), all at once;
+    // a row that will fail validation reads nothing.
+    i32 seed_x[MAX_RPT];
+#pragma unroll
+    for (int k = 0; k < MAX_RPT; ++k) {
+        const i64 rp = col_rp[k], prefix = col_prefix[k];
+        const bool seeded = meta_block && col_ext[k] > 0 && prefix > 0 && prefix <= a.table_width &&
+                            rp > 0 && rp < a.table_rows;
+        seed_x[k] = seeded ? __ldg(a.table + rp * a.table_width + prefix - 1) : 0;
+    }
 #pragma unroll
     for (int k = 0; k < MAX_RPT; ++k) {
         const i64 r = static_cast<i64>(tid) * rpt + k;
@@ -491,10 +501,7 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
             sm.rp[r] = static_cast<i32>(w.rp);
             sm.ws[r] = static_cast<i32>(w.ws);
             if (HAS_POOL) sm.lim[r] = static_cast<i32>(w.lim);
-            if (meta_block && w.code == 0 && w.seeded) {
-                // Validated: rp is a table row and prefix <= width.
-                sm.seedx[r] = __ldg(a.table + w.rp * a.table_width + w.prefix - 1);
-            }
+            if (meta_block) sm.seedx[r] = seed_x[k];
             if (r < bs) {
                 if (w.code != 0 && err == NO_ERR) {
                     err = static_cast<u32>(r * 8 + (w.code == ST_REQ_POOL_INDEX ? 1 : w.code == ST_PREFIX_BEYOND_ROW ? 2 : 3));

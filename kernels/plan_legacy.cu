@@ -94,8 +94,8 @@ __device__ __forceinline__ Smem smem_layout(const PlanArgs& a) {
 }
 
 __device__ __forceinline__ u64 sat_add(u64 a, u64 b) {
-    u64 s = a + b;  // a, b <= SAT, so no wrap
-    return s > SAT ? SAT : s;
+    const u64 s = a + b;  // a, b <= SAT: wraps (to 0) only when both are SAT
+    return (s > SAT || s < a) ? SAT : s;
 }
 
 // Block-wide exclusive scan of a pair (plain sum, saturating sum) of one value per thread;

@@ -6,14 +6,16 @@
 // not depend on it. So each block runs a pipeline over tiles of WRITE_TILE entries, in shared
 // memory (triple-buffered, nothing allocated at launch):
 //
-//   round t:  chain warp (warp 0)            -> runs the chain over tile t
-//             worker warps                   -> load tile t+1 (compacting the entries the chain
-//                                               steps over), fold tile t's real-KV bytes,
+//   round t:  chain warp (warp 0)            -> lists tile t's kept entries (not skipped),
+//                                               runs the chain over them
+//             worker warps                   -> load tile t+1, fold tile t's real-KV bytes,
 //                                               store tile t-1
 //
-// * The workers compact each tile: the chain reads only the kept entries' tokens and
-//   positions, in order, so its loop has no skip test and no select on the running hash, and
-//   it reads each step's inputs from shared memory during the step before.
+// * The chain warp first lists the tile's kept entries (eight flags a lane, a warp scan) and
+//   then steps over that list only, so its loop has no skip test and no select on the running
+//   hash; each step's token and position are read from shared memory during the step before.
+//   All of warp 0 runs the chain in lockstep (lane 0 stores), so it never diverges around the
+//   block barrier.
 // * The folds of tile t run in the round the chain runs tile t (they are only needed to store
 //   it), so the first round waits for tile 0's loads only, not for its folds.
 // * Warps are assigned to the four schedulers of a multiprocessor round-robin: warp 0 (the
@@ -64,18 +66,18 @@ struct WriteArgs {
     RealKv kv;
 };
 
-// One tile of kept entries (not skipped), compacted in entry order: index j < m.
+// One tile: entries in entry order (workers), and the list of the kept ones (chain warp).
 struct Tile {
-    i64 tok[WRITE_TILE];
+    i64 tok[WRITE_TILE];   // entry order (workers)
     i64 pos[WRITE_TILE];
     i64 slot[WRITE_TILE];
-    i64 rk[WRITE_TILE];    // workers, in the chain's round (real-KV variants only)
-    i64 hash[WRITE_TILE];  // chain: the running hash before the entry
-    i64 cexp[WRITE_TILE];  // chain: the expected position of a chain-assert row
-    unsigned short src[WRITE_TILE];  // the entry's index in the tile
-    unsigned char flags[WRITE_TILE];  // workers: F_TOK | F_POS
-    unsigned char cflag[WRITE_TILE];  // chain: F_CPOS (chain assert on)
-    int m;
+    i64 rk[WRITE_TILE];    // entry order, kept entries (workers, in the chain's round)
+    i64 hash[WRITE_TILE];  // list order (chain): the running hash before the entry
+    i64 cexp[WRITE_TILE];  // list order (chain): the expected position of a chain-assert row
+    unsigned short idx[WRITE_TILE];   // list order (chain): the kept entry's index in the tile
+    unsigned char flags[WRITE_TILE];  // entry order (workers): F_SKIP | F_TOK | F_POS
+    unsigned char cflag[WRITE_TILE];  // list order (chain): F_CPOS (chain assert on)
+    int m;                            // kept entries (chain)
 };
 
 __device__ __forceinline__ void worker_barrier() {
@@ -122,33 +124,15 @@ __device__ __forceinline__ Entry load_entry(const WriteArgs& a, i64 i) {
     return e;
 }
 
-// Worker w loads entry w of a tile starting at global index i0 with len entries, and the
-// workers compact the kept ones into `t` (entry order).
+// Worker w loads entry w of a tile starting at global index i0 (w < len).
 template <int KV, bool INPUT_ASSERT>
-__device__ __forceinline__ void load_tile(const WriteArgs& a, Tile& t, int w, i64 i0, int len, int* s_cnt) {
-    const int lane = threadIdx.x & 31, ww = w >> 5;
-    Entry e = {0, 0, -1, 0, F_SKIP};
-    if (w < len) e = load_entry<KV, INPUT_ASSERT, false>(a, i0 + w);
-    const bool keep = !(e.f & F_SKIP);
-    const unsigned ballot = __ballot_sync(0xffffffffu, keep);
-    if (lane == 0) s_cnt[ww] = __popc(ballot);
-    worker_barrier();
-    int before = 0, m = 0;
-#pragma unroll
-    for (int k = 0; k < WORKER_WARPS; ++k) {
-        const int c = s_cnt[k];
-        before += k < ww ? c : 0;
-        m += c;
-    }
-    if (keep) {
-        const int j = before + __popc(ballot & ((1u << lane) - 1u));
-        t.tok[j] = e.tk;
-        t.pos[j] = e.ps;
-        t.slot[j] = e.sl;
-        t.src[j] = static_cast<unsigned short>(w);
-        t.flags[j] = e.f;
-    }
-    if (w == 0) t.m = m;
+__device__ __forceinline__ void load_tile(const WriteArgs& a, Tile& t, int w, i64 i0, int len) {
+    if (w >= len) return;
+    const Entry e = load_entry<KV, INPUT_ASSERT, false>(a, i0 + w);
+    t.tok[w] = e.tk;
+    t.pos[w] = e.ps;
+    t.slot[w] = e.sl;
+    t.flags[w] = e.f;
 }
 
 // Stores kept entry j of a finished tile and appends its violation rows in entry order.
@@ -158,12 +142,13 @@ __device__ __forceinline__ void store_kept(const WriteArgs& a, const Ring& ring,
     const int w = worker_index();
     const int lane = threadIdx.x & 31, ww = w >> 5;
     const bool valid = j < t.m;
+    const int e = valid ? t.idx[j] : 0;
     unsigned char f = 0, cf = 0;
     if (valid) {
-        f = t.flags[j];
+        f = t.flags[e];
         cf = chain_assert ? t.cflag[j] : 0;
-        const Slot v = {t.tok[j], t.pos[j], t.hash[j], KV == 0 ? 0 : t.rk[j]};
-        store_slot(a.buf, a.stride, t.slot[j], v);
+        const Slot v = {t.tok[e], t.pos[e], t.hash[j], KV == 0 ? 0 : t.rk[e]};
+        store_slot(a.buf, a.stride, t.slot[e], v);
     }
     const int input_row = (INPUT_ASSERT && (f & (F_TOK | F_POS))) ? 1 : 0;
     const int chain_row = (cf & F_CPOS) ? 1 : 0;
@@ -188,13 +173,13 @@ __device__ __forceinline__ void store_kept(const WriteArgs& a, const Ring& ring,
     worker_barrier();
     i64 seq = *s_seq + before + (inc - rows);
     if (input_row) {
-        const i64 i = i0 + t.src[j];
+        const i64 i = i0 + e;
         const i64 bits = ((f & F_TOK) ? WRITE_TOKEN_MISMATCH : 0) | ((f & F_POS) ? WRITE_POSITION_MISMATCH : 0);
-        store_violation(ring, seq++, a.tag, t.slot[j], t.pos[j], t.tok[j], __ldg(a.exp_tokens + i),
+        store_violation(ring, seq++, a.tag, t.slot[e], t.pos[e], t.tok[e], __ldg(a.exp_tokens + i),
                         t.hash[j], __ldg(a.exp_positions + i), bits);
     }
     if (chain_row) {
-        store_violation(ring, seq, a.tag, t.slot[j], t.pos[j], t.tok[j], t.tok[j], t.hash[j], t.cexp[j],
+        store_violation(ring, seq, a.tag, t.slot[e], t.pos[e], t.tok[e], t.tok[e], t.hash[j], t.cexp[j],
                         WRITE_POSITION_MISMATCH);
     }
 }
@@ -288,29 +273,60 @@ __device__ __forceinline__ void chain_step(Tile& tl, int j, i64 tk, i64 ps, u64&
     running = mix3(running, static_cast<u64>(tk), static_cast<u64>(ps));
 }
 
-// The chain over one tile's m kept entries, run by all of warp 0 in lockstep (the same values
+// Lists the kept entries of a tile's first `len` (warp 0: lane l reads the flags of entries
+// 8l..8l+7; a warp scan places them) into tl.idx; returns (and stores) their count.
+__device__ __forceinline__ int list_kept(Tile& tl, int len) {
+    const int lane = threadIdx.x & 31;
+    const u64 flags8 = *reinterpret_cast<const u64*>(tl.flags + lane * 8);
+    unsigned keep = 0;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        const bool kept = lane * 8 + q < len && !((flags8 >> (8 * q)) & F_SKIP);
+        keep |= kept ? 1u << q : 0u;
+    }
+    const int count = __popc(keep);
+    int incl = count;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int n = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += n;
+    }
+    const int m = __shfl_sync(0xffffffffu, incl, 31);
+    int at = incl - count;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        if ((keep >> q) & 1u) tl.idx[at++] = static_cast<unsigned short>(lane * 8 + q);
+    }
+    if (lane == 0) tl.m = m;
+    __syncwarp();
+    return m;
+}
+
+// The chain over one tile's m listed entries, run by all of warp 0 in lockstep (the same values
 // in every lane: broadcast reads; lane 0 stores), so the warp never diverges around the block
-// barrier. Only mix3 depends on the previous step; each step's token and position were read
-// from shared memory during the step before.
+// barrier. Only mix3 depends on the previous step: each step's token and position were read
+// during the step before, its list entry two steps before.
 template <bool CHAIN_ASSERT>
 __device__ __forceinline__ void chain_tile(Tile& tl, int m, u64& running, i64& prev_pos) {
     if (m == 0) return;
     const bool leader = (threadIdx.x & 31) == 0;
-    i64 tk = tl.tok[0], ps = tl.pos[0];
+    const int e0 = tl.idx[0];
+    int e1 = tl.idx[m > 1 ? 1 : 0];
+    i64 tk = tl.tok[e0], ps = tl.pos[e0];
 #pragma unroll 8
     for (int j = 0; j < m; ++j) {
-        const int jn = j + 1 < m ? j + 1 : j;
-        const i64 tkn = tl.tok[jn], psn = tl.pos[jn];
+        const int e2 = tl.idx[j + 2 < m ? j + 2 : m - 1];
+        const i64 tkn = tl.tok[e1], psn = tl.pos[e1];
         chain_step<CHAIN_ASSERT>(tl, j, tk, ps, running, prev_pos, leader);
         tk = tkn;
         ps = psn;
+        e1 = e2;
     }
 }
 
 template <int KV, bool INPUT_ASSERT>
 __device__ __forceinline__ void write_body(const WriteArgs& a) {
     __shared__ Tile s_tiles[WRITE_BUFS];
-    __shared__ int s_cnt[WORKER_WARPS];
     __shared__ i64 s_warp[WORKER_WARPS];
     __shared__ i64 s_seq;
 
@@ -366,7 +382,8 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
                 }
             } else if (t < ntiles) {
                 Tile& tl = s_tiles[t % WRITE_BUFS];
-                const int m = tl.m;
+                const int len = static_cast<int>(min(static_cast<i64>(WRITE_TILE), count - t * WRITE_TILE));
+                const int m = list_kept(tl, len);
                 if (chain_assert) {
                     chain_tile<true>(tl, m, running, prev_pos);
                 } else {
@@ -382,12 +399,16 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
             if (t + 1 < ntiles) {
                 const i64 i0 = start + (t + 1) * WRITE_TILE;
                 const int len = static_cast<int>(min(static_cast<i64>(WRITE_TILE), count - (t + 1) * WRITE_TILE));
-                load_tile<KV, INPUT_ASSERT>(a, s_tiles[(t + 1) % WRITE_BUFS], w, i0, len, s_cnt);
+                load_tile<KV, INPUT_ASSERT>(a, s_tiles[(t + 1) % WRITE_BUFS], w, i0, len);
             }
             if (KV != 0 && t >= 0 && t < ntiles) {
-                // The chain does not need the folds: tile t's are made while it runs tile t.
+                // The chain does not need the folds: tile t's are made while it runs tile t
+                // (rows checked when the entry was loaded).
                 Tile& tl = s_tiles[t % WRITE_BUFS];
-                if (w < tl.m) tl.rk[w] = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, tl.slot[w]));
+                const int len = static_cast<int>(min(static_cast<i64>(WRITE_TILE), count - t * WRITE_TILE));
+                if (w < len && !(tl.flags[w] & F_SKIP)) {
+                    tl.rk[w] = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, tl.slot[w]));
+                }
             }
         }
         __syncthreads();

@@ -71,15 +71,14 @@ if want_only profile; then
     echo "=== ncu: $label ($kernel) ===" >>"$OUT/profile.log"
     timeout 120 ncu --clock-control none --cache-control none -k "regex:$kernel" --launch-skip 3 -c 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-      --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters \
       "$here/cuda_bench" --out /tmp/prof --reps 20 --quick "$@" >>"$OUT/profile.log" 2>&1
     note "$(printf '%-28s rc=%s' "profile $label" "$?")"
   }
   profile "plan decode bs=1" '^kv_canary_plan_small$' --only plan --filter "decode bs=1,"
   profile "plan SWA checked" '^kv_canary_plan_large_lut$' --only plan --filter "with LUT"
   profile "plan bs=1024" '^kv_canary_plan_large$' --only plan --filter "bs=1024"
-  profile "verify ALL staged" '^kv_canary_verify_all_staged$' --only verify --filter "1 M"
-  profile "write prefill ALL" '^kv_canary_write_all$' --only write --filter "4 ALL"
+  profile "plan bs=4096" '^kv_canary_plan_large$' --only plan --filter "bs=4096"
 fi
 echo "---- summary ----"
 cat "$summary"
