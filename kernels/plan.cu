@@ -75,8 +75,10 @@ struct PlanArgs {
     i64 entry_blocks;  // blocks [0, entry_blocks) copy entries (1 <= entry_blocks <= G)
 };
 
-// Dynamic shared memory: voff[R + 1], woff[R] (i64), then rp, ws, lim, seedx[R] (i32):
-// 32 bytes a row (+ 8), 128 KB for 4096 rows.
+// Dynamic shared memory, S slots per array: voff, woff (i64), then rp, ws, lim, seedx (i32):
+// 32 bytes a slot. Thread t scans rows [t * rpt, t * rpt + rpt) (rpt a power of two); row r
+// lives in slot r + r / rpt (for rpt > 1), so the k-th rows of consecutive threads are rpt + 1
+// slots apart and fall in different banks. S = R + R / rpt + 1 (row R: the total).
 struct Smem {
     i64* voff;   // first the rows' verify lengths, then their exclusive verify offsets
     i64* woff;   // the rows' write lengths
@@ -84,18 +86,36 @@ struct Smem {
     i32* ws;     // window start
     i32* lim;    // entries of the row whose expected token is read from the pool
     i32* seedx;  // last block: the row's seed table value (seeded rows only)
+    int shift;   // log2(rpt) when rpt > 1, else 63 (no padding)
+    // The slot of row r.
+    __device__ __forceinline__ i64 at(i64 r) const { return r + (r >> shift); }
 };
 
-__device__ __forceinline__ Smem smem_layout(const PlanArgs& a) {
+// Rows a thread scans: the smallest power of two with rpt * THREADS >= R (at most 8).
+template <int THREADS>
+__device__ __forceinline__ int rows_per_thread(i64 R, int& shift) {
+    int rpt = 1, sh = 0;
+    while (static_cast<i64>(rpt) * THREADS < R) {
+        rpt <<= 1;
+        ++sh;
+    }
+    shift = sh == 0 ? 63 : sh;
+    return rpt;
+}
+
+template <int THREADS>
+__device__ __forceinline__ Smem smem_layout(const PlanArgs& a, int& rpt) {
     extern __shared__ __align__(16) unsigned char s_raw[];
     const i64 R = a.smem_rows;
     Smem s;
+    rpt = rows_per_thread<THREADS>(R, s.shift);
+    const i64 slots = R + (R >> s.shift) + 1;
     s.voff = reinterpret_cast<i64*>(s_raw);
-    s.woff = s.voff + R + 1;
-    s.rp = reinterpret_cast<i32*>(s.woff + R);
-    s.ws = s.rp + R;
-    s.lim = s.ws + R;
-    s.seedx = s.lim + R;
+    s.woff = s.voff + slots;
+    s.rp = reinterpret_cast<i32*>(s.woff + slots);
+    s.ws = s.rp + slots;
+    s.lim = s.ws + slots;
+    s.seedx = s.lim + slots;
     return s;
 }
 
@@ -253,12 +273,12 @@ __device__ __forceinline__ Chunk block_chunk(i64 total, i64 blocks) {
     return {c0 < c1 ? c0 : c1, c1};
 }
 
-// The largest r in [0, bs) with off[r] <= f (off[bs] > f): the row holding entry f.
-__device__ __forceinline__ i64 row_of(const i64* off, i64 bs, i64 f) {
+// The largest r in [0, bs) with voff(r) <= f (voff(bs) > f): the row holding entry f.
+__device__ __forceinline__ i64 row_of(const Smem& sm, i64 bs, i64 f) {
     i64 lo = 0, hi = bs;
     while (hi - lo > 1) {
         const i64 mid = (lo + hi) >> 1;
-        if (off[mid] <= f) lo = mid; else hi = mid;
+        if (sm.voff[sm.at(mid)] <= f) lo = mid; else hi = mid;
     }
     return lo;
 }
@@ -272,12 +292,13 @@ struct Cursor {
 template <bool HAS_POOL>
 __device__ __forceinline__ Cursor cursor_at(const Smem& sm, i64 bs, i64 f) {
     Cursor c;
-    c.r = row_of(sm.voff, bs, f);
-    c.start = sm.voff[c.r];
-    c.end = sm.voff[c.r + 1];
-    c.rp = sm.rp[c.r];
-    c.ws = sm.ws[c.r];
-    c.lim = HAS_POOL ? sm.lim[c.r] : 0;
+    c.r = row_of(sm, bs, f);
+    const i64 at = sm.at(c.r);
+    c.start = sm.voff[at];
+    c.end = sm.voff[sm.at(c.r + 1)];
+    c.rp = sm.rp[at];
+    c.ws = sm.ws[at];
+    c.lim = HAS_POOL ? sm.lim[at] : 0;
     return c;
 }
 
@@ -288,11 +309,12 @@ __device__ __forceinline__ void cursor_seek(Cursor& c, const Smem& sm, i64 f) {
     do {
         ++c.r;
         c.start = c.end;
-        c.end = sm.voff[c.r + 1];
+        c.end = sm.voff[sm.at(c.r + 1)];
     } while (f >= c.end);
-    c.rp = sm.rp[c.r];
-    c.ws = sm.ws[c.r];
-    if (HAS_POOL) c.lim = sm.lim[c.r];
+    const i64 at = sm.at(c.r);
+    c.rp = sm.rp[at];
+    c.ws = sm.ws[at];
+    if (HAS_POOL) c.lim = sm.lim[at];
 }
 
 // One round of a thread: entries f = base + k * THREADS + threadIdx.x, k < U.
@@ -458,7 +480,8 @@ __device__ __forceinline__ i64 grid_lut_verdict(const PlanArgs& a, i64 mine) {
 
 template <int THREADS, int U, bool HAS_POOL, int MODE>
 __device__ __forceinline__ void plan_body(const PlanArgs& a) {
-    const Smem sm = smem_layout(a);
+    int rpt;
+    const Smem sm = smem_layout<THREADS>(a, rpt);
     const int tid = threadIdx.x;
     const bool meta_block = blockIdx.x == gridDim.x - 1;
     const i64 R = a.smem_rows;
@@ -467,7 +490,6 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     // past bs (up to the capacity: always inside the columns) are loaded and ignored.
     const i64 bs = *a.bs;
     const i64 lens_len = HAS_POOL ? *a.valid_lens_len : 0;
-    const int rpt = static_cast<int>((R + THREADS - 1) / THREADS);
     u64 vsum = 0, wsum = 0;
     u32 err = NO_ERR;
     // Every column of every row of this thread is loaded first (all in flight at once).
@@ -496,12 +518,13 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         const i64 r = static_cast<i64>(tid) * rpt + k;
         if (k < rpt && r < R) {
             const Row w = make_row<HAS_POOL>(a, col_rp[k], col_prefix[k], col_ext[k], col_vl[k]);
-            sm.voff[r] = static_cast<i64>(w.vlen);
-            sm.woff[r] = static_cast<i64>(w.wlen);
-            sm.rp[r] = static_cast<i32>(w.rp);
-            sm.ws[r] = static_cast<i32>(w.ws);
-            if (HAS_POOL) sm.lim[r] = static_cast<i32>(w.lim);
-            if (meta_block) sm.seedx[r] = seed_x[k];
+            const i64 at = sm.at(r);
+            sm.voff[at] = static_cast<i64>(w.vlen);
+            sm.woff[at] = static_cast<i64>(w.wlen);
+            sm.rp[at] = static_cast<i32>(w.rp);
+            sm.ws[at] = static_cast<i32>(w.ws);
+            if (HAS_POOL) sm.lim[at] = static_cast<i32>(w.lim);
+            if (meta_block) sm.seedx[at] = seed_x[k];
             if (r < bs) {
                 if (w.code != 0 && err == NO_ERR) {
                     err = static_cast<u32>(r * 8 + (w.code == ST_REQ_POOL_INDEX ? 1 : w.code == ST_PREFIX_BEYOND_ROW ? 2 : 3));
@@ -551,7 +574,7 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         for (int k = 0; k < rpt; ++k) {
             const i64 r = static_cast<i64>(tid) * rpt + k;
             if (r < bs) {
-                const u64 next = sat_add(run, static_cast<u64>(sm.woff[r]));
+                const u64 next = sat_add(run, static_cast<u64>(sm.woff[sm.at(r)]));
                 if (next >= SAT && run < SAT) atomicMin(&s_first, static_cast<u32>(r * 8 + 4));
                 run = next;
             }
@@ -578,12 +601,13 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         for (int k = 0; k < rpt; ++k) {
             const i64 r = static_cast<i64>(tid) * rpt + k;
             if (r < bs) {
-                const i64 len = sm.voff[r];
-                sm.voff[r] = static_cast<i64>(run);
+                const i64 at = sm.at(r);
+                const i64 len = sm.voff[at];
+                sm.voff[at] = static_cast<i64>(run);
                 run += static_cast<u64>(len);
             }
         }
-        if (tid == 0) sm.voff[bs] = static_cast<i64>(vtotal);
+        if (tid == 0) sm.voff[sm.at(bs)] = static_cast<i64>(vtotal);
     }
     __syncthreads();
     const i64 total = static_cast<i64>(vtotal);
@@ -623,10 +647,11 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         if (key != INT64_MAX) {
             if (blockIdx.x == 0 && tid == 0) {
                 const i64 f = key >> 1;
-                const i64 r = row_of(sm.voff, bs, f);
-                const i64 pos = sm.ws[r] + (f - sm.voff[r]) - ((key & 1) ? 0 : 1);
+                const i64 r = row_of(sm, bs, f);
+                const i64 at = sm.at(r);
+                const i64 pos = sm.ws[at] + (f - sm.voff[at]) - ((key & 1) ? 0 : 1);
                 record_status(a.status, ST_LUT_INDEX,
-                              __ldg(a.table + static_cast<i64>(sm.rp[r]) * a.table_width + pos), a.lut_len);
+                              __ldg(a.table + static_cast<i64>(sm.rp[at]) * a.table_width + pos), a.lut_len);
             }
             return;  // nothing written
         }
@@ -644,10 +669,11 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         for (int k = 0; k < rpt; ++k) {
             const i64 r = static_cast<i64>(tid) * rpt + k;
             if (r < bs) {
-                const i64 wl = sm.woff[r];
-                const bool seeded = wl > 0 && sm.voff[r + 1] > sm.voff[r];
+                const i64 at = sm.at(r);
+                const i64 wl = sm.woff[at];
+                const bool seeded = wl > 0 && sm.voff[sm.at(r + 1)] > sm.voff[at];
                 a.w_offsets[r] = static_cast<i64>(run);
-                a.w_seeds[r] = seeded ? translate<MODE>(a, sm.seedx[r]) : -1;
+                a.w_seeds[r] = seeded ? translate<MODE>(a, sm.seedx[at]) : -1;
                 run += static_cast<u64>(wl);
             }
         }
@@ -675,7 +701,7 @@ static_assert(sizeof(PlanArgs) == 31 * 8, "PlanArgs layout (src/cuda/abi.rs)");
 //  * small: 128 threads, rounds of 4 entries a thread, at most 1024 rows (several blocks a
 //    multiprocessor; for decode-sized plans);
 //  * large: 512 threads, rounds of 4 entries a thread, up to 4096 rows (one block a
-//    multiprocessor; 128 KB of shared memory at 4096 rows).
+//    multiprocessor; 144 KB of shared memory at 4096 rows).
 //  * _lut: the LUT checked in the same launch (cooperative launch); _lut_clamp: SGLang's GPU
 //    semantics (an index past the end is clamped and recorded, the outputs written).
 #define KVC_PLAN_ENTRY(NAME, THREADS, MINB, U, POOL, MODE)                                   \

@@ -391,6 +391,7 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
                 }
                 written += m;
             }
+            __syncwarp();
         } else if (w >= 0) {
             if (t - 1 >= 0) {
                 store_kept<KV, INPUT_ASSERT>(a, ring, s_tiles[(t - 1) % WRITE_BUFS], w,
@@ -410,6 +411,7 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
                     tl.rk[w] = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, tl.slot[w]));
                 }
             }
+            __syncwarp();  // each warp reaches the block barrier converged
         }
         __syncthreads();
     }

@@ -31,8 +31,8 @@ pub enum PlanKernel {
 pub struct LaunchConfig {
     /// Plan kernel choice.
     pub plan_kernel: PlanKernel,
-    /// Plan: at most this many blocks of 512 threads per SM (one fits with 4096 rows: 128 KB
-    /// of shared memory, up to 105 registers). The grid also shrinks to what the verify capacity
+    /// Plan: at most this many blocks of 512 threads per SM (one fits with 4096 rows: 144 KB
+    /// of shared memory, up to 117 registers). The grid also shrinks to what the verify capacity
     /// needs, and a checked LUT uses at most one block per SM (every block must be resident).
     pub plan_blocks_per_sm: u32,
     /// Plan: at most this many blocks of 128 threads per SM (the small kernel).
@@ -223,9 +223,9 @@ impl Gpu {
             chain_floor_vector: f(bm, "kv_canary_chain_floor_vector")?,
             empty: f(bm, "kv_canary_empty")?,
         };
-        // The plan kernels keep up to 4096 rows in dynamic shared memory (128 KB a block; the
+        // The plan kernels keep up to 4096 rows in dynamic shared memory (144 KB a block; the
         // legacy ones 98 KB).
-        let plan_shared = super::plan::plan_shared_bytes(crate::consts::PLAN_BS_BLOCK_SIZE);
+        let plan_shared = super::plan::plan_shared_bytes(crate::consts::PLAN_BS_BLOCK_SIZE, 512);
         for &k in kernels
             .plan
             .iter()

@@ -25,10 +25,17 @@ const PLAN_MAX_ROWS: usize = crate::consts::PLAN_BS_BLOCK_SIZE;
 /// Rows a small plan block scans (eight a thread).
 const SMALL_MAX_ROWS: usize = 1024;
 
-/// Dynamic shared memory of a plan block holding `rows` rows: two `i64` (plus one) and four
-/// `i32` facts a row (kernels/plan.cu, `Smem`); more than the legacy kernels' 24 bytes a row.
-pub(crate) const fn plan_shared_bytes(rows: usize) -> u32 {
-    ((rows + 1) * 8 + rows * 24) as u32
+/// Dynamic shared memory of a plan block of `threads` threads holding `rows` rows
+/// (kernels/plan.cu, `Smem`): 32 bytes a slot, `rows + rows / rpt + 1` slots, where `rpt`,
+/// the rows a thread scans, is the smallest power of two with `rpt * threads >= rows` (row
+/// `r` lives in slot `r + r / rpt` when `rpt > 1`, against bank conflicts).
+pub(crate) const fn plan_shared_bytes(rows: usize, threads: u32) -> u32 {
+    let mut rpt = 1usize;
+    while rpt * (threads as usize) < rows {
+        rpt *= 2;
+    }
+    let pad = if rpt > 1 { rows / rpt } else { 0 };
+    ((rows + pad + 1) * 32) as u32
 }
 
 /// Dynamic shared memory of a legacy plan block (kernels/plan_legacy.cu, `Smem`).
@@ -308,8 +315,32 @@ where
         kernel,
         grid,
         block: threads,
-        shared: plan_shared_bytes(smem_rows),
+        shared: plan_shared_bytes(smem_rows, threads),
         args,
         cooperative: checked,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_fits_an_sm_for_every_row_count() {
+        // 227 KB: the most a Hopper block may opt into.
+        for rows in 1..=PLAN_MAX_ROWS {
+            assert!(
+                plan_shared_bytes(rows, LARGE.0) <= 227 * 1024,
+                "{rows} rows"
+            );
+        }
+        for rows in 1..=SMALL_MAX_ROWS {
+            assert!(plan_shared_bytes(rows, SMALL.0) <= plan_shared_bytes(PLAN_MAX_ROWS, LARGE.0));
+        }
+        // Row r of thread t sits in slot r + r / rpt: 4096 rows of 512 threads (rpt 8) take
+        // 4096 + 512 slots plus the total.
+        assert_eq!(plan_shared_bytes(4096, 512), (4096 + 512 + 1) * 32);
+        assert_eq!(plan_shared_bytes(512, 512), (512 + 1) * 32);
+        assert_eq!(plan_shared_bytes(513, 512), (513 + 256 + 1) * 32);
+    }
 }
