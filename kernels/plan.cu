@@ -1,40 +1,43 @@
-// The plan op (spec §3.2) as ONE launch: every block scans the batch rows in shared memory,
-// validates them, and copies its contiguous chunk of the verify work list; one block writes the
-// write metadata.
+// The plan op (spec §3.2) as ONE launch, also when a LUT must be checked before anything is
+// written. Every block scans the batch rows in shared memory and validates them; the entry
+// blocks copy their contiguous chunks of the verify work list; the last block writes the write
+// metadata.
 //
-// With a LUT the op takes two launches, so that an index past the LUT's end leaves every output
-// untouched, as on the CPU: a check kernel reads every slot the plan would translate (the table
-// values only, no LUT gathers) and keeps the first offending read in a stream scratch word; the
-// plan kernel then writes nothing when that word is set, records the error, and resets it.
-//
-// Layout of the work (grid G blocks x PLAN_THREADS threads, G fixed when the launch is built;
-// bs is read from device memory):
-//  1. Every block loads the rows (speculatively up to the capacity, in flight together with bs),
-//     computes each row's verify length, write length, window start, token-read limit and first
-//     error, keeps the per-row facts in shared memory and scans both lengths in one block-wide
-//     scan. Every block reaches the same totals and the same verdict.
+// Layout of the work (grid G blocks x THREADS threads, G chosen on the host from the verify
+// capacity; bs is read from device memory):
+//  1. Every block loads the rows (speculatively up to the capacity, in flight together with bs)
+//     and keeps per-row facts in shared memory (verify and write lengths, request row, window
+//     start, pool-read limit; the last block also reads every row's seed, all at once). One block-wide
+//     scan gives both running sums and the first row error (a min in the same pass). Every
+//     block reaches the same totals and the same verdict.
 //  2. Any row error: block 0 records the first (in row order) and the launch writes nothing.
-//  3. Write metadata: the last block writes offsets (tail zeroed) and seeds; the seeds' table
-//     reads were issued in step 1.
-//  4. Verify entries: the T entries are cut into G chunks of whole multiples of 512 entries.
-//     Each thread finds its first row once (a binary search per thread, not per entry) and then
-//     walks rows forward; per round it has four entries in flight (their table, LUT and pool
-//     loads issued before any store). Consecutive threads handle consecutive positions of a
-//     row, so loads and the four output stores are coalesced; a predecessor slot comes from the
-//     neighbouring lane (warp shuffle) except at a row or warp start.
+//  3. With a checked LUT (LUT_CHECKED): every entry block reads the table values of its chunk
+//     (its own reads and each window's predecessor) and looks for one past the LUT's end; a
+//     grid-wide barrier (every block is resident: cooperative launch, scratch words of the
+//     stream) then gives every block the first such read of the launch. If there is one, block
+//     0 records it and nothing is written, as on the CPU. When a block's chunk is one round,
+//     the values read for the check are kept and their LUT gathers are already in flight
+//     while the block waits at the barrier.
+//  4. The last block writes offsets (tail zeroed) and seeds (read in step 1).
+//  5. Entry blocks: each thread finds its first row once (a binary search), then walks rows
+//     forward with the row's facts in registers, U entries a round, software-pipelined: while
+//     it stores round i, the LUT gathers of round i + 1 and the table (and pool) loads of
+//     round i + 2 are in flight. Consecutive threads handle consecutive entries, so loads and
+//     the four output stores are coalesced; a predecessor slot comes from the neighbouring
+//     lane (warp shuffle) except at a row or warp start.
 //
 // Differences from the CPU reference are listed in src/cuda/plan.rs.
 #include "common.cuh"
 
 namespace kvc {
 
-constexpr int PLAN_THREADS = 512;
 constexpr int PLAN_MAX_ROWS = 4096;
-constexpr int ROWS_PER_THREAD = PLAN_MAX_ROWS / PLAN_THREADS;  // 8
-constexpr int PLAN_WARPS = PLAN_THREADS / 32;
-constexpr int UNROLL = 4;  // entries in flight per thread
-constexpr i64 ROUND = static_cast<i64>(PLAN_THREADS) * UNROLL;
-constexpr u64 SAT = 1ull << 63;  // saturation bound of the length scans: "overflowed i64"
+constexpr int MAX_RPT = 8;          // rows a thread scans: THREADS * MAX_RPT >= rows of a block
+constexpr u64 SAT = 1ull << 63;     // saturation bound of the write-length scan: "overflowed i64"
+constexpr u32 NO_ERR = 0xFFFFFFFFu;  // error key of a row without error (keys are row * 8 + kind)
+
+// LUT handling of a variant.
+enum LutMode { NO_LUT = 0, LUT_CLAMP = 1, LUT_CHECKED = 2 };
 
 struct PlanArgs {
     const i64* req_pool_indices;
@@ -42,10 +45,10 @@ struct PlanArgs {
     const i64* extend_lens;
     const i32* bs;
     const i32* table;
-    i64 table_rows;  // < 2^31 (host check)
+    i64 table_rows;   // < 2^31 (host check)
     i64 table_width;  // < 2^31 (host check)
-    const i64* lut;  // null: no LUT (FULL group)
-    i64 lut_len;
+    const i64* lut;   // null: no LUT (FULL group)
+    i64 lut_len;      // >= 1 with a LUT
     const i32* pool;  // null: no expected-token pool
     i64 pool_rows;
     i64 pool_width;
@@ -65,67 +68,102 @@ struct PlanArgs {
     i32* w_num_valid_reqs;
     i64 write_capacity;
     i64* status;
-    i64* lut_key;   // stream scratch: INT64_MAX, or the first out-of-LUT read (LUT variants)
-    i64* lut_done;  // stream scratch: blocks of the write kernel done with lut_key
-    i64 smem_rows;  // rows the dynamic shared memory holds: min(write_capacity, PLAN_MAX_ROWS)
+    // Stream scratch (LUT_CHECKED): [0] barrier arrivals, [1] barrier generation g,
+    // [2 + g % 2] the first out-of-LUT read of the launch of generation g (INT64_MAX: none).
+    i64* scratch;
+    i64 smem_rows;     // rows the dynamic shared memory holds: min(write_capacity, PLAN_MAX_ROWS)
+    i64 entry_blocks;  // blocks [0, entry_blocks) copy entries (1 <= entry_blocks <= G)
 };
 
-// Dynamic shared memory: off[smem_rows + 1] (i64), then rp, ws, lim, vlen[smem_rows] (i32):
-// 24 bytes a row, 98 KB for 4096 rows.
+// Dynamic shared memory, S slots per array: voff, woff (i64), then rp, ws, lim, seedx (i32):
+// 32 bytes a slot. Thread t scans rows [t * rpt, t * rpt + rpt) (rpt a power of two); row r
+// lives in slot r + r / rpt (for rpt > 1), so the k-th rows of consecutive threads are rpt + 1
+// slots apart and fall in different banks. S = R + R / rpt + 1 (row R: the total).
 struct Smem {
-    i64* off;   // first the rows' write lengths, then their exclusive verify offsets
-    i32* rp;    // req_pool_index of an active row with entries
-    i32* ws;    // window start
-    i32* lim;   // entries of the row whose expected token is read from the pool
-    i32* vlen;  // verify entries (< 2^31: at most the table width)
+    i64* voff;   // first the rows' verify lengths, then their exclusive verify offsets
+    i64* woff;   // the rows' write lengths
+    i32* rp;     // req_pool_index of a row with entries (a table row: validated)
+    i32* ws;     // window start
+    i32* lim;    // entries of the row whose expected token is read from the pool
+    i32* seedx;  // last block: the row's seed table value (seeded rows only)
+    int shift;   // log2(rpt) when rpt > 1, else 63 (no padding)
+    // The slot of row r.
+    __device__ __forceinline__ i64 at(i64 r) const { return r + (r >> shift); }
 };
 
-__device__ __forceinline__ Smem smem_layout(const PlanArgs& a) {
+// Rows a thread scans: the smallest power of two with rpt * THREADS >= R (at most 8).
+template <int THREADS>
+__device__ __forceinline__ int rows_per_thread(i64 R, int& shift) {
+    int rpt = 1, sh = 0;
+    while (static_cast<i64>(rpt) * THREADS < R) {
+        rpt <<= 1;
+        ++sh;
+    }
+    shift = sh == 0 ? 63 : sh;
+    return rpt;
+}
+
+template <int THREADS>
+__device__ __forceinline__ Smem smem_layout(const PlanArgs& a, int& rpt) {
     extern __shared__ __align__(16) unsigned char s_raw[];
+    const i64 R = a.smem_rows;
     Smem s;
-    s.off = reinterpret_cast<i64*>(s_raw);
-    s.rp = reinterpret_cast<i32*>(s.off + a.smem_rows + 1);
-    s.ws = s.rp + a.smem_rows;
-    s.lim = s.ws + a.smem_rows;
-    s.vlen = s.lim + a.smem_rows;
+    rpt = rows_per_thread<THREADS>(R, s.shift);
+    const i64 slots = R + (R >> s.shift) + 1;
+    s.voff = reinterpret_cast<i64*>(s_raw);
+    s.woff = s.voff + slots;
+    s.rp = reinterpret_cast<i32*>(s.woff + slots);
+    s.ws = s.rp + slots;
+    s.lim = s.ws + slots;
+    s.seedx = s.lim + slots;
     return s;
 }
 
 __device__ __forceinline__ u64 sat_add(u64 a, u64 b) {
-    u64 s = a + b;  // a, b <= SAT, so no wrap
-    return s > SAT ? SAT : s;
+    const u64 s = a + b;  // a, b <= SAT: wraps (to 0) only when both are SAT
+    return (s > SAT || s < a) ? SAT : s;
 }
 
-// Block-wide exclusive scan of a pair (plain sum, saturating sum) of one value per thread;
-// also returns the totals. One pass, two barriers.
-__device__ __forceinline__ void block_scan2(u64 v, u64 w, u64* s_warp, u64& v_excl, u64& w_excl,
-                                            u64& v_total, u64& w_total) {
+// Block-wide exclusive scan of a pair (plain sum, saturating sum) of one value per thread, and
+// the minimum of an error key; returns the totals too. One barrier (the warp partials are not
+// reused).
+template <int THREADS>
+__device__ __forceinline__ void block_scan(u64 v, u64 w, u32 e, u64& v_excl, u64& w_excl,
+                                           u64& v_total, u64& w_total, u32& e_min) {
+    constexpr int WARPS = THREADS / 32;
+    __shared__ u64 s_v[WARPS], s_w[WARPS];
+    __shared__ u32 s_e[WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     u64 vi = v, wi = w;
+    u32 ei = e;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
         const u64 nv = __shfl_up_sync(0xffffffffu, vi, d);
         const u64 nw = __shfl_up_sync(0xffffffffu, wi, d);
+        ei = min(ei, __shfl_xor_sync(0xffffffffu, ei, d));
         if (lane >= d) {
             vi += nv;
             wi = sat_add(wi, nw);
         }
     }
     if (lane == 31) {
-        s_warp[warp] = vi;
-        s_warp[32 + warp] = wi;
+        s_v[warp] = vi;
+        s_w[warp] = wi;
+        s_e[warp] = ei;
     }
     __syncthreads();
     u64 vb = 0, wb = 0, vt = 0, wt = 0;
+    u32 em = NO_ERR;
 #pragma unroll
-    for (int k = 0; k < PLAN_WARPS; ++k) {
-        const u64 x = s_warp[k], y = s_warp[32 + k];
+    for (int k = 0; k < WARPS; ++k) {
+        const u64 x = s_v[k], y = s_w[k];
         if (k < warp) {
             vb += x;
             wb = sat_add(wb, y);
         }
         vt += x;
         wt = sat_add(wt, y);
+        em = min(em, s_e[k]);
     }
     v_excl = vb + (vi - v);
     // Saturating sums are not invertible: take the left neighbour's inclusive value instead.
@@ -134,14 +172,17 @@ __device__ __forceinline__ void block_scan2(u64 v, u64 w, u64* s_warp, u64& v_ex
     w_excl = sat_add(wb, wl);
     v_total = vt;
     w_total = wt;
-    __syncthreads();  // s_warp may be reused
+    e_min = em;
 }
 
-template <bool HAS_LUT>
+// A table value as a slot: through the LUT when there is one (negative values pass through).
+template <int MODE>
 __device__ __forceinline__ i64 translate(const PlanArgs& a, i64 x) {
-    if (!HAS_LUT || x < 0) return x;
+    if (MODE == NO_LUT || x < 0) return x;
     if (x >= a.lut_len) {
-        // Unreachable after the check kernel (same inputs); clamped as SGLang's GPU path does.
+        // LUT_CHECKED: never stored (the launch found this read and writes nothing); the
+        // gather is skipped. LUT_CLAMP: SGLang's GPU semantics, clamp and record.
+        if (MODE == LUT_CHECKED) return 0;
         record_status(a.status, ST_LUT_INDEX, x, a.lut_len);
         x = a.lut_len - 1;
     }
@@ -161,9 +202,9 @@ struct Row {
     bool seeded;         // active, prefix > 0, extend > 0: the seed is table[rp][prefix - 1]
 };
 
-// Loads and checks row r (r < smem_rows: inside every column). `vl` is valid_lens[r].
-__device__ __forceinline__ Row make_row(const PlanArgs& a, i64 rp, i64 prefix_raw, i64 ext, i64 vl,
-                                        bool has_pool) {
+// Checks a row from its columns (`vl`: its valid length, with a pool).
+template <bool HAS_POOL>
+__device__ __forceinline__ Row make_row(const PlanArgs& a, i64 rp, i64 prefix_raw, i64 ext, i64 vl) {
     Row w = {};
     w.rp = rp;
     if (rp == 0) return w;  // padding row: never read further
@@ -186,7 +227,7 @@ __device__ __forceinline__ Row make_row(const PlanArgs& a, i64 rp, i64 prefix_ra
     w.ws = (a.window > 0 && prefix > a.window) ? prefix - a.window : 0;
     w.vlen = static_cast<u64>(prefix - w.ws);
     w.seeded = ext > 0;
-    if (has_pool) {
+    if (HAS_POOL) {
         // clamp(valid_len - offset - ws, 0, vlen) without overflow.
         i64 k = vl < -(1ll << 62) ? -1 : vl - a.offset - w.ws;
         if (k > static_cast<i64>(w.vlen)) k = static_cast<i64>(w.vlen);
@@ -206,67 +247,287 @@ __device__ __forceinline__ Row make_row(const PlanArgs& a, i64 rp, i64 prefix_ra
     return w;
 }
 
-__device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r, bool has_pool) {
-    const i64 vl = has_pool ? __ldg(a.valid_lens + r) : 0;
-    return make_row(a, __ldg(a.req_pool_indices + r), __ldg(a.prefix_lens + r), __ldg(a.extend_lens + r),
-                    vl, has_pool);
+// Loads and checks row r (r < smem_rows: inside every column).
+template <bool HAS_POOL>
+__device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r) {
+    return make_row<HAS_POOL>(a, __ldg(a.req_pool_indices + r), __ldg(a.prefix_lens + r),
+                              __ldg(a.extend_lens + r), HAS_POOL ? __ldg(a.valid_lens + r) : 0);
 }
 
-// Entry chunking: the T entries in G chunks of whole 512-entry rows of threads; [c0, c1) for
-// this block. (Small batches spread over many blocks, one entry a thread, for latency; large
-// ones give each thread UNROLL entries in flight per round.)
+// Entry chunking: the T entries in `blocks` chunks of whole THREADS-entry rows of threads;
+// [c0, c1) for this block (empty past the entry blocks).
 struct Chunk {
     i64 c0, c1;
 };
-__device__ __forceinline__ Chunk block_chunk(i64 total) {
-    const i64 per_block = (total + gridDim.x - 1) / gridDim.x;
-    const i64 chunk = (per_block + PLAN_THREADS - 1) / PLAN_THREADS * PLAN_THREADS;
+template <int THREADS>
+__device__ __forceinline__ Chunk block_chunk(i64 total, i64 blocks) {
+    if (static_cast<i64>(blockIdx.x) >= blocks) return {0, 0};
+    // 32-bit division when it fits (a 64-bit one is a long subroutine).
+    const i64 per_block = total < (1ll << 31)
+                              ? static_cast<i64>((static_cast<u32>(total) + static_cast<u32>(blocks) - 1) /
+                                                 static_cast<u32>(blocks))
+                              : (total + blocks - 1) / blocks;
+    const i64 chunk = (per_block + THREADS - 1) / THREADS * THREADS;
     const i64 c0 = static_cast<i64>(blockIdx.x) * chunk;
-    return {c0, c0 + chunk < total ? c0 + chunk : total};
+    const i64 c1 = c0 + chunk < total ? c0 + chunk : total;
+    return {c0 < c1 ? c0 : c1, c1};
 }
 
-// The largest r in [0, bs) with off[r] <= f (off[bs] > f): the row holding entry f.
-__device__ __forceinline__ i64 row_of(const i64* off, i64 bs, i64 f) {
+// The largest r in [0, bs) with voff(r) <= f (voff(bs) > f): the row holding entry f.
+__device__ __forceinline__ i64 row_of(const Smem& sm, i64 bs, i64 f) {
     i64 lo = 0, hi = bs;
     while (hi - lo > 1) {
         const i64 mid = (lo + hi) >> 1;
-        if (off[mid] <= f) lo = mid; else hi = mid;
+        if (sm.voff[sm.at(mid)] <= f) lo = mid; else hi = mid;
     }
     return lo;
 }
 
-enum PlanMode { PLAN_WRITE = 0, PLAN_LUT_CHECK = 1 };
+// A thread's current row, its facts in registers; it only moves forward.
+struct Cursor {
+    i64 r, start, end, rp;
+    i32 ws, lim;
+};
 
-// One plan launch. PLAN_LUT_CHECK only validates and looks for table values past the LUT end;
-// PLAN_WRITE writes the outputs (with a LUT: unless the check found one, given as lut_key).
-template <bool HAS_LUT, bool HAS_POOL, int MODE>
-__device__ __forceinline__ void plan_body(const PlanArgs& a, i64 lut_key) {
-    __shared__ u64 s_warp[64];
-    __shared__ i64 s_err;
-    constexpr bool WRITE = MODE == PLAN_WRITE;
-    const Smem sm = smem_layout(a);
+template <bool HAS_POOL>
+__device__ __forceinline__ Cursor cursor_at(const Smem& sm, i64 bs, i64 f) {
+    Cursor c;
+    c.r = row_of(sm, bs, f);
+    const i64 at = sm.at(c.r);
+    c.start = sm.voff[at];
+    c.end = sm.voff[sm.at(c.r + 1)];
+    c.rp = sm.rp[at];
+    c.ws = sm.ws[at];
+    c.lim = HAS_POOL ? sm.lim[at] : 0;
+    return c;
+}
+
+// Moves the cursor to the row of entry f (f >= its start, f < T).
+template <bool HAS_POOL>
+__device__ __forceinline__ void cursor_seek(Cursor& c, const Smem& sm, i64 f) {
+    if (f < c.end) return;
+    do {
+        ++c.r;
+        c.start = c.end;
+        c.end = sm.voff[sm.at(c.r + 1)];
+    } while (f >= c.end);
+    const i64 at = sm.at(c.r);
+    c.rp = sm.rp[at];
+    c.ws = sm.ws[at];
+    if (HAS_POOL) c.lim = sm.lim[at];
+}
+
+// One round of a thread: entries f = base + k * THREADS + threadIdx.x, k < U.
+template <int U>
+struct Lanes {
+    i32 x[U];    // table value at the entry's position
+    i32 xp[U];   // table value at position - 1 (heads with position > 0)
+    i32 tok[U];  // expected token (-1: none)
+    i32 pos[U];
+    bool ok[U];     // f < c1
+    bool first[U];  // the row's first entry (its predecessor is the window's head read)
+    bool head[U];   // first, or lane 0: the predecessor is not in the left lane
+};
+
+template <int THREADS, int U, bool HAS_POOL>
+__device__ __forceinline__ void load_lanes(const PlanArgs& a, const Smem& sm, Cursor& c, i64 base,
+                                           i64 c1, Lanes<U>& L) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+        const i64 f = base + static_cast<i64>(k) * THREADS + threadIdx.x;
+        L.ok[k] = f < c1;
+        L.x[k] = 0;
+        L.xp[k] = 0;
+        L.tok[k] = -1;
+        L.pos[k] = 0;
+        L.first[k] = false;
+        L.head[k] = false;
+        if (f < c1) {
+            cursor_seek<HAS_POOL>(c, sm, f);
+            const i64 idx = f - c.start;
+            const i32 pos = static_cast<i32>(c.ws + idx);
+            const i32* row = a.table + c.rp * a.table_width;
+            L.pos[k] = pos;
+            L.x[k] = __ldg(row + pos);
+            L.first[k] = idx == 0;
+            L.head[k] = idx == 0 || lane == 0;
+            if (L.head[k] && pos > 0) L.xp[k] = __ldg(row + pos - 1);
+            if (HAS_POOL && idx < c.lim) L.tok[k] = __ldg(a.pool + c.rp * a.pool_width + pos + a.offset);
+        }
+    }
+}
+
+// The first read of a round past the LUT's end, as a key: 2f for the predecessor read of row
+// head f, 2f + 1 for f's own read (the CPU's order); INT64_MAX for none.
+template <int THREADS, int U>
+__device__ __forceinline__ i64 check_lanes(const PlanArgs& a, i64 base, const Lanes<U>& L) {
+    i64 best = INT64_MAX;
+#pragma unroll
+    for (int k = U - 1; k >= 0; --k) {
+        const i64 f = base + static_cast<i64>(k) * THREADS + threadIdx.x;
+        if (L.ok[k]) {
+            if (L.first[k] && L.pos[k] > 0 && L.xp[k] >= a.lut_len) {
+                best = 2 * f;
+            } else if (L.x[k] >= a.lut_len) {
+                best = 2 * f + 1;
+            }
+        }
+    }
+    return best;
+}
+
+template <int MODE, int U>
+__device__ __forceinline__ void translate_lanes(const PlanArgs& a, const Lanes<U>& L, i64 (&slot)[U],
+                                                i64 (&pown)[U]) {
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+        slot[k] = L.ok[k] ? translate<MODE>(a, L.x[k]) : 0;
+        pown[k] = (L.ok[k] && L.head[k] && L.pos[k] > 0) ? translate<MODE>(a, L.xp[k]) : -1;
+    }
+}
+
+template <int THREADS, int U>
+__device__ __forceinline__ void emit_lanes(const PlanArgs& a, i64 base, const Lanes<U>& L,
+                                           const i64 (&slot)[U], const i64 (&pown)[U]) {
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+        const i64 f = base + static_cast<i64>(k) * THREADS + threadIdx.x;
+        const i64 left = __shfl_up_sync(0xffffffffu, slot[k], 1);
+        if (L.ok[k]) {
+            a.v_slots[f] = slot[k];
+            a.v_tokens[f] = L.tok[k];
+            a.v_positions[f] = L.pos[k];
+            a.v_prevs[f] = L.head[k] ? pown[k] : left;
+        }
+    }
+}
+
+// The entries [c0, c1) of a block, U a thread per round, software-pipelined: while round i is
+// stored, round i + 1's LUT gathers and round i + 2's table loads are in flight.
+template <int THREADS, int U, bool HAS_POOL, int MODE>
+__device__ __forceinline__ void emit_chunk(const PlanArgs& a, const Smem& sm, i64 bs, i64 c0, i64 c1,
+                                           i64 first_f) {
+    constexpr i64 ROUND = static_cast<i64>(U) * THREADS;
+    Cursor c = cursor_at<HAS_POOL>(sm, bs, first_f);
+    Lanes<U> A, B;
+    i64 sA[U], pA[U];
+    load_lanes<THREADS, U, HAS_POOL>(a, sm, c, c0, c1, A);
+    translate_lanes<MODE, U>(a, A, sA, pA);
+    if (c0 + ROUND < c1) load_lanes<THREADS, U, HAS_POOL>(a, sm, c, c0 + ROUND, c1, B);
+    for (i64 base = c0; base < c1; base += ROUND) {
+        i64 sB[U], pB[U];
+        if (base + ROUND < c1) translate_lanes<MODE, U>(a, B, sB, pB);
+        Lanes<U> C;
+        if (base + 2 * ROUND < c1) load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base + 2 * ROUND, c1, C);
+        emit_lanes<THREADS, U>(a, base, A, sA, pA);
+        A = B;
+        B = C;
+#pragma unroll
+        for (int k = 0; k < U; ++k) {
+            sA[k] = sB[k];
+            pA[k] = pB[k];
+        }
+    }
+}
+
+__device__ __forceinline__ i64 warp_min64(i64 v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v = min(v, static_cast<i64>(__shfl_xor_sync(0xffffffffu, v, d)));
+    return v;
+}
+
+// Grid-wide barrier of a LUT_CHECKED launch, combining each block's first out-of-LUT read
+// (`mine`, per thread); returns the launch's first to every thread. Every block of the launch
+// is resident (cooperative launch) and calls this exactly once, or none does.
+//
+// The scratch words keep their invariant across launches (arrivals 0; the key of the next
+// generation INT64_MAX): the last block to arrive resets the arrivals and the next
+// generation's key, then bumps the generation, which releases the others.
+template <int THREADS>
+__device__ __forceinline__ i64 grid_lut_verdict(const PlanArgs& a, i64 mine) {
+    constexpr int WARPS = THREADS / 32;
+    __shared__ i64 s_min[WARPS];
+    __shared__ i64 s_key;
+    mine = warp_min64(mine);
+    if ((threadIdx.x & 31) == 0) s_min[threadIdx.x >> 5] = mine;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        i64 m = INT64_MAX;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) m = min(m, s_min[w]);
+        volatile i64* gen_word = a.scratch + 1;
+        const u64 gen = static_cast<u64>(*gen_word);
+        i64* key = a.scratch + 2 + (gen & 1);
+        if (m != INT64_MAX) atomicMin(reinterpret_cast<long long*>(key), m);
+        __threadfence();
+        const u64 arrived = atomicAdd(reinterpret_cast<unsigned long long*>(a.scratch), 1ull);
+        if (arrived == gridDim.x - 1) {
+            *reinterpret_cast<volatile i64*>(a.scratch) = 0;
+            *reinterpret_cast<volatile i64*>(a.scratch + 2 + ((gen + 1) & 1)) = INT64_MAX;
+            __threadfence();
+            atomicAdd(reinterpret_cast<unsigned long long*>(a.scratch + 1), 1ull);
+        } else {
+            while (static_cast<u64>(*gen_word) == gen) {
+            }
+        }
+        __threadfence();
+        s_key = *reinterpret_cast<volatile i64*>(key);
+    }
+    __syncthreads();
+    return s_key;
+}
+
+template <int THREADS, int U, bool HAS_POOL, int MODE>
+__device__ __forceinline__ void plan_body(const PlanArgs& a) {
+    int rpt;
+    const Smem sm = smem_layout<THREADS>(a, rpt);
     const int tid = threadIdx.x;
-    const bool meta_block = WRITE && blockIdx.x == gridDim.x - 1;
+    const bool meta_block = blockIdx.x == gridDim.x - 1;
+    const i64 R = a.smem_rows;
 
     // Step 1: rows [tid * rpt, tid * rpt + rpt). bs is read while the first rows load; rows
     // past bs (up to the capacity: always inside the columns) are loaded and ignored.
     const i64 bs = *a.bs;
-    const int rpt = static_cast<int>((a.smem_rows + PLAN_THREADS - 1) / PLAN_THREADS);
+    const i64 lens_len = HAS_POOL ? *a.valid_lens_len : 0;
     u64 vsum = 0, wsum = 0;
-    i64 err_key = INT64_MAX;
-#pragma unroll 2
-    for (int k = 0; k < ROWS_PER_THREAD; ++k) {
+    u32 err = NO_ERR;
+    // Every column of every row of this thread is loaded first (all in flight at once).
+    i64 col_rp[MAX_RPT], col_prefix[MAX_RPT], col_ext[MAX_RPT], col_vl[MAX_RPT];
+#pragma unroll
+    for (int k = 0; k < MAX_RPT; ++k) {
         const i64 r = static_cast<i64>(tid) * rpt + k;
-        if (k < rpt && r < a.smem_rows) {
-            const Row w = load_row(a, r, HAS_POOL);
-            sm.off[r] = static_cast<i64>(w.wlen);
-            sm.rp[r] = static_cast<i32>(w.rp);
-            sm.ws[r] = static_cast<i32>(w.ws);
-            sm.lim[r] = static_cast<i32>(w.lim);
-            sm.vlen[r] = static_cast<i32>(w.vlen);
+        const bool in = k < rpt && r < R;
+        col_rp[k] = in ? __ldg(a.req_pool_indices + r) : 0;
+        col_prefix[k] = in ? __ldg(a.prefix_lens + r) : 0;
+        col_ext[k] = in ? __ldg(a.extend_lens + r) : 0;
+        col_vl[k] = (HAS_POOL && in) ? __ldg(a.valid_lens + r) : 0;
+    }
+    // The last block also reads every seeded row's seed (table[rp][prefix - 1]), all at once;
+    // a row that will fail validation reads nothing.
+    i32 seed_x[MAX_RPT];
+#pragma unroll
+    for (int k = 0; k < MAX_RPT; ++k) {
+        const i64 rp = col_rp[k], prefix = col_prefix[k];
+        const bool seeded = meta_block && col_ext[k] > 0 && prefix > 0 && prefix <= a.table_width &&
+                            rp > 0 && rp < a.table_rows;
+        seed_x[k] = seeded ? __ldg(a.table + rp * a.table_width + prefix - 1) : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < MAX_RPT; ++k) {
+        const i64 r = static_cast<i64>(tid) * rpt + k;
+        if (k < rpt && r < R) {
+            const Row w = make_row<HAS_POOL>(a, col_rp[k], col_prefix[k], col_ext[k], col_vl[k]);
+            const i64 at = sm.at(r);
+            sm.voff[at] = static_cast<i64>(w.vlen);
+            sm.woff[at] = static_cast<i64>(w.wlen);
+            sm.rp[at] = static_cast<i32>(w.rp);
+            sm.ws[at] = static_cast<i32>(w.ws);
+            if (HAS_POOL) sm.lim[at] = static_cast<i32>(w.lim);
+            if (meta_block) sm.seedx[at] = seed_x[k];
             if (r < bs) {
-                if (w.code != 0 && err_key == INT64_MAX) {
-                    err_key = r * 8 + (w.code == ST_REQ_POOL_INDEX ? 1 : w.code == ST_PREFIX_BEYOND_ROW ? 2 : 3);
+                if (w.code != 0 && err == NO_ERR) {
+                    err = static_cast<u32>(r * 8 + (w.code == ST_REQ_POOL_INDEX ? 1 : w.code == ST_PREFIX_BEYOND_ROW ? 2 : 3));
                 }
                 vsum += w.vlen;
                 wsum = sat_add(wsum, w.wlen);
@@ -288,198 +549,147 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a, i64 lut_key) {
             code = ST_BATCH_TOO_LARGE;
             f1 = bs;
             f2 = PLAN_MAX_ROWS;
-        } else if (HAS_POOL && *a.valid_lens_len != bs) {
+        } else if (HAS_POOL && lens_len != bs) {
             code = ST_VALID_LENS_LENGTH;
             f1 = bs;
-            f2 = *a.valid_lens_len;
+            f2 = lens_len;
         }
         if (code != 0) {
-            if (WRITE && blockIdx.x == 0 && tid == 0) record_status(a.status, code, f1, f2);
+            if (blockIdx.x == 0 && tid == 0) record_status(a.status, code, f1, f2);
             return;
         }
     }
 
     u64 vexcl, wexcl, vtotal, wtotal;
-    block_scan2(vsum, wsum, s_warp, vexcl, wexcl, vtotal, wtotal);
+    u32 first_err;
+    block_scan<THREADS>(vsum, wsum, err, vexcl, wexcl, vtotal, wtotal, first_err);
 
-    // The first row whose running write total overflows i64 (CPU: WriteTokenCountOverflow).
+    // The first row whose running write total overflows i64 (CPU: WriteTokenCountOverflow);
+    // rare, so it takes its own pass.
     if (wtotal >= SAT) {
+        __shared__ u32 s_first;
+        if (tid == 0) s_first = first_err;
+        __syncthreads();
         u64 run = wexcl;
         for (int k = 0; k < rpt; ++k) {
             const i64 r = static_cast<i64>(tid) * rpt + k;
             if (r < bs) {
-                const u64 next = sat_add(run, static_cast<u64>(sm.off[r]));
-                if (next >= SAT && run < SAT) err_key = min(err_key, r * 8 + 4);
+                const u64 next = sat_add(run, static_cast<u64>(sm.woff[sm.at(r)]));
+                if (next >= SAT && run < SAT) atomicMin(&s_first, static_cast<u32>(r * 8 + 4));
                 run = next;
             }
         }
+        __syncthreads();
+        first_err = s_first;
     }
-    if (tid == 0) s_err = INT64_MAX;
-    __syncthreads();
-    if (err_key != INT64_MAX) atomicMin(reinterpret_cast<long long*>(&s_err), err_key);
-    __syncthreads();
-    const i64 first_err = s_err;
-    if (first_err != INT64_MAX) {
+    if (first_err != NO_ERR) {
         const i64 r = first_err >> 3;
-        if (WRITE && blockIdx.x == 0 && r / rpt == tid) {
-            const int kind = static_cast<int>(first_err & 7);
-            if (kind == 4) {
+        if (blockIdx.x == 0 && r / rpt == tid) {
+            if ((first_err & 7) == 4) {
                 record_status(a.status, ST_WRITE_TOKEN_OVERFLOW, r);
             } else {
-                const Row w = load_row(a, r, HAS_POOL);
+                const Row w = load_row<HAS_POOL>(a, r);
                 record_status(a.status, w.code, r, w.f1, w.f2, w.f3, w.f4);
             }
         }
         return;  // nothing written
     }
 
-    // Step 3 (last block): write offsets (from the write lengths in off), seeds, tail zeros.
-    // It needs no LUT verdict for the offsets, but the seeds are translated, so with a LUT it
-    // waits for the check (lut_key) like everything else.
-    const bool lut_failed = HAS_LUT && lut_key != INT64_MAX;
-    if (meta_block && !lut_failed) {
-        u64 run = wexcl;
-        for (int k = 0; k < rpt; ++k) {
-            const i64 r = static_cast<i64>(tid) * rpt + k;
-            if (r < bs) {
-                const i64 rp = __ldg(a.req_pool_indices + r);
-                const i64 prefix = __ldg(a.prefix_lens + r);
-                const i64 ext = __ldg(a.extend_lens + r);
-                i64 seed = -1;
-                if (rp != 0 && prefix > 0 && ext > 0) {
-                    // Validated: rp is a table row and prefix <= width.
-                    seed = translate<HAS_LUT>(a, __ldg(a.table + rp * a.table_width + prefix - 1));
-                }
-                a.w_offsets[r] = static_cast<i64>(run);
-                a.w_seeds[r] = seed;
-                run += static_cast<u64>(sm.off[r]);
-            }
-        }
-        for (i64 j = bs + tid; j <= a.write_capacity; j += PLAN_THREADS) {
-            a.w_offsets[j] = j == bs ? static_cast<i64>(wtotal) : 0;
-        }
-    }
-    __syncthreads();  // off: write lengths -> verify offsets
+    // Verify lengths -> exclusive verify offsets (each thread its own rows).
     {
         u64 run = vexcl;
         for (int k = 0; k < rpt; ++k) {
             const i64 r = static_cast<i64>(tid) * rpt + k;
             if (r < bs) {
-                sm.off[r] = static_cast<i64>(run);
-                run += static_cast<u64>(sm.vlen[r]);
+                const i64 at = sm.at(r);
+                const i64 len = sm.voff[at];
+                sm.voff[at] = static_cast<i64>(run);
+                run += static_cast<u64>(len);
             }
         }
-        if (tid == 0) sm.off[bs] = static_cast<i64>(vtotal);
+        if (tid == 0) sm.voff[sm.at(bs)] = static_cast<i64>(vtotal);
     }
     __syncthreads();
     const i64 total = static_cast<i64>(vtotal);
-
-    if (MODE == PLAN_LUT_CHECK) {
-        // Every slot the plan translates: each entry's own, and the predecessor of a window
-        // that starts past position 0; all T entries, also when they overflow the capacity
-        // (as the CPU). Key 2f: the predecessor read of entry f, 2f + 1: its own read.
-        if (total == 0) return;
-        const Chunk ch = block_chunk(total);
-        if (ch.c0 >= ch.c1) return;
-        i64 best = INT64_MAX;
-        i64 f = ch.c0 + tid;
-        i64 r = row_of(sm.off, bs, f < ch.c1 ? f : ch.c1 - 1);
-        for (; f < ch.c1; f += PLAN_THREADS) {
-            while (f >= sm.off[r + 1]) ++r;
-            const i64 ws = sm.ws[r];
-            const i64 pos = ws + (f - sm.off[r]);
-            const i32* row_ptr = a.table + static_cast<i64>(sm.rp[r]) * a.table_width;
-            if (f == sm.off[r] && pos > 0 && __ldg(row_ptr + pos - 1) >= a.lut_len) best = min(best, 2 * f);
-            if (__ldg(row_ptr + pos) >= a.lut_len) best = min(best, 2 * f + 1);
-        }
-        if (best != INT64_MAX) atomicMin(reinterpret_cast<long long*>(a.lut_key), best);
-        return;
-    }
-
-    if (lut_failed) {
-        // The check kernel found a slot past the LUT: report the first, write nothing.
-        if (blockIdx.x == 0 && tid == 0) {
-            const i64 f = lut_key >> 1;
-            const i64 r = row_of(sm.off, bs, f);
-            const i64 pos = sm.ws[r] + (f - sm.off[r]) - ((lut_key & 1) ? 0 : 1);
-            record_status(a.status, ST_LUT_INDEX, __ldg(a.table + static_cast<i64>(sm.rp[r]) * a.table_width + pos),
-                          a.lut_len);
-        }
-        return;
-    }
-
     const bool enable = total <= a.verify_capacity;
+    const Chunk ch = block_chunk<THREADS>(total, a.entry_blocks);
+    const bool has_chunk = ch.c0 < ch.c1;
+    const i64 first_f = ch.c0 + tid < ch.c1 ? ch.c0 + tid : ch.c1 - 1;
+
+    // Step 3 (checked LUT): look for reads past the LUT, agree on the first across the grid.
+    bool cached = false;  // one round whose loads and gathers are kept across the barrier
+    Lanes<U> L0;
+    i64 slot0[U], pown0[U];
+    if (MODE == LUT_CHECKED && total > 0) {
+        i64 best = INT64_MAX;
+        if (ch.c1 - ch.c0 <= static_cast<i64>(U) * THREADS) {
+            cached = true;
+            if (has_chunk) {
+                Cursor c = cursor_at<HAS_POOL>(sm, bs, first_f);
+                load_lanes<THREADS, U, HAS_POOL>(a, sm, c, ch.c0, ch.c1, L0);
+                best = check_lanes<THREADS, U>(a, ch.c0, L0);
+                translate_lanes<LUT_CHECKED, U>(a, L0, slot0, pown0);
+            }
+        } else {
+            // Several rounds: check each (the next one's loads in flight meanwhile), keep nothing.
+            constexpr i64 ROUND = static_cast<i64>(U) * THREADS;
+            Cursor c = cursor_at<HAS_POOL>(sm, bs, first_f);
+            Lanes<U> A;
+            load_lanes<THREADS, U, HAS_POOL>(a, sm, c, ch.c0, ch.c1, A);
+            for (i64 base = ch.c0; base < ch.c1; base += ROUND) {
+                Lanes<U> B;
+                if (base + ROUND < ch.c1) load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base + ROUND, ch.c1, B);
+                best = min(best, check_lanes<THREADS, U>(a, base, A));
+                A = B;
+            }
+        }
+        const i64 key = grid_lut_verdict<THREADS>(a, best);
+        if (key != INT64_MAX) {
+            if (blockIdx.x == 0 && tid == 0) {
+                const i64 f = key >> 1;
+                const i64 r = row_of(sm, bs, f);
+                const i64 at = sm.at(r);
+                const i64 pos = sm.ws[at] + (f - sm.voff[at]) - ((key & 1) ? 0 : 1);
+                record_status(a.status, ST_LUT_INDEX,
+                              __ldg(a.table + static_cast<i64>(sm.rp[at]) * a.table_width + pos), a.lut_len);
+            }
+            return;  // nothing written
+        }
+    }
+
     if (blockIdx.x == 0 && tid == 0) {
         *a.v_num_valid = static_cast<i32>(enable ? total : a.verify_capacity);
         *a.v_enable = enable ? 1 : 0;
         *a.w_num_valid_reqs = static_cast<i32>(bs);
     }
 
-    if (!enable || total == 0) return;
-
-    // Step 4: verify entries, UNROLL in flight per thread.
-    const Chunk ch = block_chunk(total);
-    if (ch.c0 >= ch.c1) return;
-    const int lane = tid & 31;
-    i64 r = row_of(sm.off, bs, ch.c0 + tid < ch.c1 ? ch.c0 + tid : ch.c1 - 1);
-    for (i64 base = ch.c0; base < ch.c1; base += ROUND) {
-        // Loads of all UNROLL entries first (table values and pool tokens are i32).
-        i32 pos[UNROLL], x[UNROLL], xp[UNROLL], tok[UNROLL];
-        bool head[UNROLL];
-#pragma unroll
-        for (int k = 0; k < UNROLL; ++k) {
-            const i64 f = base + k * PLAN_THREADS + tid;
-            x[k] = xp[k] = 0;
-            tok[k] = -1;
-            pos[k] = 0;
-            head[k] = false;
-            if (f < ch.c1) {
-                while (f >= sm.off[r + 1]) ++r;
-                const i64 idx = f - sm.off[r];
-                pos[k] = static_cast<i32>(sm.ws[r] + idx);
-                const i64 rp = sm.rp[r];
-                const i32* row_ptr = a.table + rp * a.table_width;
-                x[k] = __ldg(row_ptr + pos[k]);
-                head[k] = lane == 0 || idx == 0;
-                if (head[k] && pos[k] > 0) xp[k] = __ldg(row_ptr + pos[k] - 1);
-                if (HAS_POOL && idx < sm.lim[r]) tok[k] = __ldg(a.pool + rp * a.pool_width + pos[k] + a.offset);
+    // Step 4 (last block): write offsets, seeds, tail zeros.
+    if (meta_block) {
+        u64 run = wexcl;
+        for (int k = 0; k < rpt; ++k) {
+            const i64 r = static_cast<i64>(tid) * rpt + k;
+            if (r < bs) {
+                const i64 at = sm.at(r);
+                const i64 wl = sm.woff[at];
+                const bool seeded = wl > 0 && sm.voff[sm.at(r + 1)] > sm.voff[at];
+                a.w_offsets[r] = static_cast<i64>(run);
+                a.w_seeds[r] = seeded ? translate<MODE>(a, sm.seedx[at]) : -1;
+                run += static_cast<u64>(wl);
             }
         }
-        // Then the LUT gathers (independent of each other), then shuffles and stores.
-        i64 slot[UNROLL], prev_own[UNROLL];
-#pragma unroll
-        for (int k = 0; k < UNROLL; ++k) {
-            const bool active = base + k * PLAN_THREADS + tid < ch.c1;
-            slot[k] = active ? translate<HAS_LUT>(a, x[k]) : 0;
-            prev_own[k] = (active && head[k] && pos[k] > 0) ? translate<HAS_LUT>(a, xp[k]) : -1;
-        }
-#pragma unroll
-        for (int k = 0; k < UNROLL; ++k) {
-            const i64 f = base + k * PLAN_THREADS + tid;
-            const i64 from_left = __shfl_up_sync(0xffffffffu, slot[k], 1);
-            if (f < ch.c1) {
-                a.v_slots[f] = slot[k];
-                a.v_tokens[f] = tok[k];
-                a.v_positions[f] = pos[k];
-                a.v_prevs[f] = head[k] ? prev_own[k] : from_left;
-            }
+        for (i64 j = bs + tid; j <= a.write_capacity; j += THREADS) {
+            a.w_offsets[j] = j == bs ? static_cast<i64>(wtotal) : 0;
         }
     }
-}
 
-// After every block of a LUT write kernel has read lut_key (at its start), the last block
-// done resets it for the next launch.
-__device__ __forceinline__ void release_lut_key(const PlanArgs& a) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const u32 done = atomicAdd(reinterpret_cast<u32*>(a.lut_done), 1u);
-        if (done == gridDim.x - 1) {
-            *reinterpret_cast<volatile i64*>(a.lut_key) = INT64_MAX;
-            *reinterpret_cast<volatile i64*>(a.lut_done) = 0;
-            __threadfence();
-        }
+    if (!enable || !has_chunk) return;
+
+    // Step 5: verify entries, U in flight per thread.
+    if (MODE == LUT_CHECKED && cached) {
+        emit_lanes<THREADS, U>(a, ch.c0, L0, slot0, pown0);
+        return;
     }
+    emit_chunk<THREADS, U, HAS_POOL, MODE>(a, sm, bs, ch.c0, ch.c1, first_f);
 }
 
 }  // namespace kvc
@@ -487,19 +697,24 @@ __device__ __forceinline__ void release_lut_key(const PlanArgs& a) {
 using kvc::PlanArgs;
 static_assert(sizeof(PlanArgs) == 31 * 8, "PlanArgs layout (src/cuda/abi.rs)");
 
-#define KVC_PLAN_ENTRY(NAME, POOL)                                                              \
-    extern "C" __global__ void __launch_bounds__(kvc::PLAN_THREADS, 2) NAME(PlanArgs a) {     \
-        kvc::plan_body<false, POOL, kvc::PLAN_WRITE>(a, INT64_MAX);                            \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(kvc::PLAN_THREADS, 2) NAME##_lut(PlanArgs a) { \
-        const i64 key = *reinterpret_cast<volatile i64*>(a.lut_key);                           \
-        kvc::plan_body<true, POOL, kvc::PLAN_WRITE>(a, key);                                   \
-        kvc::release_lut_key(a);                                                               \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(kvc::PLAN_THREADS, 2) NAME##_lut_check(PlanArgs a) { \
-        kvc::plan_body<true, POOL, kvc::PLAN_LUT_CHECK>(a, INT64_MAX);                         \
+// Entry names: kv_canary_plan_{small,large}{,_pool}{,_lut_clamp,_lut}.
+//  * small: 128 threads, rounds of 4 entries a thread, at most 1024 rows (several blocks a
+//    multiprocessor; for decode-sized plans);
+//  * large: 512 threads, rounds of 4 entries a thread, up to 4096 rows (one block a
+//    multiprocessor; 144 KB of shared memory at 4096 rows).
+//  * _lut: the LUT checked in the same launch (cooperative launch); _lut_clamp: SGLang's GPU
+//    semantics (an index past the end is clamped and recorded, the outputs written).
+#define KVC_PLAN_ENTRY(NAME, THREADS, MINB, U, POOL, MODE)                                   \
+    extern "C" __global__ void __launch_bounds__(THREADS, MINB) NAME(PlanArgs a) {           \
+        kvc::plan_body<THREADS, U, POOL, MODE>(a);                                           \
     }
+#define KVC_PLAN_FAMILY(NAME, THREADS, MINB, U)                                              \
+    KVC_PLAN_ENTRY(NAME, THREADS, MINB, U, false, kvc::NO_LUT)                               \
+    KVC_PLAN_ENTRY(NAME##_pool, THREADS, MINB, U, true, kvc::NO_LUT)                         \
+    KVC_PLAN_ENTRY(NAME##_lut_clamp, THREADS, MINB, U, false, kvc::LUT_CLAMP)                \
+    KVC_PLAN_ENTRY(NAME##_pool_lut_clamp, THREADS, MINB, U, true, kvc::LUT_CLAMP)            \
+    KVC_PLAN_ENTRY(NAME##_lut, THREADS, MINB, U, false, kvc::LUT_CHECKED)                    \
+    KVC_PLAN_ENTRY(NAME##_pool_lut, THREADS, MINB, U, true, kvc::LUT_CHECKED)
 
-// kv_canary_plan{,_pool}{,_lut,_lut_check}: FULL / SWA (LUT), without / with expected tokens.
-KVC_PLAN_ENTRY(kv_canary_plan, false)
-KVC_PLAN_ENTRY(kv_canary_plan_pool, true)
+KVC_PLAN_FAMILY(kv_canary_plan_small, 128, 4, 4)
+KVC_PLAN_FAMILY(kv_canary_plan_large, 512, 1, 4)

@@ -2,6 +2,15 @@
 // active entries. Per entry the self and predecessor slots are gathered together (two
 // independent 32-byte loads in flight); with real-KV sources in ALL mode four lanes share an
 // entry, each folding one source, so the per-slot folds run side by side instead of in series.
+//
+// ALL mode with strips of at most 128 bytes (verify_staged): each warp takes batches of eight
+// entries. The batch's strips (8 entries x 4 sources x up to 128 bytes) and canary slots are
+// copied into shared memory with cp.async, one entry's four strips per warp instruction (whole
+// 128-byte lines), while the warp folds the previous batch out of shared memory, one strip a
+// lane; the entry indices are loaded two batches ahead. So the random loads of one batch are in
+// flight during the folds of another, and no lane waits on its own strip.
+#include <stddef.h>
+
 #include "common.cuh"
 
 namespace kvc {
@@ -29,13 +38,12 @@ struct VerifyArgs {
     RealKv kv;
 };
 
-// Checks one entry; `fold` is this entry's real-KV hash (0 in NONE mode). Returns nothing: a
-// mismatch is appended to the ring.
+// Checks one entry against its expected token `et` and position `ep`; `fold` is this entry's
+// real-KV hash (0 in NONE mode). Returns nothing: a mismatch is appended to the ring.
 template <bool CHECK_TOKEN>
-__device__ __forceinline__ void check_entry(const VerifyArgs& a, const Ring& ring, i64 e, i64 s,
-                                            i64 prev, const Slot& st, const Slot& pv, u64 fold) {
-    const i64 et = CHECK_TOKEN ? __ldg(a.tokens + e) : -1;
-    const i64 ep = __ldg(a.positions + e);
+__device__ __forceinline__ void check_values(const VerifyArgs& a, const Ring& ring, i64 e, i64 s,
+                                             i64 prev, const Slot& st, const Slot& pv, u64 fold,
+                                             i64 et, i64 ep) {
     const bool reachable = prev != 0;
     const i64 ech = !reachable ? st.prev_hash
                    : prev < 0  ? static_cast<i64>(CHAIN_HEAD)
@@ -49,6 +57,15 @@ __device__ __forceinline__ void check_entry(const VerifyArgs& a, const Ring& rin
         const i64 seq = reserve_violations(ring, 1);
         store_violation(ring, seq, a.tag, s, st.position, st.token, et, st.prev_hash, ech, bits);
     }
+}
+
+// check_values with the expected token and position loaded from the plan.
+template <bool CHECK_TOKEN>
+__device__ __forceinline__ void check_entry(const VerifyArgs& a, const Ring& ring, i64 e, i64 s,
+                                            i64 prev, const Slot& st, const Slot& pv, u64 fold) {
+    const i64 et = CHECK_TOKEN ? __ldg(a.tokens + e) : -1;
+    const i64 ep = __ldg(a.positions + e);
+    check_values<CHECK_TOKEN>(a, ring, e, s, prev, st, pv, fold, et, ep);
 }
 
 // Whether entry e can be served; records why not in the status word. Slot 0 is skipped silently.
@@ -138,6 +155,203 @@ __device__ __forceinline__ void verify_grouped(const VerifyArgs& a) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Staged ALL mode.
+// ---------------------------------------------------------------------------------------------
+constexpr int STAGED_THREADS = 256;
+constexpr int STAGED_WARPS = STAGED_THREADS / 32;
+constexpr int STAGE_ENTRIES = 8;
+constexpr int STAGES = 2;
+
+// One batch in shared memory: strip t = entry * 4 + source, its 16-byte piece p stored at
+// [t][p ^ (t & 7)] (so eight lanes reading piece p of eight strips hit eight bank groups);
+// slot[i] = entry i's own slot (pieces 0, 1) and predecessor slot (pieces 2, 3).
+struct Stage {
+    ulonglong2 strip[STAGE_ENTRIES * MAX_REAL_KV_SOURCES][8];
+    ulonglong2 slot[STAGE_ENTRIES][4];
+};
+static_assert(sizeof(Stage) == 4608, "Stage layout (src/cuda/verify.rs: STAGED_SHARED_BYTES)");
+
+// Copies 16 bytes from global `src` to shared memory at byte `offset` past `base` (generic
+// address of the stage; `base_s` its shared-window address).
+__device__ __forceinline__ void copy16_async(unsigned char* base, unsigned base_s, unsigned offset,
+                                             const void* src) {
+#if __CUDA_ARCH__ >= 800
+    (void)base;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(base_s + offset), "l"(src) : "memory");
+#else
+    (void)base_s;
+    *reinterpret_cast<ulonglong2*>(base + offset) = __ldg(reinterpret_cast<const ulonglong2*>(src));
+#endif
+}
+
+__device__ __forceinline__ void copy_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most one committed group of this thread is still in flight.
+__device__ __forceinline__ void copy_wait_all_but_one() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
+
+// Lane l's index value of batch b: array l / 8 (slots, prevs, positions, tokens) of entry
+// b * 8 + l % 8; 0 past the entries (-1 for a token without the token check).
+template <bool CHECK_TOKEN>
+__device__ __forceinline__ i64 batch_index(const VerifyArgs& a, i64 b, i64 n) {
+    const int lane = threadIdx.x & 31;
+    const int which = lane >> 3;
+    const i64 e = b * STAGE_ENTRIES + (lane & 7);
+    if (e >= n) return 0;
+    if (which == 3) return CHECK_TOKEN ? __ldg(a.tokens + e) : -1;
+    const i64* arr = which == 0 ? a.slots : which == 1 ? a.prevs : a.positions;
+    return __ldg(arr + e);
+}
+
+// A lane's sources: k = lane % 4 (whose strip address it computes and later folds) and
+// q = lane / 8 (whose pieces it copies).
+struct LaneSources {
+    const unsigned char* k_base;
+    i64 k_stride, k_page, k_bpt;
+    bool k_valid;
+    int k_pieces;  // 16-byte pieces source k folds
+    int q_pieces;  // 16-byte pieces source q copies
+};
+
+// Checks batch b's entries (lanes 0-7 each one: range checks, recorded when bad), then queues
+// the copies of the servable ones into `st`. Returns the mask of servable entries.
+__device__ __forceinline__ u32 batch_issue(const VerifyArgs& a, Stage& st, i64 b, i64 n, i64 v,
+                                           const LaneSources& ls) {
+    const int lane = threadIdx.x & 31;
+    const i64 prev_own = __shfl_sync(0xffffffffu, v, (lane & 7) + 8);
+    const i64 e_own = b * STAGE_ENTRIES + lane;
+    const bool ok = lane < STAGE_ENTRIES && e_own < n && entry_in_range<true>(a, e_own, v, prev_own);
+    const u32 mask = __ballot_sync(0xffffffffu, ok) & 0xFFu;
+    // Lane l computes the address of entry l / 4's strip of source l % 4 (one division at most).
+    const int i = lane >> 2;
+    const i64 si = __shfl_sync(0xffffffffu, v, i);
+    const i64 pi = __shfl_sync(0xffffffffu, v, i + 8);
+    const bool ok_i = ((mask >> i) & 1u) != 0;
+    u64 mine = 0;
+    if (ok_i && ls.k_valid) {
+        const i64 row = ls.k_page == 1 ? si : si / ls.k_page;
+        mine = reinterpret_cast<u64>(ls.k_base + row * ls.k_stride + (si - row * ls.k_page) * ls.k_bpt);
+    }
+    // Strips: instruction m moves entry m's four strips; lane l piece l % 8 of source l / 8.
+    unsigned char* base = reinterpret_cast<unsigned char*>(&st);
+    const unsigned base_s = static_cast<unsigned>(__cvta_generic_to_shared(base));
+    const int q = lane >> 3, p = lane & 7;
+#pragma unroll
+    for (int m = 0; m < STAGE_ENTRIES; ++m) {
+        const u64 src = __shfl_sync(0xffffffffu, mine, m * MAX_REAL_KV_SOURCES + q);
+        if (((mask >> m) & 1u) && p < ls.q_pieces) {
+            const int t = m * MAX_REAL_KV_SOURCES + q;
+            copy16_async(base, base_s, static_cast<unsigned>((t * 8 + (p ^ (t & 7))) * 16),
+                         reinterpret_cast<const unsigned char*>(src) + p * 16);
+        }
+    }
+    // Slots: lane l moves half (l & 1) of entry l / 4's own (l & 2 clear) or predecessor slot.
+    const bool pred = (lane & 2) != 0;
+    if (ok_i && (!pred || pi > 0)) {
+        copy16_async(base, base_s, static_cast<unsigned>(offsetof(Stage, slot) + (i * 4 + (lane & 3)) * 16),
+                     a.buf + (pred ? pi : si) * a.stride + (lane & 1) * 16);
+    }
+    copy_commit();
+    return mask;
+}
+
+// Folds batch b out of `st` (lane l: entry l / 4, source l % 4) and checks each servable entry
+// (its first lane).
+template <bool CHECK_TOKEN>
+__device__ __forceinline__ void batch_check(const VerifyArgs& a, const Ring& ring, const Stage& st,
+                                            i64 b, i64 v, u32 mask, int fold_pieces) {
+    const int lane = threadIdx.x & 31;
+    const int i = lane >> 2, k = lane & 3;
+    const bool ok = ((mask >> i) & 1u) != 0;
+    u64 h = 0;
+    if (ok && k < a.kv.num_sources) {
+        for (int pc = 0; pc < fold_pieces; ++pc) {
+            const ulonglong2 w = st.strip[lane][pc ^ (lane & 7)];
+            h = splitmix64(h ^ w.x);
+            h = splitmix64(h ^ w.y);
+        }
+    }
+    u64 acc = 0;
+#pragma unroll
+    for (int j = 0; j < MAX_REAL_KV_SOURCES; ++j) {
+        const u64 hj = __shfl_sync(0xffffffffu, h, (lane & ~3) + j);
+        if (j < a.kv.num_sources) acc = splitmix64(acc ^ hj);
+    }
+    const i64 s = __shfl_sync(0xffffffffu, v, i);
+    const i64 prev = __shfl_sync(0xffffffffu, v, i + 8);
+    const i64 ep = __shfl_sync(0xffffffffu, v, i + 16);
+    const i64 et = __shfl_sync(0xffffffffu, v, i + 24);
+    if (ok && k == 0) {
+        const ulonglong2 a0 = st.slot[i][0], a1 = st.slot[i][1];
+        const Slot self = {static_cast<i64>(a0.x), static_cast<i64>(a0.y), static_cast<i64>(a1.x),
+                           static_cast<i64>(a1.y)};
+        Slot pv = {};
+        if (prev > 0) {
+            const ulonglong2 b0 = st.slot[i][2], b1 = st.slot[i][3];
+            pv = {static_cast<i64>(b0.x), static_cast<i64>(b0.y), static_cast<i64>(b1.x),
+                  static_cast<i64>(b1.y)};
+        }
+        check_values<CHECK_TOKEN>(a, ring, b * STAGE_ENTRIES + i, s, prev, self, pv, acc, et, ep);
+    }
+}
+
+// ALL mode, every source's read_bytes <= 128 and the slot stride a multiple of 16 (host
+// checked): see the top of this file.
+template <bool CHECK_TOKEN>
+__device__ __forceinline__ void verify_staged(const VerifyArgs& a) {
+    extern __shared__ __align__(16) unsigned char s_raw[];
+    bool enabled;
+    const i64 n = active_entries(a, enabled);
+    const Ring ring = {a.ring, a.ring_capacity, a.write_index};
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Stage* st = reinterpret_cast<Stage*>(s_raw) + warp * STAGES;
+    // This lane's fold source (l % 4) and copy source (l / 8).
+    LaneSources ls;
+    {
+        const int k = lane & 3, q = lane >> 3;
+        ls.k_valid = k < a.kv.num_sources;
+        ls.k_base = ls.k_valid ? a.kv.base[k] : nullptr;
+        ls.k_stride = ls.k_valid ? a.kv.row_stride[k] : 0;
+        ls.k_page = ls.k_valid ? a.kv.page_size[k] : 1;
+        ls.k_bpt = ls.k_valid ? a.kv.bytes_per_token[k] : 0;
+        ls.k_pieces = ls.k_valid ? static_cast<int>(a.kv.read_bytes[k] >> 4) : 0;
+        ls.q_pieces = q < a.kv.num_sources ? static_cast<int>(a.kv.read_bytes[q] >> 4) : 0;
+    }
+
+    const i64 batches = (n + STAGE_ENTRIES - 1) / STAGE_ENTRIES;
+    const i64 step = static_cast<i64>(gridDim.x) * STAGED_WARPS;
+    i64 b = static_cast<i64>(blockIdx.x) * STAGED_WARPS + warp;
+    if (b >= batches) return;
+    i64 v_cur = batch_index<CHECK_TOKEN>(a, b, n);
+    i64 v_next = batch_index<CHECK_TOKEN>(a, b + step, n);
+    u32 mask_cur = batch_issue(a, st[0], b, n, v_cur, ls);
+    for (int j = 0; b < batches; b += step, ++j) {
+        const i64 bn = b + step;
+        u32 mask_next = 0;
+        if (bn < batches) {
+            mask_next = batch_issue(a, st[(j + 1) & 1], bn, n, v_next, ls);
+        } else {
+            copy_commit();  // an empty group keeps one group per batch
+        }
+        const i64 v_next2 = bn + step < batches ? batch_index<CHECK_TOKEN>(a, bn + step, n) : 0;
+        copy_wait_all_but_one();
+        __syncwarp();
+        batch_check<CHECK_TOKEN>(a, ring, st[j & 1], b, v_cur, mask_cur, ls.k_pieces);
+        __syncwarp();  // stage j & 1 is refilled by the next iteration's copies
+        v_cur = v_next;
+        v_next = v_next2;
+        mask_cur = mask_next;
+    }
+}
+
 }  // namespace kvc
 
 using kvc::VerifyArgs;
@@ -157,3 +371,11 @@ KVC_VERIFY_ENTRY(kv_canary_verify_partial_tokens, verify_single, kvc::KV_PARTIAL
 // registers (8 x 16-byte loads in flight) without spilling.
 KVC_VERIFY_ENTRY(kv_canary_verify_all, verify_grouped, 2, false, 1)
 KVC_VERIFY_ENTRY(kv_canary_verify_all_tokens, verify_grouped, 2, true, 1)
+// ALL, staged in shared memory (73,728 bytes a block: 8 warps x 2 stages); three blocks a
+// multiprocessor.
+#define KVC_VERIFY_STAGED(NAME, CHECK)                                                            \
+    extern "C" __global__ void __launch_bounds__(kvc::STAGED_THREADS, 3) NAME(VerifyArgs a) {     \
+        kvc::verify_staged<CHECK>(a);                                                             \
+    }
+KVC_VERIFY_STAGED(kv_canary_verify_all_staged, false)
+KVC_VERIFY_STAGED(kv_canary_verify_all_staged_tokens, true)

@@ -1,26 +1,38 @@
 // The write op (spec §4): one block per request row, the serial hash chain split from
 // everything that does not depend on it.
 //
-// The chain of request r needs only (token, position, skipped?) per entry; loads, real-KV
-// folds, input-assert comparisons, slot stores and violation rows do not depend on it. So each
-// block runs a three-stage pipeline over tiles of WRITE_TILE entries, in shared memory
-// (triple-buffered, nothing allocated at launch):
+// The chain of request r needs only (token, position) of the entries it steps over (those not
+// skipped); loads, real-KV folds, input-assert comparisons, slot stores and violation rows do
+// not depend on it. So each block runs a pipeline over tiles of WRITE_TILE entries, in shared
+// memory (triple-buffered, nothing allocated at launch):
 //
-//   round t:  chain thread (warp 0, lane 0)  -> runs the chain over tile t
-//             worker warps (1..8)            -> load + fold tile t+1, store tile t-1
+//   round t:  chain warp (warp 0)            -> lists tile t's kept entries (not skipped),
+//                                               runs the chain over them
+//             worker warps                   -> load tile t+1, fold tile t's real-KV bytes,
+//                                               store tile t-1
 //
-// so the chain thread does nothing but the mix3 chain out of shared memory, and the stores of
-// the (independent) results trail it by one tile. Violation rows keep entry order within a
-// request: the workers scan their row counts and reserve one contiguous range per tile.
+// * The chain warp first lists the tile's kept entries (eight flags a lane, a warp scan) and
+//   then steps over that list only, so its loop has no skip test and no select on the running
+//   hash; each step's token and position are read from shared memory during the step before.
+//   All of warp 0 runs the chain in lockstep (lane 0 stores), so it never diverges around the
+//   block barrier.
+// * The folds of tile t run in the round the chain runs tile t (they are only needed to store
+//   it), so the first round waits for tile 0's loads only, not for its folds.
+// * Warps are assigned to the four schedulers of a multiprocessor round-robin: warp 0 (the
+//   chain) shares scheduler 0 with warps 4 and 8, which stay idle, so no worker instruction
+//   competes with the chain's.
+// * Violation rows keep entry order within a request: the workers scan their row counts and
+//   reserve one contiguous range per tile.
 #include "common.cuh"
 
 namespace kvc {
 
 constexpr int WRITE_TILE = 256;
 constexpr int WRITE_WORKERS = WRITE_TILE;
-constexpr int WRITE_THREADS = 32 + WRITE_WORKERS;
+constexpr int WORKER_WARPS = WRITE_WORKERS / 32;  // 8: warps 1-3, 5-7, 9, 10
+constexpr int WRITE_WARPS = 11;
+constexpr int WRITE_THREADS = WRITE_WARPS * 32;
 constexpr int WRITE_BUFS = 3;
-constexpr int WORKER_WARPS = WRITE_WORKERS / 32;
 
 // Per-entry flags.
 constexpr unsigned char F_SKIP = 1;  // slot < 0 (or not servable): nothing written, chain holds
@@ -54,18 +66,29 @@ struct WriteArgs {
     RealKv kv;
 };
 
+// One tile: entries in entry order (workers), and the list of the kept ones (chain warp).
 struct Tile {
-    i64 tok[WRITE_TILE];
+    i64 tok[WRITE_TILE];   // entry order (workers)
     i64 pos[WRITE_TILE];
     i64 slot[WRITE_TILE];
-    i64 rk[WRITE_TILE];
-    i64 hash[WRITE_TILE];
-    i64 cexp[WRITE_TILE];
-    unsigned char flags[WRITE_TILE];
+    i64 rk[WRITE_TILE];    // entry order, kept entries (workers, in the chain's round)
+    i64 hash[WRITE_TILE];  // list order (chain): the running hash before the entry
+    i64 cexp[WRITE_TILE];  // list order (chain): the expected position of a chain-assert row
+    unsigned short idx[WRITE_TILE];   // list order (chain): the kept entry's index in the tile
+    unsigned char flags[WRITE_TILE];  // entry order (workers): F_SKIP | F_TOK | F_POS
+    unsigned char cflag[WRITE_TILE];  // list order (chain): F_CPOS (chain assert on)
+    int m;                            // kept entries (chain)
 };
 
 __device__ __forceinline__ void worker_barrier() {
     asm volatile("bar.sync 1, %0;" ::"n"(WRITE_WORKERS) : "memory");
+}
+
+// The worker index of a thread (0-255), or -1 for the chain warp and the idle warps 4 and 8.
+__device__ __forceinline__ int worker_index() {
+    const int warp = threadIdx.x >> 5;
+    if ((warp & 3) == 0) return -1;
+    return (warp - 1 - (warp > 4 ? 1 : 0) - (warp > 8 ? 1 : 0)) * 32 + (threadIdx.x & 31);
 }
 
 // One entry as the chain and the stores need it.
@@ -74,9 +97,9 @@ struct Entry {
     unsigned char f;
 };
 
-// Loads entry i, checks its slot, folds its real-KV bytes, compares the input assert.
-// KV: 0 = no fold, 1 = PARTIAL, 2 = ALL.
-template <int KV, bool INPUT_ASSERT>
+// Loads entry i, checks its slot, compares the input assert; with FOLD, folds its real-KV
+// bytes. KV: 0 = no fold, 1 = PARTIAL, 2 = ALL.
+template <int KV, bool INPUT_ASSERT, bool FOLD>
 __device__ __forceinline__ Entry load_entry(const WriteArgs& a, i64 i) {
     Entry e;
     e.tk = __ldg(a.input_ids + i);
@@ -92,7 +115,7 @@ __device__ __forceinline__ Entry load_entry(const WriteArgs& a, i64 i) {
     } else if (KV != 0 && !real_kv_rows_ok(a.kv, e.sl, a.status)) {
         e.f = F_SKIP;
     } else {
-        if (KV != 0) e.rk = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, e.sl));
+        if (FOLD && KV != 0) e.rk = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, e.sl));
         if (INPUT_ASSERT) {
             if (e.tk != __ldg(a.exp_tokens + i)) e.f |= F_TOK;
             if (e.ps != __ldg(a.exp_positions + i)) e.f |= F_POS;
@@ -101,67 +124,72 @@ __device__ __forceinline__ Entry load_entry(const WriteArgs& a, i64 i) {
     return e;
 }
 
+// Worker w loads entry w of a tile starting at global index i0 (w < len).
 template <int KV, bool INPUT_ASSERT>
-__device__ __forceinline__ void load_entry_to(const WriteArgs& a, Tile& t, int k, i64 i) {
-    const Entry e = load_entry<KV, INPUT_ASSERT>(a, i);
-    t.tok[k] = e.tk;
-    t.pos[k] = e.ps;
-    t.slot[k] = e.sl;
-    t.rk[k] = e.rk;
-    t.flags[k] = e.f;
+__device__ __forceinline__ void load_tile(const WriteArgs& a, Tile& t, int w, i64 i0, int len) {
+    if (w >= len) return;
+    const Entry e = load_entry<KV, INPUT_ASSERT, false>(a, i0 + w);
+    t.tok[w] = e.tk;
+    t.pos[w] = e.ps;
+    t.slot[w] = e.sl;
+    t.flags[w] = e.f;
 }
 
-// Stores entry k of a finished tile and appends its violation rows in entry order.
-template <bool INPUT_ASSERT>
-__device__ __forceinline__ void store_entry(const WriteArgs& a, const Ring& ring, Tile& t, int k,
-                                            bool valid, i64 i, i64* s_warp, i64* s_seq) {
-    const int w = threadIdx.x - 32;
-    const int lane = threadIdx.x & 31;
-    const int wwarp = w >> 5;
-    unsigned char f = valid ? t.flags[k] : F_SKIP;
-    if (!(f & F_SKIP)) {
-        Slot v = {t.tok[k], t.pos[k], t.hash[k], t.rk[k]};
-        store_slot(a.buf, a.stride, t.slot[k], v);
+// Stores kept entry j of a finished tile and appends its violation rows in entry order.
+template <int KV, bool INPUT_ASSERT>
+__device__ __forceinline__ void store_kept(const WriteArgs& a, const Ring& ring, const Tile& t, int j,
+                                           i64 i0, bool chain_assert, i64* s_warp, i64* s_seq) {
+    const int w = worker_index();
+    const int lane = threadIdx.x & 31, ww = w >> 5;
+    const bool valid = j < t.m;
+    const int e = valid ? t.idx[j] : 0;
+    unsigned char f = 0, cf = 0;
+    if (valid) {
+        f = t.flags[e];
+        cf = chain_assert ? t.cflag[j] : 0;
+        const Slot v = {t.tok[e], t.pos[e], t.hash[j], KV == 0 ? 0 : t.rk[e]};
+        store_slot(a.buf, a.stride, t.slot[e], v);
     }
-    const int input_row = (INPUT_ASSERT && !(f & F_SKIP) && (f & (F_TOK | F_POS))) ? 1 : 0;
-    const int chain_row = (!(f & F_SKIP) && (f & F_CPOS)) ? 1 : 0;
+    const int input_row = (INPUT_ASSERT && (f & (F_TOK | F_POS))) ? 1 : 0;
+    const int chain_row = (cf & F_CPOS) ? 1 : 0;
     const int rows = input_row + chain_row;
     // Ordered reservation: scan the row counts over the 256 workers.
     int inc = rows;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
-        int n = __shfl_up_sync(0xffffffffu, inc, d);
+        const int n = __shfl_up_sync(0xffffffffu, inc, d);
         if (lane >= d) inc += n;
     }
-    if (lane == 31) s_warp[wwarp] = inc;
+    if (lane == 31) s_warp[ww] = inc;
     worker_barrier();
     i64 total = 0, before = 0;
 #pragma unroll
-    for (int j = 0; j < WORKER_WARPS; ++j) {
-        if (j < wwarp) before += s_warp[j];
-        total += s_warp[j];
+    for (int k = 0; k < WORKER_WARPS; ++k) {
+        if (k < ww) before += s_warp[k];
+        total += s_warp[k];
     }
     if (total == 0) return;  // the common case: no violations in this tile
     if (w == 0) *s_seq = reserve_violations(ring, static_cast<int>(total));
     worker_barrier();
     i64 seq = *s_seq + before + (inc - rows);
     if (input_row) {
-        const i64 bits = ((f & F_TOK) ? WRITE_TOKEN_MISMATCH : 0) |
-                         ((f & F_POS) ? WRITE_POSITION_MISMATCH : 0);
-        store_violation(ring, seq++, a.tag, t.slot[k], t.pos[k], t.tok[k], __ldg(a.exp_tokens + i),
-                        t.hash[k], __ldg(a.exp_positions + i), bits);
+        const i64 i = i0 + e;
+        const i64 bits = ((f & F_TOK) ? WRITE_TOKEN_MISMATCH : 0) | ((f & F_POS) ? WRITE_POSITION_MISMATCH : 0);
+        store_violation(ring, seq++, a.tag, t.slot[e], t.pos[e], t.tok[e], __ldg(a.exp_tokens + i),
+                        t.hash[j], __ldg(a.exp_positions + i), bits);
     }
     if (chain_row) {
-        store_violation(ring, seq, a.tag, t.slot[k], t.pos[k], t.tok[k], t.tok[k], t.hash[k],
-                        t.cexp[k], WRITE_POSITION_MISMATCH);
+        store_violation(ring, seq, a.tag, t.slot[e], t.pos[e], t.tok[e], t.tok[e], t.hash[j], t.cexp[j],
+                        WRITE_POSITION_MISMATCH);
     }
 }
 
 // A request of at most 32 entries, in one warp: lane i loads (and folds) entry i; every lane runs
 // the same chain over the entries (shuffled to all lanes), so each knows its entry's hash; rows
-// are reserved in entry order with one atomic.
+// are reserved in entry order with one atomic. `assert_flag` was read with the offsets.
 template <int KV, bool INPUT_ASSERT>
-__device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring, i64 start, int count, i64 seed) {
+__device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring, i64 start, int count,
+                                            i64 seed, bool assert_flag) {
     const int lane = threadIdx.x & 31;
     u64 running = CHAIN_HEAD;
     i64 prev_pos = 0;
@@ -169,13 +197,13 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
     Slot sd = {};
     if (seed >= 0 && lane == 0) sd = load_slot(a.buf, a.stride, seed);
     Entry e = {0, 0, -1, 0, F_SKIP};
-    if (lane < count) e = load_entry<KV, INPUT_ASSERT>(a, start + lane);
+    if (lane < count) e = load_entry<KV, INPUT_ASSERT, true>(a, start + lane);
     if (seed >= 0) {
         sd.token = __shfl_sync(0xffffffffu, sd.token, 0);
         sd.position = __shfl_sync(0xffffffffu, sd.position, 0);
         sd.prev_hash = __shfl_sync(0xffffffffu, sd.prev_hash, 0);
         running = slot_hash(sd);
-        chain_assert = (a.chain_assert ? *a.chain_assert : a.chain_assert_fixed) != 0;
+        chain_assert = assert_flag;
         prev_pos = sd.position;
     }
     i64 my_hash = 0, my_cexp = 0;
@@ -185,8 +213,8 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
         const i64 ps = __shfl_sync(0xffffffffu, e.ps, k);
         const bool skip = (__shfl_sync(0xffffffffu, static_cast<int>(e.f), k) & F_SKIP) != 0;
         if (lane == k) my_hash = static_cast<i64>(running);
-        const u64 next = mix3(running, static_cast<u64>(tk), static_cast<u64>(ps));
-        if (chain_assert && !skip) {
+        if (skip) continue;
+        if (chain_assert) {
             const i64 want = static_cast<i64>(static_cast<u64>(prev_pos) + 1);
             if (lane == k && ps != want) {
                 my_cpos = true;
@@ -194,7 +222,7 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
             }
             prev_pos = ps;
         }
-        running = skip ? running : next;
+        if (k + 1 < count) running = mix3(running, static_cast<u64>(tk), static_cast<u64>(ps));
     }
     const bool stored = !(e.f & F_SKIP);
     if (stored) {
@@ -229,39 +257,70 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
     }
 }
 
-// The chain over one tile (thread 0). Only mix3 depends on the previous step: flags, tokens
-// and positions of eight entries are read ahead, and a skipped entry keeps the running hash by
-// a select, not a branch, so the reads never wait for the chain. Without the chain-position
-// assert the loop has no branch at all.
+// One chain step over kept entry j (every lane of warp 0 computes it; lane 0 stores).
 template <bool CHAIN_ASSERT>
-__device__ __forceinline__ void chain_tile(Tile& tl, int len, u64& running, i64& prev_pos, i64& written) {
-    for (int k0 = 0; k0 < len; k0 += 8) {
-        i64 tk[8], ps[8];
-        unsigned char fl[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int k = k0 + j < len ? k0 + j : len - 1;
-            fl[j] = k0 + j < len ? tl.flags[k] : F_SKIP;
-            tk[j] = tl.tok[k];
-            ps[j] = tl.pos[k];
+__device__ __forceinline__ void chain_step(Tile& tl, int j, i64 tk, i64 ps, u64& running, i64& prev_pos,
+                                           bool leader) {
+    if (leader) tl.hash[j] = static_cast<i64>(running);
+    if (CHAIN_ASSERT) {
+        const i64 want = static_cast<i64>(static_cast<u64>(prev_pos) + 1);
+        if (leader) {
+            tl.cflag[j] = ps != want ? F_CPOS : 0;
+            tl.cexp[j] = want;
         }
+        prev_pos = ps;
+    }
+    running = mix3(running, static_cast<u64>(tk), static_cast<u64>(ps));
+}
+
+// Lists the kept entries of a tile's first `len` (warp 0: lane l reads the flags of entries
+// 8l..8l+7; a warp scan places them) into tl.idx; returns (and stores) their count.
+__device__ __forceinline__ int list_kept(Tile& tl, int len) {
+    const int lane = threadIdx.x & 31;
+    const u64 flags8 = *reinterpret_cast<const u64*>(tl.flags + lane * 8);
+    unsigned keep = 0;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int k = k0 + j;
-            const bool skip = (fl[j] & F_SKIP) != 0;
-            if (k < len) tl.hash[k] = static_cast<i64>(running);  // unread when skipped
-            const u64 next = mix3(running, static_cast<u64>(tk[j]), static_cast<u64>(ps[j]));
-            if (CHAIN_ASSERT && !skip) {
-                const i64 want = static_cast<i64>(static_cast<u64>(prev_pos) + 1);
-                if (ps[j] != want) {
-                    tl.flags[k] = fl[j] | F_CPOS;
-                    tl.cexp[k] = want;
-                }
-                prev_pos = ps[j];
-            }
-            running = skip ? running : next;
-            written += skip ? 0 : 1;
-        }
+    for (int q = 0; q < 8; ++q) {
+        const bool kept = lane * 8 + q < len && !((flags8 >> (8 * q)) & F_SKIP);
+        keep |= kept ? 1u << q : 0u;
+    }
+    const int count = __popc(keep);
+    int incl = count;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int n = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += n;
+    }
+    const int m = __shfl_sync(0xffffffffu, incl, 31);
+    int at = incl - count;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        if ((keep >> q) & 1u) tl.idx[at++] = static_cast<unsigned short>(lane * 8 + q);
+    }
+    if (lane == 0) tl.m = m;
+    __syncwarp();
+    return m;
+}
+
+// The chain over one tile's m listed entries, run by all of warp 0 in lockstep (the same values
+// in every lane: broadcast reads; lane 0 stores), so the warp never diverges around the block
+// barrier. Only mix3 depends on the previous step: each step's token and position were read
+// during the step before, its list entry two steps before.
+template <bool CHAIN_ASSERT>
+__device__ __forceinline__ void chain_tile(Tile& tl, int m, u64& running, i64& prev_pos) {
+    if (m == 0) return;
+    const bool leader = (threadIdx.x & 31) == 0;
+    const int e0 = tl.idx[0];
+    int e1 = tl.idx[m > 1 ? 1 : 0];
+    i64 tk = tl.tok[e0], ps = tl.pos[e0];
+#pragma unroll 8
+    for (int j = 0; j < m; ++j) {
+        const int e2 = tl.idx[j + 2 < m ? j + 2 : m - 1];
+        const i64 tkn = tl.tok[e1], psn = tl.pos[e1];
+        chain_step<CHAIN_ASSERT>(tl, j, tk, ps, running, prev_pos, leader);
+        tk = tkn;
+        ps = psn;
+        e1 = e2;
     }
 }
 
@@ -274,12 +333,14 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     const int tid = threadIdx.x;
     const i64 r = blockIdx.x;
     if (r == 0 && tid == 0) atomic_add_i64(a.kernel_counter, 1);
+    // Everything the block needs first is read at once (r < req_capacity: always in bounds).
+    const i64 start = __ldg(a.offsets + r);
+    const i64 end = __ldg(a.offsets + r + 1);
+    const i64 seed = __ldg(a.seeds + r);
+    const bool assert_flag = (a.chain_assert ? *a.chain_assert : a.chain_assert_fixed) != 0;
     i64 nreq = *a.num_valid_reqs;
     nreq = nreq < 0 ? 0 : (nreq > a.req_capacity ? a.req_capacity : nreq);
     if (r >= nreq) return;
-    const i64 start = __ldg(a.offsets + r);
-    const i64 end = __ldg(a.offsets + r + 1);
-    const i64 seed = __ldg(a.seeds + r);  // read together with the offsets
     // Offsets must be non-decreasing and inside [0, entry_capacity] (the CPU's check, per
     // request): a request whose range breaks that is recorded and skipped.
     if (start < 0 || start > a.entry_capacity) {
@@ -300,47 +361,57 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     const Ring ring = {a.ring, a.ring_capacity, a.write_index};
     if (count <= 32) {
         // Decode-sized requests: warp 0 alone, no block barrier.
-        if (tid < 32) write_small<KV, INPUT_ASSERT>(a, ring, start, static_cast<int>(count), seed);
+        if (tid < 32) write_small<KV, INPUT_ASSERT>(a, ring, start, static_cast<int>(count), seed, assert_flag);
         return;
     }
+    // The chain-position assert needs a previous position: only a seeded chain has one.
+    const bool chain_assert = seed >= 0 && assert_flag;
+    const int w = worker_index();
 
-    // Chain state (thread 0 only).
+    // Chain state (warp 0, the same in every lane).
     u64 running = CHAIN_HEAD;
     i64 prev_pos = 0, written = 0;
-    bool chain_assert = false;
 
     for (i64 t = -1; t <= ntiles; ++t) {
-        if (tid == 0) {
+        if (tid < 32) {
             if (t == -1) {
                 if (seed >= 0) {
                     const Slot sd = load_slot(a.buf, a.stride, seed);
                     running = slot_hash(sd);
-                    chain_assert = (a.chain_assert ? *a.chain_assert : a.chain_assert_fixed) != 0;
                     prev_pos = sd.position;
                 }
             } else if (t < ntiles) {
                 Tile& tl = s_tiles[t % WRITE_BUFS];
                 const int len = static_cast<int>(min(static_cast<i64>(WRITE_TILE), count - t * WRITE_TILE));
+                const int m = list_kept(tl, len);
                 if (chain_assert) {
-                    chain_tile<true>(tl, len, running, prev_pos, written);
+                    chain_tile<true>(tl, m, running, prev_pos);
                 } else {
-                    chain_tile<false>(tl, len, running, prev_pos, written);
+                    chain_tile<false>(tl, m, running, prev_pos);
                 }
+                written += m;
             }
-        } else if (tid >= 32) {
-            const int w = tid - 32;
+            __syncwarp();
+        } else if (w >= 0) {
+            if (t - 1 >= 0) {
+                store_kept<KV, INPUT_ASSERT>(a, ring, s_tiles[(t - 1) % WRITE_BUFS], w,
+                                         start + (t - 1) * WRITE_TILE, chain_assert, s_warp, &s_seq);
+            }
             if (t + 1 < ntiles) {
                 const i64 i0 = start + (t + 1) * WRITE_TILE;
-                if (w < count - (t + 1) * WRITE_TILE) {
-                    load_entry_to<KV, INPUT_ASSERT>(a, s_tiles[(t + 1) % WRITE_BUFS], w, i0 + w);
+                const int len = static_cast<int>(min(static_cast<i64>(WRITE_TILE), count - (t + 1) * WRITE_TILE));
+                load_tile<KV, INPUT_ASSERT>(a, s_tiles[(t + 1) % WRITE_BUFS], w, i0, len);
+            }
+            if (KV != 0 && t >= 0 && t < ntiles) {
+                // The chain does not need the folds: tile t's are made while it runs tile t
+                // (rows checked when the entry was loaded).
+                Tile& tl = s_tiles[t % WRITE_BUFS];
+                const int len = static_cast<int>(min(static_cast<i64>(WRITE_TILE), count - t * WRITE_TILE));
+                if (w < len && !(tl.flags[w] & F_SKIP)) {
+                    tl.rk[w] = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, tl.slot[w]));
                 }
             }
-            if (t - 1 >= 0) {
-                const i64 i0 = start + (t - 1) * WRITE_TILE;
-                const bool valid = w < count - (t - 1) * WRITE_TILE;
-                store_entry<INPUT_ASSERT>(a, ring, s_tiles[(t - 1) % WRITE_BUFS], w, valid,
-                                          i0 + w, s_warp, &s_seq);
-            }
+            __syncwarp();  // each warp reaches the block barrier converged
         }
         __syncthreads();
     }

@@ -6,8 +6,8 @@
 #
 # Builds with `--features cuda` (release): the GPU test binary (`cargo test --no-run
 # --message-format=json` names it), the `cuda_step` and `conformance` examples and the `cuda`
-# benchmark, then copies into DEST:
-#   cuda_gpu  cuda_step  conformance  cuda_bench   the binaries (PTX embedded)
+# and `cuda_host` benchmarks, then copies into DEST:
+#   cuda_gpu  cuda_step  conformance  cuda_bench  cuda_host   the binaries (PTX embedded)
 #   ptx/*.ptx                                       the kernels as built (for cuobjdump/ncu)
 #   golden/                                         tests/golden (the conformance vectors)
 #   gpu-run-remote.sh  bench-plot.py                what runs there
@@ -40,8 +40,8 @@ echo "[gpu-build] cargo test --no-run (cuda_gpu)"
 tests=$(cargo test --release --features cuda --test cuda_gpu --no-run --message-format=json | executables cuda_gpu)
 echo "[gpu-build] cargo build examples (cuda_step, conformance)"
 examples=$(cargo build --release --features cuda --example cuda_step --example conformance --message-format=json | executables cuda_step conformance)
-echo "[gpu-build] cargo bench --no-run (cuda)"
-benches=$(cargo bench --features cuda --bench cuda --no-run --message-format=json | executables cuda)
+echo "[gpu-build] cargo bench --no-run (cuda, cuda_host)"
+benches=$(cargo bench --features cuda --bench cuda --bench cuda_host --no-run --message-format=json | executables cuda cuda_host)
 
 rm -rf "$dest"
 mkdir -p "$dest/ptx"
@@ -53,7 +53,7 @@ while read -r name path; do
 done <<<"$tests
 $examples
 $benches"
-for bin in cuda_gpu cuda_step conformance cuda_bench; do
+for bin in cuda_gpu cuda_step conformance cuda_bench cuda_host; do
   [[ -x "$dest/$bin" ]] || { echo "[gpu-build] ERROR: $bin was not built" >&2; exit 1; }
 done
 ptx_dir=$(dirname "$(ls -t target/release/build/kv-canary-*/out/plan.ptx | head -n1)")

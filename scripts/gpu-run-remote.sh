@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # gpu-run-remote.sh — run the staged GPU binaries on the GPU machine; logs go to $OUT.
 #
-#   .device-run/gpu-run-remote.sh [all|tests|sanitize|step|bench|bench-quick ...]
+#   .device-run/gpu-run-remote.sh [all|tests|sanitize|step|bench|bench-quick|host|profile ...]
 #
 # Run from the repository root of the copy on the GPU machine, after scripts/gpu-build.sh
 # staged .device-run/ here and it was carried there. With no argument it runs `all`: the GPU
 # tests, the golden vectors through the conformance runner on the GPU, compute-sanitizer
 # memcheck and racecheck over the GPU tests (reduced case counts), the cuda_step example and
-# the benchmark (with its plot). Logs (at most 8 files, as the device tool returns):
+# the benchmark (with its plot) and the host-cost benchmark (criterion: a typed launch against
+# the raw driver launch). `profile` (not in `all`) runs Nsight Compute on a few kernels of the
+# benchmark. Logs (the device tool returns at most 8 files):
 #   $OUT/tests.log  $OUT/sanitizer.log  $OUT/step.log  $OUT/bench.log  $OUT/bench.csv
-#   $OUT/bench.json  $OUT/bench.png  $OUT/summary.txt
+#   $OUT/bench.json  $OUT/bench.png  $OUT/summary.txt; the host-cost report goes to bench.log,
+#   `profile` writes $OUT/profile.log
 # Exit status: non-zero when any part failed; summary.txt says which.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,6 +34,7 @@ run_part() { # name, log, command...
   [[ $rc -eq 0 ]] || status=1
 }
 want() { local p; for p in "${parts[@]}"; do [[ $p == all || $p == "$1" ]] && return 0; done; return 1; }
+want_only() { local p; for p in "${parts[@]}"; do [[ $p == "$1" ]] && return 0; done; return 1; }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; } >"$OUT/tests.log" 2>&1
 note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
@@ -54,6 +58,27 @@ if want bench || want bench-quick; then
   want bench-quick && ! want bench && extra=(--quick --reps 50)
   run_part "benchmark" "$OUT/bench.log" "$here/cuda_bench" --out "$OUT" "${extra[@]}"
   run_part "bench plot" "$OUT/bench.log" python3 "$here/bench-plot.py" "$OUT/bench.csv" "$OUT/bench.png"
+fi
+if want host; then
+  echo "=== host cost (criterion) ===" >>"$OUT/bench.log"
+  run_part "host-cost benchmark" "$OUT/bench.log" "$here/cuda_host" --bench --noplot
+  grep "host cost, " "$OUT/bench.log" | tee -a "$summary"
+fi
+if want_only profile; then
+  # One kernel of one workload each: Nsight Compute, clocks and caches left alone.
+  profile() { # label, kernel regex, bench args...
+    local label=$1 kernel=$2; shift 2
+    echo "=== ncu: $label ($kernel) ===" >>"$OUT/profile.log"
+    timeout 120 ncu --clock-control none --cache-control none -k "regex:$kernel" --launch-skip 3 -c 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+      --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters \
+      "$here/cuda_bench" --out /tmp/prof --reps 20 --quick "$@" >>"$OUT/profile.log" 2>&1
+    note "$(printf '%-28s rc=%s' "profile $label" "$?")"
+  }
+  profile "plan decode bs=1" '^kv_canary_plan_small$' --only plan --filter "decode bs=1,"
+  profile "plan SWA checked" '^kv_canary_plan_large_lut$' --only plan --filter "with LUT"
+  profile "plan bs=1024" '^kv_canary_plan_large$' --only plan --filter "bs=1024"
+  profile "plan bs=4096" '^kv_canary_plan_large$' --only plan --filter "bs=4096"
 fi
 echo "---- summary ----"
 cat "$summary"

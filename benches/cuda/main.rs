@@ -4,8 +4,11 @@
 //! (1 GiB device-to-device copy, the verify gather floor, the write chain floor).
 //!
 //! ```text
-//! cargo bench --features cuda --bench cuda -- [--out DIR] [--reps N] [--only plan|verify|write] [--quick]
+//! cargo bench --features cuda --bench cuda -- [--out DIR] [--reps N] [--only plan|verify|write]
+//!     [--filter TEXT] [--quick]
 //! ```
+//!
+//! `--filter` keeps the workloads whose name contains TEXT (for profiling one of them).
 //!
 //! Writes `DIR/bench.csv` and `DIR/bench.json` (default DIR: `target/cuda-bench`) and prints a
 //! table per op with SGLang's numbers and the targets beside ours. `scripts/bench-plot.py`
@@ -27,7 +30,15 @@ pub struct Options {
     pub out: PathBuf,
     pub reps: usize,
     pub only: Option<String>,
+    pub filter: Option<String>,
     pub quick: bool,
+}
+
+impl Options {
+    /// Whether the workload `name` runs (`--filter`).
+    pub fn wants(&self, name: &str) -> bool {
+        self.filter.as_deref().is_none_or(|f| name.contains(f))
+    }
 }
 
 fn options() -> Options {
@@ -35,6 +46,7 @@ fn options() -> Options {
         out: PathBuf::from("target/cuda-bench"),
         reps: 200,
         only: None,
+        filter: None,
         quick: false,
     };
     let mut args = std::env::args().skip(1);
@@ -43,6 +55,7 @@ fn options() -> Options {
             "--out" => o.out = args.next().expect("--out DIR").into(),
             "--reps" => o.reps = args.next().expect("--reps N").parse().expect("--reps N"),
             "--only" => o.only = args.next(),
+            "--filter" => o.filter = args.next(),
             "--quick" => o.quick = true,
             _ => {} // cargo bench passes --bench
         }
@@ -68,16 +81,26 @@ fn main() {
     );
     std::fs::create_dir_all(&o.out).expect("create the output directory");
     let mut rows = Vec::new();
-    let copy_gbs = {
+    let (copy_gbs, fill_gbs) = {
         let stream = Stream::new(&gpu).expect("stream");
-        copy_roofline(&stream, &o).expect("copy roofline")
+        (
+            copy_roofline(&stream, &o).expect("copy roofline"),
+            fill_roofline(&stream, &o).expect("fill roofline"),
+        )
     };
     println!("device-to-device copy of 1 GiB: {copy_gbs:.0} GB/s (read + write)");
+    println!("memset of 1 GiB: {fill_gbs:.0} GB/s (write only)");
     rows.push(Row::floor(
         "copy",
         "d2d copy 1 GiB",
         1 << 30,
         2.0 * (1u64 << 30) as f64 / copy_gbs / 1e3,
+    ));
+    rows.push(Row::floor(
+        "fill",
+        "memset 1 GiB",
+        1 << 30,
+        (1u64 << 30) as f64 / fill_gbs / 1e3,
     ));
     let wants = |op: &str| o.only.as_deref().is_none_or(|x| x == op);
     if wants("plan") {
@@ -100,7 +123,7 @@ fn main() {
     std::fs::write(
         &json,
         format!(
-            "{{\"device\":\"{}\",\"sm_count\":{},\"reps\":{},\"copy_gb_per_s\":{copy_gbs:.1},\"rows\":[\n{}\n]}}\n",
+            "{{\"device\":\"{}\",\"sm_count\":{},\"reps\":{},\"copy_gb_per_s\":{copy_gbs:.1},\"fill_gb_per_s\":{fill_gbs:.1},\"rows\":[\n{}\n]}}\n",
             gpu.name(),
             gpu.sm_count(),
             o.reps,
@@ -109,6 +132,16 @@ fn main() {
     )
     .expect("bench.json");
     println!("\nwrote {} and {}", csv.display(), json.display());
+}
+
+/// A memset of 1 GiB, median of 20: GB/s of writes alone (the plan's roofline: it writes 32
+/// bytes an entry and reads 4 to 8).
+fn fill_roofline(stream: &Stream<'_>, o: &Options) -> Result<f64, Error> {
+    let n = 1usize << 30;
+    let fill = floors::L2Flush::new(n)?;
+    let reps = if o.quick { 5 } else { 20 };
+    let stats = timing::time(stream, None, 3, reps, || fill.queue(stream))?;
+    Ok(n as f64 / (stats.median_us * 1e3))
 }
 
 /// Device-to-device copy of 1 GiB, median of 20: GB/s counting bytes read and written.

@@ -3,7 +3,7 @@
 
 use crate::timing::{self, print_table, Row};
 use crate::Options;
-use kv_canary::cuda::{self, floors::L2Flush, Gpu, LaunchConfig, Stream};
+use kv_canary::cuda::{self, floors::L2Flush, Gpu, LaunchConfig, PlanKernel, Stream};
 use kv_canary::input::ExpectedTokenTable;
 use kv_canary::{Batch, BatchRow, Error, ReqToToken, UncheckedCapacity, UncheckedShape};
 
@@ -244,13 +244,15 @@ fn launch<'a, L: cuda::Queue<'a> + ?Sized>(
     }
 }
 
-/// Eager warm, graph warm and graph cold timings of one workload.
+/// Eager warm, graph warm and graph cold timings of one workload, then graph warm timings of
+/// the same plan under each of `alternatives` (printed: the kernel and grid sweep).
 fn bench_one(
     gpu: &Gpu,
     wl: &Workload,
     o: &Options,
     flush: &L2Flush,
     rows: &mut Vec<Row>,
+    alternatives: &[(&str, Gpu)],
 ) -> Result<(), Error> {
     let p = prepare(gpu, wl, 0xBE7C_0000 + wl.bs as u64)?;
     let reps = o.reps;
@@ -280,6 +282,23 @@ fn bench_one(
             target_us: Some(wl.target_us),
         });
     }
+    let mut line = format!("  {:<44} {:>7.1}", wl.name, warm.median_us);
+    for (_, alt) in alternatives {
+        let mut stream = Stream::new(alt)?;
+        let result = stream.capture(|c| launch(c, &p, wl.window)).and_then(|g| {
+            let st = timing::time(g.stream(), None, 10, reps.min(100), || g.replay())?;
+            g.stream().status()?;
+            Ok(st.median_us)
+        });
+        line += &match result {
+            Ok(us) => format!(" {us:>9.1}"),
+            Err(e) => format!(
+                " {:>9}",
+                format!("err:{}", &e.to_string()[..12.min(e.to_string().len())])
+            ),
+        };
+    }
+    println!("{line}");
     Ok(())
 }
 
@@ -302,32 +321,41 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
             st.median_us,
         ));
     }
-    for wl in WORKLOADS {
-        bench_one(gpu, wl, o, &flush, &mut rows)?;
+    // The same plans under other kernels and grids (same context: the buffers are shared).
+    let default = gpu.launch_config();
+    let alternative = |kernel: PlanKernel, per_sm: u32, small_per_sm: u32| -> Result<Gpu, Error> {
+        let mut g = Gpu::new()?;
+        g.set_launch_config(LaunchConfig {
+            plan_kernel: kernel,
+            plan_blocks_per_sm: per_sm,
+            plan_small_blocks_per_sm: small_per_sm,
+            ..default
+        });
+        Ok(g)
+    };
+    let alternatives = [
+        ("small", alternative(PlanKernel::Small, 1, 4)?),
+        ("small 8/SM", alternative(PlanKernel::Small, 1, 8)?),
+        ("large", alternative(PlanKernel::Large, 1, 4)?),
+        ("large 2/SM", alternative(PlanKernel::Large, 2, 4)?),
+        ("legacy", alternative(PlanKernel::Legacy, 1, 4)?),
+    ];
+    let mut header = format!(
+        "  {:<44} {:>7}",
+        "graph replay, warm L2, median us", "default"
+    );
+    for (name, _) in &alternatives {
+        header += &format!(" {name:>9}");
+    }
+    println!("\nplan kernel and grid sweep\n{header}");
+    for wl in WORKLOADS.iter().filter(|w| o.wants(w.name)) {
+        if let Err(e) = bench_one(gpu, wl, o, &flush, &mut rows, &alternatives) {
+            println!("  {:<44} FAILED: {e}", wl.name);
+        }
     }
     print_table(
         "plan (microseconds, median; SGLang = its graph replay)",
         &rows,
     );
-    // Grid-size sweep: blocks of 512 threads per SM (two are resident at once).
-    println!("\nplan grid sweep (graph replay, warm L2, median us):");
-    let default = gpu.launch_config();
-    for &wl_index in &[0usize, 3, 4, 10] {
-        let wl = &WORKLOADS[wl_index];
-        let mut line = format!("  {:<40}", wl.name);
-        for per_sm in [1u32, 2, 3, 4] {
-            gpu.set_launch_config(LaunchConfig {
-                plan_blocks_per_sm: per_sm,
-                ..default
-            });
-            let p = prepare(gpu, wl, 0xBE7C_0000 + wl.bs as u64)?;
-            let mut stream = Stream::new(gpu)?;
-            let graph = stream.capture(|c| launch(c, &p, wl.window))?;
-            let st = timing::time(graph.stream(), None, 10, o.reps.min(100), || graph.replay())?;
-            line += &format!("  {per_sm}/SM {:>7.1}", st.median_us);
-        }
-        println!("{line}");
-    }
-    gpu.set_launch_config(default);
     Ok(rows)
 }

@@ -1,10 +1,19 @@
 //! Hardware floors the benchmark measures beside the ops (issue #5): device-to-device copy
 //! bandwidth, the verify op's gathers without its checks, the write op's serial hash chain
-//! without its memory, and an L2 flush for cold-cache timings. Not needed by engines.
+//! without its memory, an L2 flush for cold-cache timings, and raw launches to compare a typed
+//! launch's host cost against. Not needed by engines.
 
+use super::abi::{PlanArgs, VerifyArgs};
+use super::canary::DeviceLaunch;
 use super::driver::{self, check};
-use super::stream::{Queue, Stream};
-use crate::Error;
+use super::inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
+use super::plan::PlanLaunch;
+use super::stream::{Prepared, Queue, Stream};
+use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
+use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
+use crate::plan::{VerifyPlan, WritePlan};
+use crate::{Device, Error, Shape};
+use core::marker::PhantomData;
 use cust::memory::DeviceBuffer;
 use cust::sys;
 
@@ -246,4 +255,152 @@ unsafe fn launch_packed<A: Copy>(
             core::ptr::null_mut(),
         )
     })
+}
+
+/// A typed launch recorded as the raw driver launch it wraps: the same kernel, grid, block,
+/// shared memory and argument struct, queued by a bare `cuLaunchKernel` (cooperative for a
+/// checked-LUT plan) on the same stream. `cust::launch!` issues the same call once it holds
+/// its function and the argument pointers, so this is the floor a typed launch is compared
+/// with (issue #5: the typed launch costs the host the same time, within 2 %).
+///
+/// The buffers the launch reads and writes stay borrowed for `'a`, as for the typed launch.
+pub struct RawLaunch<'a, 'g> {
+    stream: &'a Stream<'g>,
+    launch: RawArgs,
+    _buffers: PhantomData<&'a ()>,
+}
+
+#[derive(Clone, Copy)]
+enum RawArgs {
+    Verify(Prepared<VerifyArgs>),
+    Plan(Prepared<PlanArgs>),
+}
+
+impl<'a, 'g> RawLaunch<'a, 'g> {
+    /// What [`cuda::verify`](super::verify()) would queue on `stream` with these arguments.
+    #[allow(clippy::too_many_arguments)]
+    pub fn verify<V, W, E, VB, K, S, R>(
+        stream: &'a Stream<'g>,
+        shape: &Shape<V, W, E>,
+        plan: &'a VerifyPlan<VB, Device>,
+        check: K,
+        launch_settings: &DeviceLaunch<'a>,
+        canary: &'a CanaryBuffer<S, Device>,
+        ring: &'a ViolationRing<R, Device>,
+        counters: &'a HealthCounters<Device>,
+    ) -> Result<Self, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: Capacity,
+        E: Capacity,
+        VB: Capacity,
+        K: TokenCheck,
+        S: Capacity,
+        R: Capacity,
+    {
+        let launch = super::verify::prepare(
+            &stream.target(),
+            shape,
+            plan,
+            check,
+            launch_settings,
+            canary,
+            ring,
+            counters,
+        )?;
+        Ok(RawLaunch {
+            stream,
+            launch: RawArgs::Verify(launch),
+            _buffers: PhantomData,
+        })
+    }
+
+    /// What [`cuda::plan`](super::plan()) would queue on `stream` with these arguments (the
+    /// legacy two-launch plan is not recorded: an error).
+    pub fn plan<V, W, E, VB, WB, BB, G, X>(
+        stream: &'a Stream<'g>,
+        shape: &Shape<V, W, E>,
+        inputs: &PlanInputs<'a, BB, G, X>,
+        verify: &'a VerifyPlan<VB, Device>,
+        write: &'a WritePlan<WB, Device>,
+    ) -> Result<Self, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: SameWriteReqCapacity<WB> + SameWriteReqCapacity<BB>,
+        E: Capacity,
+        VB: Capacity,
+        WB: Capacity,
+        BB: Capacity,
+        G: DeviceGroup<'a>,
+        X: DeviceExpectedTokens<'a, W>,
+    {
+        match super::plan::prepare(&stream.target(), shape, inputs, verify, write)? {
+            PlanLaunch::Fused(launch) => Ok(RawLaunch {
+                stream,
+                launch: RawArgs::Plan(launch),
+                _buffers: PhantomData,
+            }),
+            PlanLaunch::Legacy { .. } => Err(Error::OutOfRange {
+                what: "plan kernel of a raw launch",
+                value: 2,
+                allowed: "one launch (not PlanKernel::Legacy)",
+            }),
+        }
+    }
+
+    /// Queues the recorded launch with one bare driver call.
+    pub fn queue(&self) -> Result<(), Error> {
+        let raw = self.stream.raw_handle();
+        let (kernel, grid, block, shared, cooperative, mut param) = match &self.launch {
+            RawArgs::Verify(l) => (
+                l.kernel,
+                l.grid,
+                l.block,
+                l.shared,
+                l.cooperative,
+                &l.args as *const VerifyArgs as *mut core::ffi::c_void,
+            ),
+            RawArgs::Plan(l) => (
+                l.kernel,
+                l.grid,
+                l.block,
+                l.shared,
+                l.cooperative,
+                &l.args as *const PlanArgs as *mut core::ffi::c_void,
+            ),
+        };
+        if cooperative {
+            // SAFETY: as below, for the cooperative launch the typed plan would make.
+            return check("cuLaunchCooperativeKernel", unsafe {
+                sys::cuLaunchCooperativeKernel(
+                    kernel, grid, 1, 1, block, 1, 1, shared, raw, &mut param,
+                )
+            });
+        }
+        // SAFETY: the kernel, grid and argument struct are exactly what the typed launch
+        // would queue (built by the same `prepare`), so the typed launch's safety argument
+        // holds: the struct mirrors the kernel's parameter and every buffer it names is
+        // borrowed for 'a; the stream is alive ('a).
+        check("cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(
+                kernel,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                shared,
+                raw,
+                &mut param,
+                core::ptr::null_mut(),
+            )
+        })
+    }
+}
+
+impl core::fmt::Debug for RawLaunch<'_, '_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RawLaunch").finish_non_exhaustive()
+    }
 }

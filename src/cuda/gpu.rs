@@ -10,29 +10,64 @@ use cust::module::Module;
 use cust::sys::CUfunction;
 use cust::CudaFlags;
 
+/// Which plan kernel a launch uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanKernel {
+    /// Blocks of 128 threads for a plan whose rows (at most 1024) and verify entries fit one
+    /// round of the small grid, or (no checked LUT) of at most 256 rows and 4 Mi entries;
+    /// blocks of 512 threads otherwise.
+    Auto,
+    /// Always blocks of 128 threads (at most 1024 write requests; larger plans use `Large`).
+    Small,
+    /// Always blocks of 512 threads.
+    Large,
+    /// The previous kernel: blocks of 512 threads, a second (check) launch with a checked LUT.
+    Legacy,
+}
+
 /// Grid sizes of the launches, in blocks per multiprocessor (the write op always runs one block
 /// per request row). The defaults fill an H200 at full occupancy; the benchmark sweeps them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
-    /// Plan: blocks of 512 threads per SM (two fit: up to 98 KB shared memory, 56 registers;
-    /// one measured fastest on the H200, every workload of the benchmark).
+    /// Plan kernel choice.
+    pub plan_kernel: PlanKernel,
+    /// Plan: at most this many blocks of 512 threads per SM (one fits with 4096 rows: 144 KB
+    /// of shared memory, up to 117 registers). The grid also shrinks to what the verify capacity
+    /// needs, and a checked LUT uses at most one block per SM (every block must be resident).
     pub plan_blocks_per_sm: u32,
+    /// Plan: at most this many blocks of 128 threads per SM (the small kernel).
+    pub plan_small_blocks_per_sm: u32,
     /// Verify without real-KV folds: blocks of 512 threads per SM (four fit: 32 registers).
     pub verify_blocks_per_sm: u32,
     /// Verify with PARTIAL real-KV folds: blocks of 512 threads per SM (two fit: 64 registers).
     pub verify_fold_blocks_per_sm: u32,
-    /// Verify with ALL real-KV folds: blocks of 512 threads per SM (one fits: up to 128
-    /// registers, a source's strip in flight per lane).
+    /// Verify with ALL real-KV folds, unstaged (strips over 128 bytes, or a slot stride that
+    /// is not a multiple of 16): blocks of 512 threads per SM (one fits: up to 128 registers, a
+    /// source's strip in flight per lane).
     pub verify_all_blocks_per_sm: u32,
+    /// Verify with ALL real-KV folds staged through shared memory (strips of at most 128
+    /// bytes): whether to use that kernel at all (else the unstaged one).
+    pub verify_all_staged: bool,
+    /// Verify, staged ALL: blocks of 256 threads per SM (three fit: 72 KB of shared memory,
+    /// 64 registers).
+    pub verify_all_staged_blocks_per_sm: u32,
+    /// Write: the previous kernels (chain thread beside eight worker warps on every
+    /// scheduler, a select per chain step) instead of the current ones.
+    pub write_legacy: bool,
 }
 
 impl Default for LaunchConfig {
     fn default() -> Self {
         LaunchConfig {
+            plan_kernel: PlanKernel::Auto,
             plan_blocks_per_sm: 1,
+            plan_small_blocks_per_sm: 4,
             verify_blocks_per_sm: 4,
             verify_fold_blocks_per_sm: 2,
             verify_all_blocks_per_sm: 1,
+            verify_all_staged: true,
+            verify_all_staged_blocks_per_sm: 3,
+            write_legacy: false,
         }
     }
 }
@@ -40,14 +75,20 @@ impl Default for LaunchConfig {
 /// The kernel entry points of one loaded set of modules.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
-    /// `[full, full_pool, lut, lut_pool]`.
-    pub(crate) plan: [CUfunction; 4],
-    /// The LUT check launches before `plan[2]` and `plan[3]`.
-    pub(crate) plan_lut_check: [CUfunction; 2],
+    /// `[small, large]` x `[full, pool, lut_clamp, pool_lut_clamp, lut, pool_lut]`.
+    pub(crate) plan: [[CUfunction; 6]; 2],
+    /// The legacy plan: `[full, full_pool, lut, lut_pool]`.
+    pub(crate) legacy_plan: [CUfunction; 4],
+    /// The legacy LUT check launches before `legacy_plan[2]` and `legacy_plan[3]`.
+    pub(crate) legacy_plan_lut_check: [CUfunction; 2],
     /// `[none, none_tokens, partial, partial_tokens, all, all_tokens]`.
     pub(crate) verify: [CUfunction; 6],
+    /// `[all_staged, all_staged_tokens]`.
+    pub(crate) verify_all_staged: [CUfunction; 2],
     /// `[none, none_assert, partial, partial_assert, all, all_assert]`.
     pub(crate) write: [CUfunction; 6],
+    /// The legacy write kernels, same order.
+    pub(crate) legacy_write: [CUfunction; 6],
     pub(crate) scatter: CUfunction,
     pub(crate) gather_floor: CUfunction,
     pub(crate) chain_floor: CUfunction,
@@ -101,8 +142,10 @@ impl Gpu {
         let load = |ptx: &str| Module::from_ptx(ptx, &[]).map_err(cust_error("cuModuleLoadDataEx"));
         let modules = vec![
             load(ptx::PLAN)?,
+            load(ptx::PLAN_LEGACY)?,
             load(ptx::VERIFY)?,
             load(ptx::WRITE)?,
+            load(ptx::WRITE_LEGACY)?,
             load(ptx::SCATTER)?,
             load(ptx::BENCH)?,
         ];
@@ -111,23 +154,40 @@ impl Gpu {
                 .map_err(cust_error("cuModuleGetFunction"))?
                 .to_raw())
         };
-        let (pm, vm, wm, sm, bm) = (
+        let (pm, lm, vm, wm, wlm, sm, bm) = (
             &modules[0],
             &modules[1],
             &modules[2],
             &modules[3],
             &modules[4],
+            &modules[5],
+            &modules[6],
         );
+        let plan_family = |size: &str| -> Result<[CUfunction; 6], Error> {
+            let mut out = [core::ptr::null_mut(); 6];
+            for (slot, suffix) in out.iter_mut().zip([
+                "",
+                "_pool",
+                "_lut_clamp",
+                "_pool_lut_clamp",
+                "_lut",
+                "_pool_lut",
+            ]) {
+                *slot = f(pm, &format!("kv_canary_plan_{size}{suffix}"))?;
+            }
+            Ok(out)
+        };
         let kernels = Kernels {
-            plan: [
-                f(pm, "kv_canary_plan")?,
-                f(pm, "kv_canary_plan_pool")?,
-                f(pm, "kv_canary_plan_lut")?,
-                f(pm, "kv_canary_plan_pool_lut")?,
+            plan: [plan_family("small")?, plan_family("large")?],
+            legacy_plan: [
+                f(lm, "kv_canary_legacy_plan")?,
+                f(lm, "kv_canary_legacy_plan_pool")?,
+                f(lm, "kv_canary_legacy_plan_lut")?,
+                f(lm, "kv_canary_legacy_plan_pool_lut")?,
             ],
-            plan_lut_check: [
-                f(pm, "kv_canary_plan_lut_check")?,
-                f(pm, "kv_canary_plan_pool_lut_check")?,
+            legacy_plan_lut_check: [
+                f(lm, "kv_canary_legacy_plan_lut_check")?,
+                f(lm, "kv_canary_legacy_plan_pool_lut_check")?,
             ],
             verify: [
                 f(vm, "kv_canary_verify")?,
@@ -137,6 +197,10 @@ impl Gpu {
                 f(vm, "kv_canary_verify_all")?,
                 f(vm, "kv_canary_verify_all_tokens")?,
             ],
+            verify_all_staged: [
+                f(vm, "kv_canary_verify_all_staged")?,
+                f(vm, "kv_canary_verify_all_staged_tokens")?,
+            ],
             write: [
                 f(wm, "kv_canary_write")?,
                 f(wm, "kv_canary_write_assert")?,
@@ -145,15 +209,30 @@ impl Gpu {
                 f(wm, "kv_canary_write_all")?,
                 f(wm, "kv_canary_write_all_assert")?,
             ],
+            legacy_write: [
+                f(wlm, "kv_canary_legacy_write")?,
+                f(wlm, "kv_canary_legacy_write_assert")?,
+                f(wlm, "kv_canary_legacy_write_partial")?,
+                f(wlm, "kv_canary_legacy_write_partial_assert")?,
+                f(wlm, "kv_canary_legacy_write_all")?,
+                f(wlm, "kv_canary_legacy_write_all_assert")?,
+            ],
             scatter: f(sm, "kv_canary_scatter")?,
             gather_floor: f(bm, "kv_canary_gather_floor")?,
             chain_floor: f(bm, "kv_canary_chain_floor")?,
             chain_floor_vector: f(bm, "kv_canary_chain_floor_vector")?,
             empty: f(bm, "kv_canary_empty")?,
         };
-        // The plan kernels keep up to 4096 rows in dynamic shared memory (98 KB a block).
-        let plan_shared = super::plan::plan_shared_bytes(crate::consts::PLAN_BS_BLOCK_SIZE);
-        for &k in kernels.plan.iter().chain(&kernels.plan_lut_check) {
+        // The plan kernels keep up to 4096 rows in dynamic shared memory (144 KB a block; the
+        // legacy ones 98 KB).
+        let plan_shared = super::plan::plan_shared_bytes(crate::consts::PLAN_BS_BLOCK_SIZE, 512);
+        for &k in kernels
+            .plan
+            .iter()
+            .flatten()
+            .chain(&kernels.legacy_plan)
+            .chain(&kernels.legacy_plan_lut_check)
+        {
             // SAFETY: `k` is a live function of a loaded module; the attribute only raises the
             // dynamic shared memory a launch may request (launches never ask for more).
             check("cuFuncSetAttribute", unsafe {
@@ -161,6 +240,16 @@ impl Gpu {
                     k,
                     cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     plan_shared as i32,
+                )
+            })?;
+        }
+        for &k in &kernels.verify_all_staged {
+            // SAFETY: as above (72 KB of staging buffers a block).
+            check("cuFuncSetAttribute", unsafe {
+                cust::sys::cuFuncSetAttribute(
+                    k,
+                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    super::verify::STAGED_SHARED_BYTES as i32,
                 )
             })?;
         }
@@ -192,10 +281,15 @@ impl Gpu {
     /// Changes the grid sizes of later launches (each count is clamped to at least 1).
     pub fn set_launch_config(&mut self, config: LaunchConfig) {
         self.config = LaunchConfig {
+            plan_kernel: config.plan_kernel,
             plan_blocks_per_sm: config.plan_blocks_per_sm.max(1),
+            plan_small_blocks_per_sm: config.plan_small_blocks_per_sm.max(1),
             verify_blocks_per_sm: config.verify_blocks_per_sm.max(1),
             verify_fold_blocks_per_sm: config.verify_fold_blocks_per_sm.max(1),
             verify_all_blocks_per_sm: config.verify_all_blocks_per_sm.max(1),
+            verify_all_staged: config.verify_all_staged,
+            verify_all_staged_blocks_per_sm: config.verify_all_staged_blocks_per_sm.max(1),
+            write_legacy: config.write_legacy,
         };
     }
 

@@ -75,7 +75,7 @@ mod write;
 mod write_inputs;
 
 pub use canary::{ChainAssert, ChainAssertFlag, DeviceLaunch, DeviceRealKv, DeviceRealKvSource};
-pub use gpu::{Gpu, LaunchConfig};
+pub use gpu::{Gpu, LaunchConfig, PlanKernel};
 pub use inputs::{
     DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
     DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, Swa,

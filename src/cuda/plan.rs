@@ -1,21 +1,45 @@
 //! The plan launch (spec §3.2) on device buffers.
 
-use super::abi::PlanArgs;
+use super::abi::{LegacyPlanArgs, PlanArgs};
 use super::driver;
+use super::gpu::PlanKernel;
 use super::inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
-use super::stream::{launch, Queue};
+use super::stream::{Prepared, Queue, Target};
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::{Device, Error, Shape};
 
-/// Threads per plan block (`PLAN_THREADS` in kernels/plan.cu).
-const PLAN_THREADS: u32 = 512;
+/// Threads of a large plan block (`kv_canary_plan_large*` in kernels/plan.cu; the legacy
+/// kernels too) and entries a thread takes per round.
+const LARGE: (u32, u32) = (512, 4);
+/// Threads of a small plan block (`kv_canary_plan_small*`) and entries a thread takes per round.
+const SMALL: (u32, u32) = (128, 4);
+/// Rows up to which the small kernel also takes plans of several rounds (the sweep of
+/// benches/cuda: with 256 rows it beats the large one up to millions of entries, with 1024 it
+/// loses once the entries need more than one round).
+const SMALL_MULTI_ROUND_ROWS: usize = 256;
+/// Verify capacity up to which the small kernel takes plans of at most 256 rows.
+const SMALL_MULTI_ROUND_ENTRIES: usize = 4 << 20;
 /// Rows one plan block scans (`PLAN_MAX_ROWS`).
 const PLAN_MAX_ROWS: usize = crate::consts::PLAN_BS_BLOCK_SIZE;
+/// Rows a small plan block scans (eight a thread).
+const SMALL_MAX_ROWS: usize = 1024;
 
-/// Dynamic shared memory of a plan block holding `rows` rows: an `i64` offset (plus one) and
-/// four `i32` facts a row (kernels/plan.cu, `Smem`).
-pub(crate) const fn plan_shared_bytes(rows: usize) -> u32 {
+/// Dynamic shared memory of a plan block of `threads` threads holding `rows` rows
+/// (kernels/plan.cu, `Smem`): 32 bytes a slot, `rows + rows / rpt + 1` slots, where `rpt`,
+/// the rows a thread scans, is the smallest power of two with `rpt * threads >= rows` (row
+/// `r` lives in slot `r + r / rpt` when `rpt > 1`, against bank conflicts).
+pub(crate) const fn plan_shared_bytes(rows: usize, threads: u32) -> u32 {
+    let mut rpt = 1usize;
+    while rpt * (threads as usize) < rows {
+        rpt *= 2;
+    }
+    let pad = if rpt > 1 { rows / rpt } else { 0 };
+    ((rows + pad + 1) * 32) as u32
+}
+
+/// Dynamic shared memory of a legacy plan block (kernels/plan_legacy.cu, `Smem`).
+const fn legacy_plan_shared_bytes(rows: usize) -> u32 {
     ((rows + 1) * 8 + rows * 16) as u32
 }
 
@@ -38,10 +62,16 @@ pub(crate) const fn plan_shared_bytes(rows: usize) -> u32 {
 ///
 /// A LUT index past the end is checked as the CPU op checks it (every slot the plan would
 /// translate, also when the entries overflow the capacity; the first in row order is reported;
-/// nothing is written): with a LUT the op takes two launches, a check that reads the table
-/// values and the plan that writes nothing if the check found one. [`Swa::clamping`] opts into
-/// SGLang's GPU semantics instead (one launch; the index is clamped to the last element, the
-/// error recorded, the outputs written).
+/// nothing is written), still in one launch: a cooperative launch (at most one block per
+/// multiprocessor, all resident) whose blocks read their chunks' table values, agree on the
+/// first read past the LUT through a grid-wide barrier (scratch words of the stream), and only
+/// then write. [`Swa::clamping`] opts into SGLang's GPU semantics instead (no barrier; the
+/// index is clamped to the last element, the error recorded, the outputs written).
+///
+/// The grid is sized from the verify capacity (one round of entries per block, plus a block
+/// for the write metadata), with blocks of 128 threads when at most 1024 rows and the capacity
+/// fit one round of the small grid (or, without a checked LUT, at most 256 rows and 4 Mi
+/// entries), else 512; see [`LaunchConfig`](super::LaunchConfig).
 ///
 /// The one difference from the CPU op: **`bs > 4096`** is [`Error::BatchTooLarge`], nothing
 /// written (a block scans at most 4096 rows in shared memory, as SGLang's GPU path; the CPU op
@@ -57,6 +87,66 @@ pub fn plan<'a, L, V, W, E, VB, WB, BB, G, X>(
 ) -> Result<(), Error>
 where
     L: Queue<'a> + ?Sized,
+    V: SameVerifyCapacity<VB>,
+    W: SameWriteReqCapacity<WB> + SameWriteReqCapacity<BB>,
+    E: Capacity,
+    VB: Capacity,
+    WB: Capacity,
+    BB: Capacity,
+    G: DeviceGroup<'a>,
+    X: DeviceExpectedTokens<'a, W>,
+{
+    let target = on.target();
+    match prepare(&target, shape, inputs, verify, write)? {
+        PlanLaunch::Fused(launch) => {
+            // SAFETY: the arguments mirror the kernel's parameter and every address in them is
+            // a live buffer borrowed for 'a, at least the launch (the whole graph for a
+            // capture); see `prepare` for the bounds the kernels keep.
+            unsafe { launch.queue(&target) }
+        }
+        PlanLaunch::Legacy { check, plan } => {
+            if let Some(check) = check {
+                // SAFETY: as above.
+                unsafe { check.queue(&target) }?;
+            }
+            // SAFETY: as above.
+            unsafe { plan.queue(&target) }
+        }
+    }
+}
+
+/// The launches [`plan`] queues.
+#[allow(clippy::large_enum_variant)] // built and queued once; never stored
+pub(crate) enum PlanLaunch {
+    /// One launch (cooperative with a checked LUT).
+    Fused(Prepared<PlanArgs>),
+    /// The legacy kernels: a LUT check launch first when the LUT is checked, then the plan.
+    Legacy {
+        check: Option<Prepared<LegacyPlanArgs>>,
+        plan: Prepared<LegacyPlanArgs>,
+    },
+}
+
+/// The launches [`plan`] queues: kernels, grids and arguments, checked and built.
+///
+/// The arguments mirror the kernels' parameters. The batch columns hold capacity(BB) = write
+/// capacity rows and a kernel reads rows < smem_rows <= that; the table holds rows x width
+/// cells, the LUT lut_len, the pool pool_rows x pool_width, the valid lengths the write
+/// capacity; the verify arrays hold verify_capacity entries (written only when the entries
+/// fit), the write offsets write_capacity + 1 and the seeds write_capacity; the kernels bound
+/// every access by these numbers (kernels/plan.cu). The small kernel scans at most 1024 rows
+/// (`small` implies smem_rows <= 1024). The stream's scratch holds the four words the checked
+/// kernel's grid barrier uses, with its invariant (kernels/plan.cu, `grid_lut_verdict`); that
+/// kernel is launched cooperatively, at most one block per multiprocessor, so every block is
+/// resident and the barrier cannot hang. The legacy kernels use scratch words 4 and 5.
+pub(crate) fn prepare<'a, V, W, E, VB, WB, BB, G, X>(
+    target: &Target<'_>,
+    shape: &Shape<V, W, E>,
+    inputs: &PlanInputs<'a, BB, G, X>,
+    verify: &'a VerifyPlan<VB, Device>,
+    write: &'a WritePlan<WB, Device>,
+) -> Result<PlanLaunch, Error>
+where
     V: SameVerifyCapacity<VB>,
     W: SameWriteReqCapacity<WB> + SameWriteReqCapacity<BB>,
     E: Capacity,
@@ -92,8 +182,96 @@ where
         None => (0, 0, 0, 0, 0),
     };
     let smem_rows = write.capacity().get().min(PLAN_MAX_ROWS);
-    let shared = plan_shared_bytes(smem_rows);
-    let target = on.target();
+    let config = target.gpu.launch_config();
+    let sms = target.gpu.sm_count();
+    let window = i64::try_from(inputs.group.window()).unwrap_or(i64::MAX);
+    let (v_slots, v_tokens, v_positions, v_prevs) = (
+        driver::addr(&verify.slot_indices),
+        driver::addr(&verify.expected_tokens),
+        driver::addr(&verify.expected_positions),
+        driver::addr(&verify.prev_slot_indices),
+    );
+    let pool_variant = usize::from(pool.is_some());
+    let checked = lut.is_some() && inputs.group.checks_lut();
+    if config.plan_kernel == PlanKernel::Legacy {
+        let args = LegacyPlanArgs {
+            req_pool_indices: driver::addr(&inputs.batch.req_pool_indices),
+            prefix_lens: driver::addr(&inputs.batch.prefix_lens),
+            extend_lens: driver::addr(&inputs.batch.extend_seq_lens),
+            bs: driver::box_addr(&inputs.batch.bs),
+            table: driver::addr(&table.data),
+            table_rows: table.rows() as i64,
+            table_width: table.width() as i64,
+            lut: lut.map_or(0, |l| driver::addr(&l.data)),
+            lut_len: lut.map_or(0, |l| l.len() as i64),
+            pool: pool_ptr,
+            pool_rows,
+            pool_width,
+            valid_lens: lens,
+            valid_lens_len: lens_len,
+            window,
+            offset: inputs.offset.value(),
+            v_slots,
+            v_tokens,
+            v_positions,
+            v_prevs,
+            v_num_valid: driver::box_addr(&verify.num_valid),
+            v_enable: driver::box_addr(&verify.enable),
+            verify_capacity: verify_capacity as i64,
+            w_offsets: driver::addr(&write.offsets),
+            w_seeds: driver::addr(&write.seed_slot_indices),
+            w_num_valid_reqs: driver::box_addr(&write.num_valid_reqs),
+            write_capacity: write.capacity().get() as i64,
+            status: target.status,
+            lut_key: target.scratch + 4 * 8,
+            lut_done: target.scratch + 5 * 8,
+            smem_rows: smem_rows as i64,
+        };
+        let kernels = target.gpu.kernels();
+        let variant = usize::from(lut.is_some()) * 2 + pool_variant;
+        let grid = sms * config.plan_blocks_per_sm;
+        let shared = legacy_plan_shared_bytes(smem_rows);
+        let launch = |kernel| Prepared {
+            kernel,
+            grid,
+            block: LARGE.0,
+            shared,
+            args,
+            cooperative: false,
+        };
+        return Ok(PlanLaunch::Legacy {
+            check: checked.then(|| launch(kernels.legacy_plan_lut_check[pool_variant])),
+            plan: launch(kernels.legacy_plan[variant]),
+        });
+    }
+    let one_small_round =
+        verify_capacity <= (sms * config.plan_small_blocks_per_sm * SMALL.0 * SMALL.1) as usize;
+    let small_fits = smem_rows <= SMALL_MAX_ROWS
+        && (one_small_round
+            || (!checked
+                && smem_rows <= SMALL_MULTI_ROUND_ROWS
+                && verify_capacity <= SMALL_MULTI_ROUND_ENTRIES));
+    let small = match config.plan_kernel {
+        PlanKernel::Small => smem_rows <= SMALL_MAX_ROWS,
+        PlanKernel::Large | PlanKernel::Legacy => false,
+        PlanKernel::Auto => small_fits,
+    };
+    let ((threads, per_thread), per_sm) = if small {
+        (SMALL, config.plan_small_blocks_per_sm)
+    } else {
+        (LARGE, config.plan_blocks_per_sm)
+    };
+    // Enough entry blocks for the capacity in one round each, plus a block of its own for the
+    // write metadata, within the grid limit; a checked LUT needs every block resident (one a
+    // multiprocessor at most, whatever else the GPU runs).
+    let max_blocks = if checked { sms } else { sms * per_sm };
+    let round = (threads * per_thread) as usize;
+    let needed = verify_capacity.div_ceil(round).max(1);
+    let (grid, entry_blocks) = if needed < max_blocks as usize {
+        (needed as u32 + 1, needed as u32)
+    } else {
+        (max_blocks, max_blocks)
+    };
     let args = PlanArgs {
         req_pool_indices: driver::addr(&inputs.batch.req_pool_indices),
         prefix_lens: driver::addr(&inputs.batch.prefix_lens),
@@ -109,12 +287,12 @@ where
         pool_width,
         valid_lens: lens,
         valid_lens_len: lens_len,
-        window: i64::try_from(inputs.group.window()).unwrap_or(i64::MAX),
+        window,
         offset: inputs.offset.value(),
-        v_slots: driver::addr(&verify.slot_indices),
-        v_tokens: driver::addr(&verify.expected_tokens),
-        v_positions: driver::addr(&verify.expected_positions),
-        v_prevs: driver::addr(&verify.prev_slot_indices),
+        v_slots,
+        v_tokens,
+        v_positions,
+        v_prevs,
         v_num_valid: driver::box_addr(&verify.num_valid),
         v_enable: driver::box_addr(&verify.enable),
         verify_capacity: verify_capacity as i64,
@@ -123,42 +301,46 @@ where
         w_num_valid_reqs: driver::box_addr(&write.num_valid_reqs),
         write_capacity: write.capacity().get() as i64,
         status: target.status,
-        lut_key: target.scratch,
-        lut_done: target.scratch + 8,
+        scratch: target.scratch,
         smem_rows: smem_rows as i64,
+        entry_blocks: i64::from(entry_blocks),
     };
-    let kernels = target.gpu.kernels();
-    let variant = usize::from(lut.is_some()) * 2 + usize::from(pool.is_some());
-    let grid = target.gpu.sm_count() * target.gpu.launch_config().plan_blocks_per_sm;
-    if lut.is_some() && inputs.group.checks_lut() {
-        // SAFETY: as for the plan kernel below (same arguments; the check kernel only reads the
-        // inputs, bounded the same way, and the stream's two scratch words).
-        unsafe {
-            launch(
-                &target,
-                kernels.plan_lut_check[usize::from(pool.is_some())],
-                grid,
-                PLAN_THREADS,
-                shared,
-                &args,
-            )
-        }?;
-    }
-    // SAFETY: `PlanArgs` mirrors the kernel's parameter. Every address is a live buffer borrowed
-    // for 'a (at least the launch; the whole graph for a capture): the batch columns hold
-    // capacity(BB) = write capacity rows and the kernel reads rows < bs only after checking
-    // bs <= write_capacity; the table holds rows x width cells, the LUT lut_len, the pool
-    // pool_rows x pool_width, the valid lengths the write capacity; the verify arrays hold
-    // verify_capacity entries, the write offsets write_capacity + 1 and the seeds write_capacity;
-    // the kernel bounds every access by these numbers (kernels/plan.cu).
-    unsafe {
-        launch(
-            &target,
-            kernels.plan[variant],
-            grid,
-            PLAN_THREADS,
-            shared,
-            &args,
-        )
+    let lut_mode = match (lut.is_some(), checked) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
+    };
+    let kernel = target.gpu.kernels().plan[usize::from(!small)][lut_mode * 2 + pool_variant];
+    Ok(PlanLaunch::Fused(Prepared {
+        kernel,
+        grid,
+        block: threads,
+        shared: plan_shared_bytes(smem_rows, threads),
+        args,
+        cooperative: checked,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_fits_an_sm_for_every_row_count() {
+        // 227 KB: the most a Hopper block may opt into.
+        for rows in 1..=PLAN_MAX_ROWS {
+            assert!(
+                plan_shared_bytes(rows, LARGE.0) <= 227 * 1024,
+                "{rows} rows"
+            );
+        }
+        for rows in 1..=SMALL_MAX_ROWS {
+            assert!(plan_shared_bytes(rows, SMALL.0) <= plan_shared_bytes(PLAN_MAX_ROWS, LARGE.0));
+        }
+        // Row r of thread t sits in slot r + r / rpt: 4096 rows of 512 threads (rpt 8) take
+        // 4096 + 512 slots plus the total.
+        assert_eq!(plan_shared_bytes(4096, 512), (4096 + 512 + 1) * 32);
+        assert_eq!(plan_shared_bytes(512, 512), (512 + 1) * 32);
+        assert_eq!(plan_shared_bytes(513, 512), (513 + 256 + 1) * 32);
     }
 }

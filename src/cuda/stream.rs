@@ -10,7 +10,11 @@ use cust::stream::StreamFlags;
 use cust::sys::{self, CUfunction, CUgraph, CUgraphExec, CUstream, CUstreamCaptureMode};
 
 /// Words of a stream's launch scratch.
-const SCRATCH_WORDS: usize = 2;
+const SCRATCH_WORDS: usize = 6;
+/// Their values when nothing runs: the plan's grid barrier (arrivals, generation, the first
+/// out-of-LUT read of even and odd generations), then the legacy plan's out-of-LUT key and
+/// block counter.
+const SCRATCH_INIT: [i64; SCRATCH_WORDS] = [0, 0, i64::MAX, i64::MAX, i64::MAX, 0];
 
 /// A CUDA stream of one [`Gpu`], with its sticky status word.
 ///
@@ -22,8 +26,9 @@ pub struct Stream<'g> {
     gpu: &'g Gpu,
     raw: cust::stream::Stream,
     status: DeviceBuffer<i64>,
-    /// Launch scratch owned by the stream (launches allocate nothing): `[0]` the plan's
-    /// out-of-LUT key (`i64::MAX` when clear), `[1]` its block counter.
+    /// Launch scratch owned by the stream (launches allocate nothing): `[0..4]` the checked
+    /// plan's grid barrier and out-of-LUT keys, `[4..6]` the legacy plan's key and counter
+    /// (`SCRATCH_INIT`). Launches on one stream run in order, so they share it safely.
     scratch: DeviceBuffer<i64>,
 }
 
@@ -35,7 +40,7 @@ impl<'g> Stream<'g> {
             .map_err(cust_error("cuStreamCreate"))?;
         let status = driver::zeroed::<i64>(STATUS_WORDS)?;
         let scratch = driver::zeroed::<i64>(SCRATCH_WORDS)?;
-        driver::upload(&scratch, 0, &[i64::MAX, 0])?;
+        driver::upload(&scratch, 0, &SCRATCH_INIT)?;
         Ok(Stream {
             gpu,
             raw,
@@ -121,6 +126,11 @@ impl<'g> Stream<'g> {
             handle: graph,
             _buffers: PhantomData,
         })
+    }
+
+    /// The raw stream handle (for the raw launches of `floors`).
+    pub(crate) fn raw_handle(&self) -> CUstream {
+        self.raw.as_inner()
     }
 
     pub(crate) fn target(&self) -> Target<'_> {
@@ -307,7 +317,8 @@ impl sealed::LaunchTarget for Capture<'_, '_> {
     }
 }
 
-/// Queues `kernel<<<grid, block, shared_bytes>>>(*args)` on `target`'s stream.
+/// Queues `kernel<<<grid, block, shared_bytes>>>(*args)` on `target`'s stream; with
+/// `cooperative`, as a cooperative launch (every block resident at once, or the launch fails).
 ///
 /// # Safety
 ///
@@ -323,7 +334,76 @@ pub(crate) unsafe fn launch<A: Copy>(
     shared_bytes: u32,
     args: &A,
 ) -> Result<(), Error> {
+    // SAFETY: forwarded; the caller's contract is this function's.
+    unsafe { launch_with(target, kernel, grid, block, shared_bytes, args, false) }
+}
+
+/// One kernel launch with its argument struct, ready to queue (see [`Prepared::queue`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Prepared<A> {
+    pub(crate) kernel: CUfunction,
+    pub(crate) grid: u32,
+    pub(crate) block: u32,
+    pub(crate) shared: u32,
+    pub(crate) args: A,
+    pub(crate) cooperative: bool,
+}
+
+impl<A: Copy> Prepared<A> {
+    /// Queues the launch on `target`'s stream.
+    ///
+    /// # Safety
+    ///
+    /// As for [`launch`]: `A` is the kernel's parameter type and every address in `args` is
+    /// live (and as large as `args` says) for as long as the launch can run.
+    pub(crate) unsafe fn queue(&self, target: &Target<'_>) -> Result<(), Error> {
+        // SAFETY: forwarded; the caller's contract is this function's.
+        unsafe {
+            launch_with(
+                target,
+                self.kernel,
+                self.grid,
+                self.block,
+                self.shared,
+                &self.args,
+                self.cooperative,
+            )
+        }
+    }
+}
+
+/// [`launch`], cooperative or not.
+///
+/// # Safety
+///
+/// As for [`launch`].
+pub(crate) unsafe fn launch_with<A: Copy>(
+    target: &Target<'_>,
+    kernel: CUfunction,
+    grid: u32,
+    block: u32,
+    shared_bytes: u32,
+    args: &A,
+    cooperative: bool,
+) -> Result<(), Error> {
     let mut param = args as *const A as *mut core::ffi::c_void;
+    if cooperative {
+        // SAFETY: as below; a cooperative launch takes the same parameter array.
+        return check("cuLaunchCooperativeKernel", unsafe {
+            sys::cuLaunchCooperativeKernel(
+                kernel,
+                grid.max(1),
+                1,
+                1,
+                block,
+                1,
+                1,
+                shared_bytes,
+                target.stream,
+                &mut param,
+            )
+        });
+    }
     // SAFETY: one kernel parameter, passed by pointer; the driver copies its bytes before
     // returning (also when capturing), so `args` may be a temporary. The caller vouches for the
     // rest (see above).

@@ -3,7 +3,7 @@
 use super::abi::VerifyArgs;
 use super::canary::DeviceLaunch;
 use super::driver;
-use super::stream::{launch, Queue};
+use super::stream::{Prepared, Queue, Target};
 use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity};
 use crate::plan::VerifyPlan;
@@ -11,6 +11,10 @@ use crate::{Device, Error, Shape};
 
 /// Threads per verify block (`VERIFY_THREADS` in kernels/verify.cu).
 const VERIFY_THREADS: u32 = 512;
+/// Threads per staged ALL block (`STAGED_THREADS`).
+const STAGED_THREADS: u32 = 256;
+/// Dynamic shared memory of a staged ALL block: 8 warps x 2 stages x 4608 bytes (`Stage`).
+pub(crate) const STAGED_SHARED_BYTES: u32 = 8 * 2 * 4608;
 
 /// Queues the verify op of spec §5 on `on`: checks the plan's active entries against `canary`
 /// and appends a row per failing entry to `ring`.
@@ -21,7 +25,10 @@ const VERIFY_THREADS: u32 = 512;
 /// `verify_num_valid` are read on the device.
 ///
 /// A full grid (every SM) strides over the entries; each entry's own and predecessor slots are
-/// gathered together. In ALL real-KV mode four lanes share an entry, each folding one source.
+/// gathered together. In ALL real-KV mode four lanes share an entry, each folding one source;
+/// when every source reads at most 128 bytes a token and the slot stride is a multiple of 16,
+/// each warp stages batches of eight entries (their strips and slots) in shared memory with
+/// asynchronous copies and folds one batch while the next is in flight.
 ///
 /// # On the device: what is recorded and skipped
 ///
@@ -52,9 +59,55 @@ where
     S: Capacity,
     R: Capacity,
 {
+    let target = on.target();
+    let prepared = prepare(
+        &target,
+        shape,
+        plan,
+        check,
+        launch_settings,
+        canary,
+        ring,
+        counters,
+    )?;
+    // SAFETY: `VerifyArgs` mirrors the kernel's parameter (see `prepare`); every address in it
+    // is a live buffer borrowed for 'a, at least the launch (the whole graph for a capture).
+    unsafe { prepared.queue(&target) }
+}
+
+/// The launch [`verify`] queues: kernel, grid and arguments, checked and built.
+///
+/// `VerifyArgs` mirrors the kernel's parameter and the kernel's accesses stay inside the
+/// buffers it names: the plan arrays hold `capacity` entries and the kernel reads entries
+/// < clamp(num_valid, 0, capacity) only; the canary buffer holds num_slots x stride bytes and
+/// every slot and predecessor is checked against num_slots before it is loaded; the ring holds
+/// ring_capacity rows (rows past it are dropped); real-KV sources hold num_rows rows of
+/// row_stride bytes (validated layout) and every row is checked; the scalars are live. The
+/// staged kernel copies 16-byte pieces: slots at multiples of the stride (a multiple of 16,
+/// checked here) and strips of read_bytes <= 128 (multiples of 16, validated), inside the rows
+/// the same checks allow; its shared memory is the size it is given.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn prepare<'a, V, W, E, VB, K, S, R>(
+    target: &Target<'_>,
+    shape: &Shape<V, W, E>,
+    plan: &'a VerifyPlan<VB, Device>,
+    check: K,
+    launch_settings: &DeviceLaunch<'a>,
+    canary: &'a CanaryBuffer<S, Device>,
+    ring: &'a ViolationRing<R, Device>,
+    counters: &'a HealthCounters<Device>,
+) -> Result<Prepared<VerifyArgs>, Error>
+where
+    V: SameVerifyCapacity<VB>,
+    W: Capacity,
+    E: Capacity,
+    VB: Capacity,
+    K: TokenCheck,
+    S: Capacity,
+    R: Capacity,
+{
     let _ = check;
     shape.verify_capacity().check(plan.capacity())?;
-    let target = on.target();
     let kv = launch_settings.real_kv;
     let args = VerifyArgs {
         slots: driver::addr(&plan.slot_indices),
@@ -78,26 +131,39 @@ where
     };
     let kind = kv.kind();
     let config = target.gpu.launch_config();
-    let per_sm = match kind {
-        0 => config.verify_blocks_per_sm,
-        1 => config.verify_fold_blocks_per_sm,
-        _ => config.verify_all_blocks_per_sm,
-    };
-    let kernel = target.gpu.kernels().verify[kind * 2 + usize::from(K::ENABLED)];
-    // SAFETY: `VerifyArgs` mirrors the kernel's parameter. Every address is a live buffer
-    // borrowed for 'a: the plan arrays hold `capacity` entries and the kernel reads entries
-    // < clamp(num_valid, 0, capacity) only; the canary buffer holds num_slots x stride bytes and
-    // every slot and predecessor is checked against num_slots before it is loaded; the ring
-    // holds ring_capacity rows (rows past it are dropped); real-KV sources hold num_rows rows
-    // of row_stride bytes (validated layout) and every row is checked; the scalars are live.
-    unsafe {
-        launch(
-            &target,
-            kernel,
+    let staged = kind == 2
+        && config.verify_all_staged
+        && args.stride % 16 == 0
+        && args.kv.read_bytes[..args.kv.num_sources as usize]
+            .iter()
+            .all(|&b| b <= 128);
+    let kernels = target.gpu.kernels();
+    let (kernel, grid, threads, shared) = if staged {
+        (
+            kernels.verify_all_staged[usize::from(K::ENABLED)],
+            target.gpu.sm_count() * config.verify_all_staged_blocks_per_sm,
+            STAGED_THREADS,
+            STAGED_SHARED_BYTES,
+        )
+    } else {
+        let per_sm = match kind {
+            0 => config.verify_blocks_per_sm,
+            1 => config.verify_fold_blocks_per_sm,
+            _ => config.verify_all_blocks_per_sm,
+        };
+        (
+            kernels.verify[kind * 2 + usize::from(K::ENABLED)],
             target.gpu.sm_count() * per_sm,
             VERIFY_THREADS,
             0,
-            &args,
         )
-    }
+    };
+    Ok(Prepared {
+        kernel,
+        grid,
+        block: threads,
+        shared,
+        args,
+        cooperative: false,
+    })
 }

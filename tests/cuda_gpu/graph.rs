@@ -58,6 +58,106 @@ pub fn plan_replay(gpu: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
+/// A plan with a checked LUT (one cooperative launch whose blocks meet at a grid-wide barrier)
+/// captured once and replayed 40 times over refilled batches, some of which read a table value
+/// past the LUT: each replay equals the CPU op (the same error and nothing written, or the
+/// same outputs), so the barrier's scratch words stay consistent across replays. The batches
+/// are large enough that the blocks take several rounds of entries.
+pub fn plan_lut_replay(gpu: &Gpu) -> Result<(), String> {
+    type S = Shape<Cap<200_000>, Cap<256>, Cap<256>>;
+    const ROWS: usize = 257;
+    const WIDTH: usize = 1024;
+    const LUT_LEN: usize = 10_001;
+    let shape = S::new();
+    let mut rng = Rng::new(0x1A7_0000);
+    // Random slots inside the LUT, but rows 7 and 9 hold one value past it (columns 500, 1000).
+    let mut cells: Vec<i32> = (0..ROWS * WIDTH)
+        .map(|_| rng.range(-1, LUT_LEN as i64 - 1) as i32)
+        .collect();
+    cells[7 * WIDTH + 500] = LUT_LEN as i32 + 3;
+    cells[9 * WIDTH + 1000] = LUT_LEN as i32;
+    let host_table = ReqToToken::from_vec(ROWS, WIDTH, cells).map_err(fail("table"))?;
+    let host_lut: Vec<i64> = (0..LUT_LEN).map(|_| rng.range(-1, 1 << 20)).collect();
+    let window = 700u64;
+    let table = cuda::DeviceReqToToken::from_host(gpu, &host_table).map_err(fail("table"))?;
+    let lut = cuda::DeviceLut::from_host(gpu, &host_lut).map_err(fail("lut"))?;
+    let batch = shape.device_batch(gpu).map_err(fail("batch"))?;
+    let verify = shape.device_verify_plan(gpu).map_err(fail("verify plan"))?;
+    let write = shape.device_write_plan(gpu).map_err(fail("write plan"))?;
+    let (mut host_verify, mut host_write) = (shape.verify_plan(), shape.write_plan());
+    let mut stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let inputs = cuda::PlanInputs::full(&batch, &table).with_group(cuda::Swa::new(window, &lut));
+    let graph = stream
+        .capture(|s| cuda::plan(s, &shape, &inputs, &verify, &write))
+        .map_err(fail("capture"))?;
+    let (mut errors, mut multi_round) = (0, 0);
+    for step in 0..40 {
+        let bs = rng.range(1, 255);
+        let mut host_batch: Batch = (0..bs)
+            .map(|_| {
+                // Rows 7 and 9 (with their bad cells) in about one batch of three.
+                let rp = if rng.chance(1) {
+                    rng.pick(&[7, 9])
+                } else {
+                    rng.range(0, ROWS as i64 - 1)
+                };
+                BatchRow {
+                    req_pool_index: rp,
+                    prefix_len: rng.range(0, WIDTH as i64),
+                    extend_len: rng.range(0, 3),
+                }
+            })
+            .collect();
+        if step % 3 == 1 {
+            // Row 7's window [100, 800) holds its bad cell: a LUT error for sure.
+            host_batch.push(BatchRow {
+                req_pool_index: 7,
+                prefix_len: 800,
+                extend_len: 1,
+            });
+        }
+        batch.upload(&host_batch).map_err(fail("upload"))?;
+        graph.replay().map_err(fail("replay"))?;
+        let got = graph.stream().status();
+        graph.stream().clear_status().map_err(fail("clear"))?;
+        let host_inputs = kv_canary::PlanInputs::full(&host_batch, &host_table)
+            .with_group(kv_canary::Swa::window(window).with_lut(&host_lut));
+        let want = cpu::plan(&shape, &host_inputs, &mut host_verify, &mut host_write);
+        match (&want, &got) {
+            (Err(w), Err(g)) => {
+                ensure!(w == g, "step {step}: CPU error {w:?}, GPU {g:?}");
+                errors += 1;
+            }
+            (Ok(summary), Ok(())) => {
+                if summary.requested_entries > 132 * 512 {
+                    multi_round += 1;
+                }
+            }
+            _ => return Err(format!("step {step}: CPU {want:?}, GPU {got:?}")),
+        }
+        let (v, w) = (
+            verify.to_host().map_err(fail("download"))?,
+            write.to_host().map_err(fail("download"))?,
+        );
+        ensure!(
+            v == host_verify,
+            "step {step}: verify plans differ after replay"
+        );
+        ensure!(
+            w == host_write,
+            "step {step}: write plans differ after replay"
+        );
+    }
+    println!(
+        "    1 capture, 40 replays with a checked LUT: equal to the CPU op ({errors} LUT errors, nothing written; {multi_round} batches past one round of the small grid)"
+    );
+    ensure!(
+        (13..=35).contains(&errors) && multi_round >= 3,
+        "{errors} LUT errors, {multi_round} multi-round batches: the batches do not mix enough"
+    );
+    Ok(())
+}
+
 /// A whole step — plan, verify, write, verify — captured once into one graph and replayed over
 /// 24 engine steps (prefills, decodes, padding rows, a tampered slot now and then), the inputs
 /// refilled in place and the chain-position assert flipped on the device after warm-up; after

@@ -27,6 +27,7 @@ const TESTS: &[(&str, TestFn)] = &[
     ("worked_examples_write_verify", canary::worked_example),
     ("plan_differential_vs_cpu", plan::differential),
     ("plan_large_batches_vs_cpu", plan::large_batches),
+    ("plan_kernels_agree_vs_cpu", plan::kernels_agree),
     (
         "plan_malformed_rows_write_nothing",
         plan::malformed_rows_write_nothing,
@@ -39,6 +40,7 @@ const TESTS: &[(&str, TestFn)] = &[
         canary::malformed_write_verify,
     ),
     ("plan_graph_capture_and_replay", graph::plan_replay),
+    ("plan_checked_lut_graph_replay", graph::plan_lut_replay),
     ("step_graph_capture_and_replay", graph::step_replay),
 ];
 

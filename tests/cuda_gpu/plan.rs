@@ -4,7 +4,7 @@
 use crate::rng::Rng;
 use crate::{ensure, fail};
 use kv_canary::conformance::{run_dir, Backend, Outcome, RunOptions};
-use kv_canary::cuda::{Gpu, Offload};
+use kv_canary::cuda::{Gpu, LaunchConfig, Offload, PlanKernel};
 use kv_canary::input::{ExpectedTokens, Group};
 use kv_canary::{
     cpu, Batch, BatchRow, Error, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa,
@@ -238,6 +238,18 @@ pub fn run(
     write: &mut Write,
     verify_override: usize,
 ) -> Result<(), Error> {
+    run_on(case, backend, None, verify, write, verify_override)
+}
+
+/// [`run`], on `offload` instead of the default one for the CUDA backend.
+fn run_on(
+    case: &Case,
+    backend: Backend,
+    offload: Option<&Offload<'_>>,
+    verify: &mut Verify,
+    write: &mut Write,
+    verify_override: usize,
+) -> Result<(), Error> {
     let vcap = if verify_override == 1 << 40 {
         // Sizing run: a capacity large enough for any case, the buffer matching it.
         *verify = VerifyPlan::with_capacity(cap("verify_capacity", 1 << 20));
@@ -247,17 +259,18 @@ pub fn run(
     };
     let shape = UncheckedShape::from_capacities(vcap, write.capacity(), cap("e", 1));
     let base = PlanInputs::full(&case.batch, &case.table).with_offset(case.offset);
+    let on = (backend, offload);
     match (&case.lut, &case.pool) {
-        (None, None) => launch(backend, &shape, &base, verify, write),
+        (None, None) => launch(on, &shape, &base, verify, write),
         (None, Some((t, l))) => launch(
-            backend,
+            on,
             &shape,
             &base.with_expected(t.with_valid_lens(l)),
             verify,
             write,
         ),
         (Some(lut), None) => launch(
-            backend,
+            on,
             &shape,
             &base.with_group(Swa::window(case.window).with_lut(lut)),
             verify,
@@ -267,30 +280,38 @@ pub fn run(
             let i = base
                 .with_group(Swa::window(case.window).with_lut(lut))
                 .with_expected(t.with_valid_lens(l));
-            launch(backend, &shape, &i, verify, write)
+            launch(on, &shape, &i, verify, write)
         }
     }
 }
 
 fn launch<G: Group, X: ExpectedTokens>(
-    backend: Backend,
+    (backend, offload): (Backend, Option<&Offload<'_>>),
     shape: &UncheckedShape,
     inputs: &PlanInputs<'_, G, X>,
     verify: &mut Verify,
     write: &mut Write,
 ) -> Result<(), Error> {
-    match backend {
-        Backend::Cpu => cpu::plan(shape, inputs, verify, write).map(drop),
-        Backend::Cuda => Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write)),
+    match (backend, offload) {
+        (Backend::Cpu, _) => cpu::plan(shape, inputs, verify, write).map(drop),
+        (Backend::Cuda, Some(off)) => off.plan(shape, inputs, verify, write),
+        (Backend::Cuda, None) => {
+            Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))
+        }
     }
 }
 
 /// Runs `case` on both backends from the same initial buffers and compares result and buffers.
 pub fn compare(case: &Case, label: &str) -> Result<(), String> {
+    compare_on(case, label, None)
+}
+
+/// [`compare`], the GPU side on `offload` when given.
+fn compare_on(case: &Case, label: &str, offload: Option<&Offload<'_>>) -> Result<(), String> {
     let (mut cv, mut cw) = (case.verify.clone(), case.write.clone());
     let (mut gv, mut gw) = (case.verify.clone(), case.write.clone());
     let cpu = run(case, Backend::Cpu, &mut cv, &mut cw, 0);
-    let gpu = run(case, Backend::Cuda, &mut gv, &mut gw, 0);
+    let gpu = run_on(case, Backend::Cuda, offload, &mut gv, &mut gw, 0);
     if let Err(Error::NoCudaDevice { .. }) | Err(Error::Cuda { .. }) = &gpu {
         return Err(format!("{label}: GPU failed: {gpu:?}"));
     }
@@ -405,5 +426,125 @@ pub fn malformed_rows_write_nothing(_: &Gpu) -> Result<(), String> {
     }
     println!("    error kinds reproduced on the GPU: {seen:?}");
     ensure!(seen.len() >= 5, "only {seen:?} error kinds generated");
+    Ok(())
+}
+
+/// A large valid-ish case (hundreds of rows of thousands of tokens, millions of entries), so
+/// that every block of the GPU plan takes several rounds; LUTs (sometimes too short), pools,
+/// capacities exact, loose or one short.
+pub fn big_case(rng: &mut Rng) -> Case {
+    let rows = 300usize;
+    let width = rng.range(1000, 3000) as usize;
+    let pool_slots = 5000i64;
+    let cells = (0..rows * width)
+        .map(|_| rng.range(-1, pool_slots - 1) as i32)
+        .collect();
+    let table = ReqToToken::from_vec(rows, width, cells).unwrap();
+    let bs = rng.range(200, 1024) as usize;
+    let batch: Batch = (0..bs)
+        .map(|_| BatchRow {
+            req_pool_index: rng.range(0, rows as i64 - 1),
+            prefix_len: rng.range(-2, width as i64),
+            extend_len: rng.range(-1, 4),
+        })
+        .collect();
+    let (window, lut) = if rng.chance(40) {
+        let window = rng.pick(&[0, 7, 700, width as u64]);
+        let len = if rng.chance(15) {
+            rng.range(pool_slots - 3, pool_slots) as usize
+        } else {
+            pool_slots as usize + 1
+        };
+        (
+            window,
+            Some((0..len).map(|_| rng.range(-1, 1 << 24)).collect()),
+        )
+    } else {
+        (0, None)
+    };
+    let pool = if rng.chance(30) {
+        let t = (0..rows * (width + 1))
+            .map(|_| rng.range(-5, 100_000) as i32)
+            .collect();
+        let lens: Vec<i64> = (0..bs).map(|_| rng.range(-2, width as i64 + 2)).collect();
+        Some((
+            ExpectedTokenTable::from_vec(rows, width + 1, t).unwrap(),
+            lens,
+        ))
+    } else {
+        None
+    };
+    let offset = if rng.chance(50) {
+        PositionOffset::Target
+    } else {
+        PositionOffset::EagleDraft
+    };
+    let write_cap = bs + rng.range(0, 3) as usize;
+    let mut case = Case {
+        batch,
+        table,
+        window,
+        lut,
+        pool,
+        offset,
+        verify: VerifyPlan::from_parts(cap("v", 1), vec![0], vec![0], vec![0], vec![0], 0, 0)
+            .unwrap(),
+        write: WritePlan::from_parts(cap("w", 1), vec![0; 2], vec![0], 0).unwrap(),
+    };
+    let requested = requested_entries(&case) as usize;
+    let verify_cap = match rng.below(3) {
+        0 => requested,
+        1 => requested + rng.range(1, 20) as usize,
+        _ => requested.saturating_sub(1),
+    }
+    .max(1);
+    let (v, w) = poisoned_plans(rng, verify_cap, write_cap);
+    case.verify = v;
+    case.write = w;
+    case
+}
+
+/// Every plan kernel (small and large blocks, one block a multiprocessor at most, so that
+/// blocks take several rounds; the legacy two-launch one) forced on random cases, small ones
+/// and big ones (millions of entries): each equals the CPU op, errors included.
+pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
+    let cases = crate::scaled(300);
+    let big = crate::scaled(30);
+    for kernel in [PlanKernel::Small, PlanKernel::Large, PlanKernel::Legacy] {
+        let mut gpu = Gpu::new().map_err(fail("gpu"))?;
+        gpu.set_launch_config(LaunchConfig {
+            plan_kernel: kernel,
+            plan_blocks_per_sm: 1,
+            plan_small_blocks_per_sm: 1,
+            ..gpu.launch_config()
+        });
+        let offload = Offload::new(&gpu).map_err(fail("offload"))?;
+        for seed in 0..cases {
+            let mut rng = Rng::new(0xCE_0000 + seed);
+            let (max_bs, max_width) = if seed % 4 == 0 {
+                (1024, 200)
+            } else {
+                (200, 48)
+            };
+            let case = random_case(&mut rng, max_bs, max_width);
+            compare_on(
+                &case,
+                &format!("{kernel:?} plan case seed {seed}"),
+                Some(&offload),
+            )?;
+        }
+        for seed in 0..big {
+            let mut rng = Rng::new(0xB16C_0000 + seed);
+            let case = big_case(&mut rng);
+            compare_on(
+                &case,
+                &format!("{kernel:?} big plan case seed {seed}"),
+                Some(&offload),
+            )?;
+        }
+    }
+    println!(
+        "    {cases} random plan cases and {big} big ones (up to 3 M entries) x 3 kernels (small, large, legacy; one block a multiprocessor) equal to the CPU op"
+    );
     Ok(())
 }
