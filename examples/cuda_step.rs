@@ -42,7 +42,10 @@ fn main() -> Result<(), Error> {
     let canary = CanaryBuffer::<Cap<256>>::new().to_device(&gpu)?;
     let ring = ViolationRing::<Cap<16>>::new().to_device(&gpu)?;
     let counters = HealthCounters::new().to_device(&gpu)?;
-    let launch = DeviceLaunch::new(LaunchTag::HeadKFull);
+    // One canary buffer here: the head verify and the write run with the HEAD tag, the tail
+    // verify with the TAIL tag, so each violation row says which verify found it.
+    let head = DeviceLaunch::new(LaunchTag::HeadKFull);
+    let tail = DeviceLaunch::new(LaunchTag::TailKFull);
     let plan_inputs = cuda::PlanInputs::full(&batch, &table);
     let events: Vec<Event> = (0..5).map(|_| Event::new()).collect::<Result<_, _>>()?;
 
@@ -90,14 +93,14 @@ fn main() -> Result<(), Error> {
             &shape,
             &verify,
             TokenCheckOff,
-            &launch,
+            &head,
             &canary,
             &ring,
             &counters,
         )?;
         stream.record(&events[2])?;
         cuda::write(
-            &stream, &shape, &write, &inputs, &launch, &canary, &ring, &counters,
+            &stream, &shape, &write, &inputs, &head, &canary, &ring, &counters,
         )?;
         stream.record(&events[3])?;
         cuda::verify(
@@ -105,7 +108,7 @@ fn main() -> Result<(), Error> {
             &shape,
             &verify,
             TokenCheckOff,
-            &launch,
+            &tail,
             &canary,
             &ring,
             &counters,
