@@ -56,7 +56,7 @@ $benches"
 for bin in cuda_gpu cuda_step conformance cuda_bench cuda_host; do
   [[ -x "$dest/$bin" ]] || { echo "[gpu-build] ERROR: $bin was not built" >&2; exit 1; }
 done
-ptx_dir=$(dirname "$(ls -t target/release/build/kv-canary-*/out/plan.ptx | head -n1)")
+ptx_dir=$(dirname "$(ls -t target/release/build/kv-canary-*/out/plan.ptx | sed -n 1p)")
 cp "$ptx_dir"/*.ptx "$dest/ptx/"
 cp -r tests/golden "$dest/golden"
 cp scripts/gpu-run-remote.sh scripts/bench-plot.py "$dest/"

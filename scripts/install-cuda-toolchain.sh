@@ -25,6 +25,8 @@
 #   KV_CANARY_FORCE_CUDA_LINK=1  replace an existing /usr/local/cuda that is
 #                                not ours (by default it is left alone if it
 #                                already holds a CUDA 13.0 nvcc, else we fail).
+# Pipelines never stop reading early (no `head`, no `awk ... exit` on a pipe): under pipefail
+# a writer killed by SIGPIPE (status 141) would fail the script at random.
 set -euo pipefail
 
 # ----------------------------------------------------------------------------
@@ -76,7 +78,7 @@ apt_update_once() {
 # on the device machines) and LD_LIBRARY_PATH.
 find_libcuda_so1() {
   local p d
-  p=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 \(.*x86-64/ {print $NF; exit}')
+  p=$(awk '/libcuda\.so\.1 \(.*x86-64/ {print $NF; exit}' <<<"$(ldconfig -p 2>/dev/null)")
   if [[ -n "$p" && -e "$p" ]]; then echo "$p"; return; fi
   for d in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }} /usr/local/nvidia/lib64 /usr/local/nvidia/lib \
            "$MULTIARCH_LIBDIR" "$MULTIARCH_LIBDIR/nvidia/current" /usr/lib64 /usr/lib; do
@@ -112,7 +114,7 @@ detect_debian_mirror() {
         if (key == "enabled")   enabled = tolower(val)
       }
       END { if (!found) flush() }
-    ' "$f" | head -n1 | grep . && return 0
+    ' "$f" | sed -n 1p | grep . && return 0
   done
   # One-line format: "deb [opts] URI SUITE COMPONENT..."
   for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
@@ -130,7 +132,7 @@ detect_debian_mirror() {
         uri = $i; suite = $(i + 1)
         if (suite == cn && uri !~ /security/) { print uri "|" signed; exit }
       }
-    ' "$f" | head -n1 | grep . && return 0
+    ' "$f" | sed -n 1p | grep . && return 0
   done
   return 1
 }
@@ -176,8 +178,8 @@ EOF
 # may have only libcuda.so.1, so we add the link ourselves when it is missing.
 ensure_libcuda_dev_link() {
   local so1="$1" target
-  if ldconfig -p 2>/dev/null | grep -qE 'libcuda\.so \(.*x86-64'; then
-    log "libcuda.so (link-time name) already known to ld.so: $(ldconfig -p | awk '/libcuda\.so \(.*x86-64/ {print $NF; exit}')"
+  if grep -qE 'libcuda\.so \(.*x86-64' <<<"$(ldconfig -p 2>/dev/null)"; then
+    log "libcuda.so (link-time name) already known to ld.so: $(awk '/libcuda\.so \(.*x86-64/ {print $NF; exit}' <<<"$(ldconfig -p 2>/dev/null)")"
     return
   fi
   if [[ -e "$MULTIARCH_LIBDIR/libcuda.so" ]]; then
@@ -298,7 +300,7 @@ step_cuda_link() {
   if [[ -e "$CUDA_LINK" || -L "$CUDA_LINK" ]] && [[ "${KV_CANARY_FORCE_CUDA_LINK:-0}" != 1 ]]; then
     # Someone else's CUDA (e.g. a GPU image that ships its own toolkit).  Keep
     # it if it is the same release series; refuse otherwise.
-    if "$CUDA_LINK/bin/nvcc" --version 2>/dev/null | grep -q "release ${CUDA_SERIES},"; then
+    if grep -q "release ${CUDA_SERIES}," <<<"$("$CUDA_LINK/bin/nvcc" --version 2>/dev/null)"; then
       warn "$CUDA_LINK is not ours but already has nvcc ${CUDA_SERIES}; leaving it alone"
       return
     fi
@@ -340,12 +342,12 @@ EOF
 
   local so1 dev
   so1=$(find_libcuda_so1 || true)
-  dev=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so \(.*x86-64/ {print $NF; exit}')
+  dev=$(awk '/libcuda\.so \(.*x86-64/ {print $NF; exit}' <<<"$(ldconfig -p 2>/dev/null)")
   [[ -n "$dev" ]] || { [[ -e "$MULTIARCH_LIBDIR/libcuda.so" ]] && dev="$MULTIARCH_LIBDIR/libcuda.so"; }
 
   log "------------------------------------------------------------------"
   log "CUDA toolchain OK ($(( $(date +%s) - START_TS ))s)"
-  log "  nvcc       : $nvcc ($(grep -o 'V[0-9][0-9.]*' <<<"$ver" | head -n1)) -> $(readlink -f "$nvcc")"
+  log "  nvcc       : $nvcc ($(grep -o 'V[0-9][0-9.]*' <<<"$ver" | sed -n 1p)) -> $(readlink -f "$nvcc")"
   log "  CUDA root  : $CUDA_LINK -> $(readlink -f "$CUDA_LINK")"
   log "  include    : $CUDA_LINK/include (cuda.h, cuda_runtime.h)"
   log "  lib64      : $CUDA_LINK/lib64 -> lib (libcudart, libnvvm)"
