@@ -41,3 +41,63 @@ extern "C" __global__ void kv_canary_chain_floor_vector(i64 n, i64* out) {
 
 // Nothing: the cost of a launch (or graph replay) itself.
 extern "C" __global__ void kv_canary_empty() {}
+
+// One thread that spins until `ns` nanoseconds of the global timer have passed: queued ahead of
+// a timed region, it keeps the GPU busy while the host queues the region, so the events time
+// the device's work and not the host's submission.
+extern "C" __global__ void kv_canary_spin(i64 ns) {
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (static_cast<i64>(t - t0) < ns);
+}
+
+// The SWA plan's memory traffic alone (issue #5's SWA workload): entry e reads idx[e] (4 bytes,
+// coalesced), gathers lut[idx[e]] (8 bytes at a random place) and stores four 8-byte outputs.
+// mode 0: all of it; 1: no gather (the index is stored instead); 2: no stores (gathers only).
+// Four entries a thread per round, a full grid.
+extern "C" __global__ void __launch_bounds__(512, 4)
+    kv_canary_lut_floor(const i32* idx, i64 n, const i64* lut, i64* o0, i64* o1, i64* o2, i64* o3,
+                        i64 mode) {
+    const i64 step = static_cast<i64>(gridDim.x) * blockDim.x * 4;
+    u64 acc = 0;
+    for (i64 base = static_cast<i64>(blockIdx.x) * blockDim.x * 4 + threadIdx.x; base < n;
+         base += step) {
+        i32 x[4];
+        i64 s[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const i64 e = base + static_cast<i64>(k) * blockDim.x;
+            x[k] = e < n ? __ldg(idx + e) : 0;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const i64 e = base + static_cast<i64>(k) * blockDim.x;
+            s[k] = (e < n && mode != 1) ? __ldg(lut + x[k]) : x[k];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const i64 e = base + static_cast<i64>(k) * blockDim.x;
+            if (e < n) {
+                if (mode == 2) {
+                    acc ^= static_cast<u64>(s[k]);
+                } else {
+                    o0[e] = s[k];
+                    o1[e] = -1;
+                    o2[e] = e;
+                    o3[e] = s[k];
+                }
+            }
+        }
+    }
+    if (acc == 0x0123456789ABCDEFull) *o0 = static_cast<i64>(acc);  // keeps the gathers alive
+}
+
+// `hops` dependent loads (a pointer chase through `next`, indices), then one store: what a
+// kernel whose work is a chain of round trips to memory costs at the least.
+extern "C" __global__ void kv_canary_dependent_loads(const i64* next, i64 hops, i64* out) {
+    i64 x = 0;
+    for (i64 i = 0; i < hops; ++i) x = __ldg(next + x);
+    if (threadIdx.x == 0) *out = x;
+}

@@ -32,7 +32,6 @@
 namespace kvc {
 
 constexpr int PLAN_MAX_ROWS = 4096;
-constexpr int MAX_RPT = 8;          // rows a thread scans: THREADS * MAX_RPT >= rows of a block
 constexpr u64 SAT = 1ull << 63;     // saturation bound of the write-length scan: "overflowed i64"
 constexpr u32 NO_ERR = 0xFFFFFFFFu;  // error key of a row without error (keys are row * 8 + kind)
 
@@ -431,6 +430,24 @@ __device__ __forceinline__ void emit_chunk(const PlanArgs& a, const Smem& sm, i6
     }
 }
 
+// The entries [c0, c1) of a block, U a thread per round, one round at a time: a round's table
+// loads are in flight together, then its LUT gathers, then its stores. Fewer registers than
+// `emit_chunk`, so more warps per multiprocessor keep loads in flight instead.
+template <int THREADS, int U, bool HAS_POOL, int MODE>
+__device__ __forceinline__ void emit_chunk_flat(const PlanArgs& a, const Smem& sm, i64 bs, i64 c0,
+                                                i64 c1, i64 first_f) {
+    constexpr i64 ROUND = static_cast<i64>(U) * THREADS;
+    Cursor c = cursor_at<HAS_POOL>(sm, bs, first_f);
+#pragma unroll 1
+    for (i64 base = c0; base < c1; base += ROUND) {
+        Lanes<U> L;
+        i64 slot[U], pown[U];
+        load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base, c1, L);
+        translate_lanes<MODE, U>(a, L, slot, pown);
+        emit_lanes<THREADS, U>(a, base, L, slot, pown);
+    }
+}
+
 __device__ __forceinline__ i64 warp_min64(i64 v) {
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) v = min(v, static_cast<i64>(__shfl_xor_sync(0xffffffffu, v, d)));
@@ -478,7 +495,9 @@ __device__ __forceinline__ i64 grid_lut_verdict(const PlanArgs& a, i64 mine) {
     return s_key;
 }
 
-template <int THREADS, int U, bool HAS_POOL, int MODE>
+// RPT: rows a thread scans at most (THREADS * RPT >= smem_rows, host check); PIPE: entries
+// software-pipelined (`emit_chunk`) or one round at a time (`emit_chunk_flat`).
+template <int THREADS, int U, bool HAS_POOL, int MODE, int RPT, bool PIPE>
 __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     int rpt;
     const Smem sm = smem_layout<THREADS>(a, rpt);
@@ -492,45 +511,52 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     const i64 lens_len = HAS_POOL ? *a.valid_lens_len : 0;
     u64 vsum = 0, wsum = 0;
     u32 err = NO_ERR;
-    // Every column of every row of this thread is loaded first (all in flight at once).
-    i64 col_rp[MAX_RPT], col_prefix[MAX_RPT], col_ext[MAX_RPT], col_vl[MAX_RPT];
+    // The thread's rows go in groups of G: every column of a group's rows is loaded first (all
+    // in flight at once), then the group's seeds, then the rows are checked.
+    constexpr int G = RPT < 4 ? RPT : 4;
+#pragma unroll 1
+    for (int g = 0; g < rpt; g += G) {
+        i64 col_rp[G], col_prefix[G], col_ext[G], col_vl[G];
 #pragma unroll
-    for (int k = 0; k < MAX_RPT; ++k) {
-        const i64 r = static_cast<i64>(tid) * rpt + k;
-        const bool in = k < rpt && r < R;
-        col_rp[k] = in ? __ldg(a.req_pool_indices + r) : 0;
-        col_prefix[k] = in ? __ldg(a.prefix_lens + r) : 0;
-        col_ext[k] = in ? __ldg(a.extend_lens + r) : 0;
-        col_vl[k] = (HAS_POOL && in) ? __ldg(a.valid_lens + r) : 0;
-    }
-    // The last block also reads every seeded row's seed (table[rp][prefix - 1]), all at once;
-    // a row that will fail validation reads nothing.
-    i32 seed_x[MAX_RPT];
+        for (int k = 0; k < G; ++k) {
+            const i64 r = static_cast<i64>(tid) * rpt + g + k;
+            const bool in = g + k < rpt && r < R;
+            col_rp[k] = in ? __ldg(a.req_pool_indices + r) : 0;
+            col_prefix[k] = in ? __ldg(a.prefix_lens + r) : 0;
+            col_ext[k] = in ? __ldg(a.extend_lens + r) : 0;
+            col_vl[k] = (HAS_POOL && in) ? __ldg(a.valid_lens + r) : 0;
+        }
+        // The last block also reads every seeded row's seed (table[rp][prefix - 1]); a row
+        // that will fail validation reads nothing.
+        i32 seed_x[G];
 #pragma unroll
-    for (int k = 0; k < MAX_RPT; ++k) {
-        const i64 rp = col_rp[k], prefix = col_prefix[k];
-        const bool seeded = meta_block && col_ext[k] > 0 && prefix > 0 && prefix <= a.table_width &&
-                            rp > 0 && rp < a.table_rows;
-        seed_x[k] = seeded ? __ldg(a.table + rp * a.table_width + prefix - 1) : 0;
-    }
+        for (int k = 0; k < G; ++k) {
+            const i64 rp = col_rp[k], prefix = col_prefix[k];
+            const bool seeded = meta_block && col_ext[k] > 0 && prefix > 0 &&
+                                prefix <= a.table_width && rp > 0 && rp < a.table_rows;
+            seed_x[k] = seeded ? __ldg(a.table + rp * a.table_width + prefix - 1) : 0;
+        }
 #pragma unroll
-    for (int k = 0; k < MAX_RPT; ++k) {
-        const i64 r = static_cast<i64>(tid) * rpt + k;
-        if (k < rpt && r < R) {
-            const Row w = make_row<HAS_POOL>(a, col_rp[k], col_prefix[k], col_ext[k], col_vl[k]);
-            const i64 at = sm.at(r);
-            sm.voff[at] = static_cast<i64>(w.vlen);
-            sm.woff[at] = static_cast<i64>(w.wlen);
-            sm.rp[at] = static_cast<i32>(w.rp);
-            sm.ws[at] = static_cast<i32>(w.ws);
-            if (HAS_POOL) sm.lim[at] = static_cast<i32>(w.lim);
-            if (meta_block) sm.seedx[at] = seed_x[k];
-            if (r < bs) {
-                if (w.code != 0 && err == NO_ERR) {
-                    err = static_cast<u32>(r * 8 + (w.code == ST_REQ_POOL_INDEX ? 1 : w.code == ST_PREFIX_BEYOND_ROW ? 2 : 3));
+        for (int k = 0; k < G; ++k) {
+            const i64 r = static_cast<i64>(tid) * rpt + g + k;
+            if (g + k < rpt && r < R) {
+                const Row w = make_row<HAS_POOL>(a, col_rp[k], col_prefix[k], col_ext[k], col_vl[k]);
+                const i64 at = sm.at(r);
+                sm.voff[at] = static_cast<i64>(w.vlen);
+                sm.woff[at] = static_cast<i64>(w.wlen);
+                sm.rp[at] = static_cast<i32>(w.rp);
+                sm.ws[at] = static_cast<i32>(w.ws);
+                if (HAS_POOL) sm.lim[at] = static_cast<i32>(w.lim);
+                if (meta_block) sm.seedx[at] = seed_x[k];
+                if (r < bs) {
+                    if (w.code != 0 && err == NO_ERR) {
+                        err = static_cast<u32>(r * 8 + (w.code == ST_REQ_POOL_INDEX      ? 1
+                                                         : w.code == ST_PREFIX_BEYOND_ROW ? 2
+                                                                                          : 3));
+                    }
+                    vsum += w.vlen;
+                    wsum = sat_add(wsum, w.wlen);
                 }
-                vsum += w.vlen;
-                wsum = sat_add(wsum, w.wlen);
             }
         }
     }
@@ -689,7 +715,11 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         emit_lanes<THREADS, U>(a, ch.c0, L0, slot0, pown0);
         return;
     }
-    emit_chunk<THREADS, U, HAS_POOL, MODE>(a, sm, bs, ch.c0, ch.c1, first_f);
+    if (PIPE) {
+        emit_chunk<THREADS, U, HAS_POOL, MODE>(a, sm, bs, ch.c0, ch.c1, first_f);
+    } else {
+        emit_chunk_flat<THREADS, U, HAS_POOL, MODE>(a, sm, bs, ch.c0, ch.c1, first_f);
+    }
 }
 
 }  // namespace kvc
@@ -697,24 +727,29 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
 using kvc::PlanArgs;
 static_assert(sizeof(PlanArgs) == 31 * 8, "PlanArgs layout (src/cuda/abi.rs)");
 
-// Entry names: kv_canary_plan_{small,large}{,_pool}{,_lut_clamp,_lut}.
-//  * small: 128 threads, rounds of 4 entries a thread, at most 1024 rows (several blocks a
-//    multiprocessor; for decode-sized plans);
-//  * large: 512 threads, rounds of 4 entries a thread, up to 4096 rows (one block a
-//    multiprocessor; 144 KB of shared memory at 4096 rows).
+// Entry names: kv_canary_plan_{small,large,lean,leanl}{,_pool}{,_lut_clamp,_lut}.
+//  * small: 128 threads, rounds of 4 entries a thread, software-pipelined, at most 1024 rows
+//    (several blocks a multiprocessor; for decode-sized plans);
+//  * large: 512 threads, the same, up to 4096 rows (one block a multiprocessor; 144 KB of
+//    shared memory at 4096 rows);
+//  * lean: 256 threads, rounds of 4 entries a thread one at a time (at most 64 registers, so
+//    up to four blocks a multiprocessor), at most 1024 rows; leanl: the same with 512 threads,
+//    up to 4096 rows (rows checked four at a time).
 //  * _lut: the LUT checked in the same launch (cooperative launch); _lut_clamp: SGLang's GPU
 //    semantics (an index past the end is clamped and recorded, the outputs written).
-#define KVC_PLAN_ENTRY(NAME, THREADS, MINB, U, POOL, MODE)                                   \
+#define KVC_PLAN_ENTRY(NAME, THREADS, MINB, U, RPT, PIPE, POOL, MODE)                      \
     extern "C" __global__ void __launch_bounds__(THREADS, MINB) NAME(PlanArgs a) {           \
-        kvc::plan_body<THREADS, U, POOL, MODE>(a);                                           \
+        kvc::plan_body<THREADS, U, POOL, MODE, RPT, PIPE>(a);                                \
     }
-#define KVC_PLAN_FAMILY(NAME, THREADS, MINB, U)                                              \
-    KVC_PLAN_ENTRY(NAME, THREADS, MINB, U, false, kvc::NO_LUT)                               \
-    KVC_PLAN_ENTRY(NAME##_pool, THREADS, MINB, U, true, kvc::NO_LUT)                         \
-    KVC_PLAN_ENTRY(NAME##_lut_clamp, THREADS, MINB, U, false, kvc::LUT_CLAMP)                \
-    KVC_PLAN_ENTRY(NAME##_pool_lut_clamp, THREADS, MINB, U, true, kvc::LUT_CLAMP)            \
-    KVC_PLAN_ENTRY(NAME##_lut, THREADS, MINB, U, false, kvc::LUT_CHECKED)                    \
-    KVC_PLAN_ENTRY(NAME##_pool_lut, THREADS, MINB, U, true, kvc::LUT_CHECKED)
+#define KVC_PLAN_FAMILY(NAME, THREADS, MINB, U, RPT, PIPE)                                   \
+    KVC_PLAN_ENTRY(NAME, THREADS, MINB, U, RPT, PIPE, false, kvc::NO_LUT)                    \
+    KVC_PLAN_ENTRY(NAME##_pool, THREADS, MINB, U, RPT, PIPE, true, kvc::NO_LUT)              \
+    KVC_PLAN_ENTRY(NAME##_lut_clamp, THREADS, MINB, U, RPT, PIPE, false, kvc::LUT_CLAMP)     \
+    KVC_PLAN_ENTRY(NAME##_pool_lut_clamp, THREADS, MINB, U, RPT, PIPE, true, kvc::LUT_CLAMP) \
+    KVC_PLAN_ENTRY(NAME##_lut, THREADS, MINB, U, RPT, PIPE, false, kvc::LUT_CHECKED)         \
+    KVC_PLAN_ENTRY(NAME##_pool_lut, THREADS, MINB, U, RPT, PIPE, true, kvc::LUT_CHECKED)
 
-KVC_PLAN_FAMILY(kv_canary_plan_small, 128, 4, 4)
-KVC_PLAN_FAMILY(kv_canary_plan_large, 512, 1, 4)
+KVC_PLAN_FAMILY(kv_canary_plan_small, 128, 4, 4, 8, true)
+KVC_PLAN_FAMILY(kv_canary_plan_large, 512, 1, 4, 8, true)
+KVC_PLAN_FAMILY(kv_canary_plan_lean, 256, 4, 4, 4, false)
+KVC_PLAN_FAMILY(kv_canary_plan_leanl, 512, 2, 4, 8, false)

@@ -23,7 +23,7 @@ use kv_canary::cuda::{floors, Gpu, Stream};
 use kv_canary::Error;
 use std::io::Write as _;
 use std::path::PathBuf;
-use timing::Row;
+use timing::{Lead, Row};
 
 /// Command-line options.
 pub struct Options {
@@ -140,7 +140,7 @@ fn fill_roofline(stream: &Stream<'_>, o: &Options) -> Result<f64, Error> {
     let n = 1usize << 30;
     let fill = floors::L2Flush::new(n)?;
     let reps = if o.quick { 5 } else { 20 };
-    let stats = timing::time(stream, None, 3, reps, || fill.queue(stream))?;
+    let stats = timing::time(stream, Lead::Idle, 3, reps, || fill.queue(stream))?;
     Ok(n as f64 / (stats.median_us * 1e3))
 }
 
@@ -158,7 +158,7 @@ fn copy_roofline(stream: &Stream<'_>, o: &Options) -> Result<f64, Error> {
             detail: e.to_string(),
         })?;
     let reps = if o.quick { 5 } else { 20 };
-    let stats = timing::time(stream, None, 3, reps, || {
+    let stats = timing::time(stream, Lead::Idle, 3, reps, || {
         floors::device_copy(stream, &dst, &src)
     })?;
     Ok(2.0 * n as f64 / (stats.median_us * 1e3))

@@ -1,7 +1,7 @@
 //! Plan workloads of issue #5: decode batches, long prefixes, SWA with a LUT, the
 //! expected-token pool, overflow, large batches; plus a grid-size sweep.
 
-use crate::timing::{self, print_table, Row};
+use crate::timing::{self, print_table, Lead, Row};
 use crate::Options;
 use kv_canary::cuda::{self, floors::L2Flush, Gpu, LaunchConfig, PlanKernel, Stream};
 use kv_canary::input::ExpectedTokenTable;
@@ -257,18 +257,22 @@ fn bench_one(
     let p = prepare(gpu, wl, 0xBE7C_0000 + wl.bs as u64)?;
     let reps = o.reps;
     let stream = Stream::new(gpu)?;
-    let eager = timing::time(&stream, None, 10, reps, || launch(&stream, &p, wl.window))?;
+    let eager = timing::time(&stream, Lead::Idle, 10, reps, || {
+        launch(&stream, &p, wl.window)
+    })?;
     stream.status()?;
     drop(stream);
     let mut stream = Stream::new(gpu)?;
     let graph = stream.capture(|c| launch(c, &p, wl.window))?;
     let s = graph.stream();
-    let warm = timing::time(s, None, 10, reps, || graph.replay())?;
-    let cold = timing::time(s, Some(flush), 3, reps.min(100), || graph.replay())?;
+    let warm = timing::time(s, Lead::Idle, 10, reps, || graph.replay())?;
+    let queued = timing::time(s, Lead::Spin, 10, reps, || graph.replay())?;
+    let cold = timing::time(s, Lead::Flush(flush), 3, reps.min(100), || graph.replay())?;
     s.status()?;
     for (mode, l2, stats) in [
         ("eager", "warm", eager),
         ("graph", "warm", warm),
+        ("queued", "warm", queued),
         ("graph", "cold", cold),
     ] {
         rows.push(Row {
@@ -282,11 +286,11 @@ fn bench_one(
             target_us: Some(wl.target_us),
         });
     }
-    let mut line = format!("  {:<44} {:>7.1}", wl.name, warm.median_us);
+    let mut line = format!("  {:<44} {:>7.1}", wl.name, queued.median_us);
     for (_, alt) in alternatives {
         let mut stream = Stream::new(alt)?;
         let result = stream.capture(|c| launch(c, &p, wl.window)).and_then(|g| {
-            let st = timing::time(g.stream(), None, 10, reps.min(100), || g.replay())?;
+            let st = timing::time(g.stream(), Lead::Spin, 10, reps.min(100), || g.replay())?;
             g.stream().status()?;
             Ok(st.median_us)
         });
@@ -309,10 +313,11 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     for (grid, block) in [(1u32, 32u32), (gpu.sm_count() * 2, 512)] {
         let mut stream = Stream::new(gpu)?;
         let graph = stream.capture(|c| cuda::floors::empty(c, grid, block))?;
-        let st = timing::time(graph.stream(), None, 10, o.reps, || graph.replay())?;
+        let st = timing::time(graph.stream(), Lead::Idle, 10, o.reps, || graph.replay())?;
+        let q = timing::time(graph.stream(), Lead::Spin, 10, o.reps, || graph.replay())?;
         println!(
-            "empty kernel <<<{grid}, {block}>>>, graph replay: {:.1} us (median)",
-            st.median_us
+            "empty kernel <<<{grid}, {block}>>>, graph replay: {:.1} us idle, {:.1} us queued (medians)",
+            st.median_us, q.median_us
         );
         rows.push(Row::floor(
             "plan",
@@ -320,29 +325,75 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
             0,
             st.median_us,
         ));
+        rows.push(Row::floor(
+            "plan",
+            &format!("empty kernel {grid}x{block}, graph queued"),
+            0,
+            q.median_us,
+        ));
+    }
+    // Chains of dependent loads (warm L2), graph replay: what round trips cost in a kernel.
+    {
+        use cust::memory::DeviceBuffer;
+        let cuda = |e: cust::error::CudaError| Error::Cuda {
+            what: "dependent-load buffers",
+            detail: e.to_string(),
+        };
+        let next: Vec<i64> = (0..4096i64).map(|i| (i * 1031 + 7) % 4096).collect();
+        let dnext = DeviceBuffer::from_slice(&next).map_err(cuda)?;
+        let dout = DeviceBuffer::from_slice(&[0i64]).map_err(cuda)?;
+        let chase = cuda::floors::DependentLoads::new(&dnext, &dout)?;
+        print!("dependent loads then a store, one warp, graph replay queued (median):");
+        for hops in [0usize, 1, 2, 3, 4, 8] {
+            let mut stream = Stream::new(gpu)?;
+            let graph = stream.capture(|c| chase.queue(c, hops))?;
+            let st = timing::time(graph.stream(), Lead::Spin, 10, o.reps, || graph.replay())?;
+            print!("  {hops}: {:.2} us", st.median_us);
+            rows.push(Row::floor(
+                "plan",
+                &format!("{hops} dependent loads, graph queued"),
+                0,
+                st.median_us,
+            ));
+        }
+        println!();
     }
     // The same plans under other kernels and grids (same context: the buffers are shared).
     let default = gpu.launch_config();
-    let alternative = |kernel: PlanKernel, per_sm: u32, small_per_sm: u32| -> Result<Gpu, Error> {
+    let alternative = |kernel: PlanKernel, per_sm: u32| -> Result<Gpu, Error> {
         let mut g = Gpu::new()?;
         g.set_launch_config(LaunchConfig {
             plan_kernel: kernel,
-            plan_blocks_per_sm: per_sm,
-            plan_small_blocks_per_sm: small_per_sm,
+            plan_blocks_per_sm: if kernel == PlanKernel::Large {
+                per_sm
+            } else {
+                1
+            },
+            plan_small_blocks_per_sm: if kernel == PlanKernel::Small {
+                per_sm
+            } else {
+                4
+            },
+            plan_lean_blocks_per_sm: if kernel == PlanKernel::Lean {
+                per_sm
+            } else {
+                4
+            },
             ..default
         });
         Ok(g)
     };
     let alternatives = [
-        ("small", alternative(PlanKernel::Small, 1, 4)?),
-        ("small 8/SM", alternative(PlanKernel::Small, 1, 8)?),
-        ("large", alternative(PlanKernel::Large, 1, 4)?),
-        ("large 2/SM", alternative(PlanKernel::Large, 2, 4)?),
-        ("legacy", alternative(PlanKernel::Legacy, 1, 4)?),
+        ("small", alternative(PlanKernel::Small, 4)?),
+        ("large", alternative(PlanKernel::Large, 1)?),
+        ("legacy", alternative(PlanKernel::Legacy, 1)?),
+        ("lean", alternative(PlanKernel::Lean, 4)?),
+        ("lean 2/SM", alternative(PlanKernel::Lean, 2)?),
+        ("lean 8/SM", alternative(PlanKernel::Lean, 8)?),
     ];
     let mut header = format!(
         "  {:<44} {:>7}",
-        "graph replay, warm L2, median us", "default"
+        "graph replay queued, warm L2, median us", "default"
     );
     for (name, _) in &alternatives {
         header += &format!(" {name:>9}");
@@ -353,9 +404,57 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
             println!("  {:<44} FAILED: {e}", wl.name);
         }
     }
+    if o.wants("SWA") {
+        lut_floor(gpu, o, &mut rows)?;
+    }
     print_table(
         "plan (microseconds, median; SGLang = its graph replay)",
         &rows,
     );
     Ok(rows)
+}
+
+/// The SWA workload's memory traffic alone (`floors::LutFloor`): 1 Mi random indices into a
+/// LUT of `POOL_SLOTS + 1` elements, as the SWA plan gathers them, with and without the stores.
+fn lut_floor(gpu: &Gpu, o: &Options, rows: &mut Vec<Row>) -> Result<(), Error> {
+    use cust::memory::DeviceBuffer;
+    use kv_canary::cuda::floors::{LutFloor, LutFloorMode};
+    let n = 1usize << 20;
+    let mut rng = Rng(0x1F7_F100);
+    let idx: Vec<i32> = (0..n)
+        .map(|_| rng.range(1, POOL_SLOTS - 1) as i32)
+        .collect();
+    let lut: Vec<i64> = (0..=POOL_SLOTS)
+        .map(|_| rng.range(1, POOL_SLOTS / 4))
+        .collect();
+    let cuda = |e: cust::error::CudaError| Error::Cuda {
+        what: "LUT floor buffers",
+        detail: e.to_string(),
+    };
+    let didx = DeviceBuffer::from_slice(&idx).map_err(cuda)?;
+    let dlut = DeviceBuffer::from_slice(&lut).map_err(cuda)?;
+    let outs: Vec<DeviceBuffer<i64>> = (0..4)
+        .map(|_| DeviceBuffer::from_slice(&vec![0i64; n]).map_err(cuda))
+        .collect::<Result<_, _>>()?;
+    let floor = LutFloor::new(&didx, &dlut, [&outs[0], &outs[1], &outs[2], &outs[3]])?;
+    let stream = Stream::new(gpu)?;
+    print!("SWA plan traffic alone, 1 Mi entries (queued, median):");
+    for (label, mode) in [
+        ("gathers + stores", LutFloorMode::GatherAndStore),
+        ("stores only", LutFloorMode::StoreOnly),
+        ("gathers only", LutFloorMode::GatherOnly),
+    ] {
+        let st = timing::time(&stream, Lead::Spin, 10, o.reps, || {
+            floor.queue(&stream, mode)
+        })?;
+        print!("  {label} {:.1} us", st.median_us);
+        rows.push(Row::floor(
+            "plan",
+            &format!("SWA floor, {label}"),
+            n as u64,
+            st.median_us,
+        ));
+    }
+    println!();
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! Event timing and result rows.
 
-use kv_canary::cuda::{floors::L2Flush, Event, Stream};
+use kv_canary::cuda::{floors, floors::L2Flush, Event, Stream};
 use kv_canary::Error;
 
 /// Median and spread of one timing, microseconds.
@@ -11,11 +11,27 @@ pub struct Stats {
     pub p90_us: f64,
 }
 
-/// Times `op` `reps` times after `warmup` untimed runs, each between two events on `stream`;
-/// with `flush`, the L2 is flushed before every repetition (outside the timed region).
+/// What runs on the stream before each timed repetition (outside the timed region).
+#[derive(Clone, Copy)]
+pub enum Lead<'f> {
+    /// Nothing: the stream is idle when the start event is queued, so the timed region also
+    /// holds whatever part of the host's submission the GPU waits for ("idle").
+    Idle,
+    /// A kernel spinning for [`SPIN_NS`]: the host has queued the whole repetition before the
+    /// GPU reaches its start event, so the region times the device's work alone ("queued").
+    Spin,
+    /// A write of a buffer larger than the L2 (cold L2); it also keeps the GPU busy.
+    Flush(&'f L2Flush),
+}
+
+/// How long [`Lead::Spin`] holds the GPU: far more than the host needs to queue a repetition.
+pub const SPIN_NS: u64 = 30_000;
+
+/// Times `op` `reps` times after `warmup` untimed runs, each between two events on `stream`,
+/// each after `lead`.
 pub fn time(
     stream: &Stream<'_>,
-    flush: Option<&L2Flush>,
+    lead: Lead<'_>,
     warmup: usize,
     reps: usize,
     mut op: impl FnMut() -> Result<(), Error>,
@@ -27,8 +43,10 @@ pub fn time(
         .map(|_| Ok((Event::new()?, Event::new()?)))
         .collect::<Result<_, Error>>()?;
     for (start, stop) in &events {
-        if let Some(f) = flush {
-            f.queue(stream)?;
+        match lead {
+            Lead::Idle => {}
+            Lead::Spin => floors::spin(stream, SPIN_NS)?,
+            Lead::Flush(f) => f.queue(stream)?,
         }
         stream.record(start)?;
         op()?;
@@ -118,12 +136,14 @@ impl Row {
     }
 }
 
-/// Prints a table of rows: graph warm / cold, eager warm, SGLang and target per workload.
+/// Prints a table of rows: graph idle / queued / cold, eager, SGLang and target per workload.
+/// The verdicts compare the target with the idle graph replay (the method) and with
+/// the queued one (the device's time alone).
 pub fn print_table(title: &str, rows: &[Row]) {
     println!("\n{title}");
     println!(
-        "  {:<44} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7}  verdict",
-        "workload", "entries", "graph us", "cold us", "eager us", "SGLang", "target"
+        "  {:<44} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}  verdict (idle, queued)",
+        "workload", "entries", "graph us", "queued", "cold us", "eager us", "SGLang", "target"
     );
     let mut names: Vec<&str> = Vec::new();
     for r in rows.iter().filter(|r| r.mode != "floor") {
@@ -136,28 +156,32 @@ pub fn print_table(title: &str, rows: &[Row]) {
             rows.iter()
                 .find(|r| r.workload == name && r.mode == mode && r.l2 == l2)
         };
-        let (g, c, e) = (
+        let (g, q, c, e) = (
             get("graph", "warm"),
+            get("queued", "warm"),
             get("graph", "cold"),
             get("eager", "warm"),
         );
         let us =
             |r: Option<&Row>| r.map_or("-".to_string(), |r| format!("{:.1}", r.stats.median_us));
-        let any = g.or(e).or(c).expect("a row");
-        let verdict = match (g, any.target_us) {
-            (Some(g), Some(t)) if g.stats.median_us <= t => "meets",
+        let any = g.or(q).or(e).or(c).expect("a row");
+        let verdict = |r: Option<&Row>| match (r, any.target_us) {
+            (Some(r), Some(t)) if r.stats.median_us <= t => "meets",
             (Some(_), Some(_)) => "MISSES",
             _ => "",
         };
         println!(
-            "  {:<44} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7}  {verdict}",
+            "  {:<44} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}  {} {}",
             name,
             any.entries,
             us(g),
+            us(q),
             us(c),
             us(e),
             any.sglang_us.map_or("-".into(), |v| format!("{v}")),
             any.target_us.map_or("-".into(), |v| format!("{v}")),
+            verdict(g),
+            verdict(q),
         );
     }
 }

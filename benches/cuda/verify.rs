@@ -3,7 +3,7 @@
 //! 1 M entries with four real-KV sources in ALL mode (128 bytes a token), a disabled plan; and
 //! the gather floor (the same self + predecessor gathers, nothing else) in the same run.
 
-use crate::timing::{self, print_table, Row};
+use crate::timing::{self, print_table, Lead, Row};
 use crate::Options;
 use kv_canary::cuda::{
     self, floors, floors::L2Flush, DeviceLaunch, DeviceRealKv, DeviceRealKvSource, Gpu,
@@ -117,7 +117,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         let ring = ViolationRing::with_capacity(cap("ring", 1024)).to_device(gpu)?;
         let counters = HealthCounters::new().to_device(gpu)?;
         let launch = DeviceLaunch::new(LaunchTag::TailKFull);
-        let eager = timing::time(&stream, None, 5, o.reps, || {
+        let eager = timing::time(&stream, Lead::Idle, 5, o.reps, || {
             cuda::verify(
                 &stream,
                 &shape,
@@ -142,10 +142,15 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                 &counters,
             )
         })?;
-        let warm = timing::time(graph.stream(), None, 5, o.reps, || graph.replay())?;
-        let cold = timing::time(graph.stream(), Some(&flush), 3, o.reps.min(100), || {
-            graph.replay()
-        })?;
+        let warm = timing::time(graph.stream(), Lead::Idle, 5, o.reps, || graph.replay())?;
+        let queued = timing::time(graph.stream(), Lead::Spin, 5, o.reps, || graph.replay())?;
+        let cold = timing::time(
+            graph.stream(),
+            Lead::Flush(&flush),
+            3,
+            o.reps.min(100),
+            || graph.replay(),
+        )?;
         graph.stream().status()?;
         let r = ring.to_host()?;
         assert_eq!(
@@ -157,11 +162,18 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         let (dslots, dprevs) = (plan_array(&e[0])?, plan_array(&e[3])?);
         let gather =
             floors::GatherFloor::new(&dslots, &dprevs, n, canary_bytes(&canary), 32, &sink)?;
-        let floor = timing::time(&stream, None, 5, o.reps, || gather.queue(&stream))?;
+        let floor = timing::time(&stream, Lead::Idle, 5, o.reps, || gather.queue(&stream))?;
         if i == 2 {
             floor_16m = floor.median_us;
         }
-        push(&mut rows, name, n, eager, warm, cold, sglang, target);
+        push(
+            &mut rows,
+            name,
+            n,
+            [eager, warm, queued, cold],
+            sglang,
+            target,
+        );
         rows.push(Row::floor(
             "verify",
             &format!("gather floor, {name}"),
@@ -193,7 +205,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                     &counters,
                 )
             })?;
-            let warm = timing::time(g.stream(), None, 5, o.reps, || g.replay())?;
+            let warm = timing::time(g.stream(), Lead::Idle, 5, o.reps, || g.replay())?;
             rows.push(Row {
                 op: "verify",
                 workload: "enable 0".into(),
@@ -239,7 +251,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                 1,
             )?
             .to_device(gpu)?;
-            let eager = timing::time(&stream, None, 5, o.reps, || {
+            let eager = timing::time(&stream, Lead::Idle, 5, o.reps, || {
                 cuda::verify(
                     &stream,
                     &shape,
@@ -264,8 +276,11 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                     &counters,
                 )
             })?;
-            let warm = timing::time(g.stream(), None, 5, o.reps, || g.replay())?;
-            let cold = timing::time(g.stream(), Some(&flush), 3, o.reps.min(100), || g.replay())?;
+            let warm = timing::time(g.stream(), Lead::Idle, 5, o.reps, || g.replay())?;
+            let queued = timing::time(g.stream(), Lead::Spin, 5, o.reps, || g.replay())?;
+            let cold = timing::time(g.stream(), Lead::Flush(&flush), 3, o.reps.min(100), || {
+                g.replay()
+            })?;
             g.stream().status()?;
             assert_eq!(
                 ring.to_host()?.write_index(),
@@ -313,7 +328,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                         &counters,
                     )
                 })?;
-                let st = timing::time(g.stream(), None, 3, o.reps.min(50), || g.replay())?;
+                let st = timing::time(g.stream(), Lead::Idle, 3, o.reps.min(50), || g.replay())?;
                 g.stream().status()?;
                 line += &format!("  {label} {:.1}", st.median_us);
             }
@@ -322,9 +337,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                 &mut rows,
                 "ALL, 4 sources x 128 B, 1 M entries",
                 n,
-                eager,
-                warm,
-                cold,
+                [eager, warm, queued, cold],
                 688.0,
                 Some(230.0),
             );
@@ -368,15 +381,14 @@ fn push(
     rows: &mut Vec<Row>,
     name: &str,
     n: usize,
-    eager: timing::Stats,
-    warm: timing::Stats,
-    cold: timing::Stats,
+    [eager, warm, queued, cold]: [timing::Stats; 4],
     sglang: f64,
     target: Option<f64>,
 ) {
     for (mode, l2, stats) in [
         ("eager", "warm", eager),
         ("graph", "warm", warm),
+        ("queued", "warm", queued),
         ("graph", "cold", cold),
     ] {
         rows.push(Row {

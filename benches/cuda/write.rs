@@ -2,7 +2,7 @@
 //! ALL mode), 64 requests of 512 tokens, 256 decodes of one token; slots random over the 1 GiB
 //! canary buffer; and the chain floor (8192 dependent mix3 steps in one thread) in the same run.
 
-use crate::timing::{self, print_table, Row};
+use crate::timing::{self, print_table, Lead, Row};
 use crate::verify::{shuffled_slots, SLOTS};
 use crate::Options;
 use kv_canary::cuda::{
@@ -83,10 +83,10 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
             detail: e.to_string(),
         })
     })?;
-    let floor = timing::time(&stream, None, 3, o.reps.min(50), || {
+    let floor = timing::time(&stream, Lead::Idle, 3, o.reps.min(50), || {
         floors::chain_floor(&stream, 8192, &out, false)
     })?;
-    let vector_floor = timing::time(&stream, None, 3, o.reps.min(50), || {
+    let vector_floor = timing::time(&stream, Lead::Idle, 3, o.reps.min(50), || {
         floors::chain_floor(&stream, 8192, &out, true)
     })?;
     let mut rows = vec![
@@ -160,7 +160,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         if wl.real_kv {
             launch = launch.with_real_kv(DeviceRealKv::new(RealKvHashMode::All, sources));
         }
-        let eager = timing::time(&stream, None, 3, o.reps, || {
+        let eager = timing::time(&stream, Lead::Idle, 3, o.reps, || {
             cuda::write(
                 &stream, &shape, &plan, &inputs, &launch, &canary, &ring, &counters,
             )
@@ -171,10 +171,15 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                 c, &shape, &plan, &inputs, &launch, &canary, &ring, &counters,
             )
         })?;
-        let warm = timing::time(graph.stream(), None, 3, o.reps, || graph.replay())?;
-        let cold = timing::time(graph.stream(), Some(&flush), 3, o.reps.min(100), || {
-            graph.replay()
-        })?;
+        let warm = timing::time(graph.stream(), Lead::Idle, 3, o.reps, || graph.replay())?;
+        let queued = timing::time(graph.stream(), Lead::Spin, 3, o.reps, || graph.replay())?;
+        let cold = timing::time(
+            graph.stream(),
+            Lead::Flush(&flush),
+            3,
+            o.reps.min(100),
+            || graph.replay(),
+        )?;
         graph.stream().status()?;
         {
             let mut s3 = Stream::new(&legacy)?;
@@ -183,7 +188,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                     c, &shape, &plan, &inputs, &launch, &canary, &ring, &counters,
                 )
             })?;
-            let st = timing::time(g.stream(), None, 3, o.reps.min(100), || g.replay())?;
+            let st = timing::time(g.stream(), Lead::Idle, 3, o.reps.min(100), || g.replay())?;
             g.stream().status()?;
             legacy_lines.push(format!(
                 "  {:<44} legacy kernel, graph warm: {:.1} us",
@@ -196,6 +201,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         for (mode, l2, stats) in [
             ("eager", "warm", eager),
             ("graph", "warm", warm),
+            ("queued", "warm", queued),
             ("graph", "cold", cold),
         ] {
             rows.push(Row {

@@ -166,6 +166,125 @@ impl<'a> GatherFloor<'a> {
     }
 }
 
+/// What [`LutFloor`] moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LutFloorMode {
+    /// Index loads, LUT gathers and the four output stores: the SWA plan's traffic.
+    GatherAndStore = 0,
+    /// Index loads and the stores, no gather.
+    StoreOnly = 1,
+    /// Index loads and the gathers, no stores.
+    GatherOnly = 2,
+}
+
+/// The SWA plan's memory traffic alone: for each of `n` entries, load a 4-byte index, gather
+/// the 8-byte LUT element it names and store four 8-byte outputs (or a part of that, see
+/// [`LutFloorMode`]), on a full grid. The indices are checked against the LUT once, when it is
+/// built (the kernel trusts them).
+pub struct LutFloor<'a> {
+    idx: &'a DeviceBuffer<i32>,
+    lut: &'a DeviceBuffer<i64>,
+    out: [&'a DeviceBuffer<i64>; 4],
+    n: usize,
+}
+
+impl<'a> LutFloor<'a> {
+    /// Checks every index against the LUT and every output's length (synchronous download).
+    pub fn new(
+        idx: &'a DeviceBuffer<i32>,
+        lut: &'a DeviceBuffer<i64>,
+        out: [&'a DeviceBuffer<i64>; 4],
+    ) -> Result<Self, Error> {
+        let n = idx.len();
+        if let Some(o) = out.iter().find(|o| o.len() < n.max(1)) {
+            return Err(Error::LengthMismatch {
+                what: "LUT floor output",
+                expected: n.max(1),
+                found: o.len(),
+            });
+        }
+        let mut host = vec![0i32; n];
+        driver::download(&mut host, idx, 0)?;
+        if let Some((index, &x)) = host
+            .iter()
+            .enumerate()
+            .find(|(_, &x)| x < 0 || x as usize >= lut.len())
+        {
+            return Err(Error::SlotOutOfRange {
+                what: "LUT floor index",
+                index,
+                slot: i64::from(x),
+                num_slots: lut.len(),
+            });
+        }
+        Ok(LutFloor { idx, lut, out, n })
+    }
+
+    /// Queues one pass on `stream`.
+    pub fn queue(&self, stream: &Stream<'_>, mode: LutFloorMode) -> Result<(), Error> {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Args(u64, i64, u64, u64, u64, u64, u64, i64);
+        let args = Args(
+            driver::addr(self.idx),
+            self.n as i64,
+            driver::addr(self.lut),
+            driver::addr(self.out[0]),
+            driver::addr(self.out[1]),
+            driver::addr(self.out[2]),
+            driver::addr(self.out[3]),
+            mode as i64,
+        );
+        let t = stream.target();
+        let grid = t.gpu.sm_count() * 4;
+        // SAFETY: eight 8-byte parameters laid out as the packed struct; every index is inside
+        // the LUT (checked in `new`; the buffers have been borrowed shared since) and every
+        // output holds at least `n` elements (at least one, for the gather-only sink).
+        unsafe { launch_packed(&t, t.gpu.kernels().lut_floor, grid, 512, &args) }
+    }
+}
+
+/// `hops` dependent loads through `next` (each element the index of the next one), then a
+/// store to `out[0]`, in one warp: the least a kernel whose work is a chain of round trips to
+/// memory costs.
+pub struct DependentLoads<'a> {
+    next: &'a DeviceBuffer<i64>,
+    out: &'a DeviceBuffer<i64>,
+}
+
+impl<'a> DependentLoads<'a> {
+    /// Checks that every element of `next` is an index inside it (synchronous download) and
+    /// that `out` holds an element.
+    pub fn new(next: &'a DeviceBuffer<i64>, out: &'a DeviceBuffer<i64>) -> Result<Self, Error> {
+        let mut host = vec![0i64; next.len()];
+        driver::download(&mut host, next, 0)?;
+        if next.is_empty()
+            || out.is_empty()
+            || host.iter().any(|&x| x < 0 || x as usize >= host.len())
+        {
+            return Err(Error::OutOfRange {
+                what: "dependent-load chain",
+                value: next.len() as i64,
+                allowed: "a non-empty chain of indices inside it, and an output",
+            });
+        }
+        Ok(DependentLoads { next, out })
+    }
+
+    /// Queues one chase of `hops` loads on `on` (a stream, or a capture).
+    pub fn queue<'q, Q: Queue<'q> + ?Sized>(&self, on: &Q, hops: usize) -> Result<(), Error> {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Args(u64, i64, u64);
+        let args = Args(driver::addr(self.next), hops as i64, driver::addr(self.out));
+        let t = on.target();
+        // SAFETY: three 8-byte parameters laid out as the packed struct; every index the chase
+        // can reach is inside `next` (checked in `new`; borrowed shared since) and `out` holds
+        // one element.
+        unsafe { launch_packed(&t, t.gpu.kernels().dependent_loads, 1, 32, &args) }
+    }
+}
+
 /// Queues the chain floor: `n` dependent `mix3` steps in one thread, no memory traffic; the
 /// result lands in `out[0]`. With `vector`, the chain starts from the thread index, so nvcc
 /// cannot run it on the uniform datapath (as it does for the plain floor, whose every value is
@@ -218,6 +337,19 @@ pub fn empty<'a, Q: Queue<'a> + ?Sized>(on: &Q, grid: u32, block: u32) -> Result
             core::ptr::null_mut(),
         )
     })
+}
+
+/// Queues one thread that spins for `ns` nanoseconds of the GPU's global timer. Queued ahead
+/// of a timed region, it keeps the GPU busy while the host queues the region, so the region's
+/// events time the device's work rather than the host's submission latency.
+pub fn spin(stream: &Stream<'_>, ns: u64) -> Result<(), Error> {
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Args(i64);
+    let args = Args(i64::try_from(ns).unwrap_or(i64::MAX));
+    let t = stream.target();
+    // SAFETY: one 8-byte parameter laid out as the packed struct; the kernel touches no memory.
+    unsafe { launch_packed(&t, t.gpu.kernels().spin, 1, 1, &args) }
 }
 
 /// Launches a kernel of several scalar parameters from one `#[repr(C)]` struct of 8-byte

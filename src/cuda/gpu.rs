@@ -13,14 +13,18 @@ use cust::CudaFlags;
 /// Which plan kernel a launch uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanKernel {
-    /// Blocks of 128 threads for a plan whose rows (at most 1024) and verify entries fit one
-    /// round of the small grid, or (no checked LUT) of at most 256 rows and 4 Mi entries;
-    /// blocks of 512 threads otherwise.
+    /// The small kernel for a plan without a LUT whose rows (at most 1024) and verify entries
+    /// fit one round of the small grid; the lean one (256 threads) for other plans of at most
+    /// 1024 rows with a LUT or at most 4 Mi verify entries; the large one otherwise.
     Auto,
     /// Always blocks of 128 threads (at most 1024 write requests; larger plans use `Large`).
     Small,
     /// Always blocks of 512 threads.
     Large,
+    /// Entries one round at a time instead of software-pipelined, so fewer registers (at most
+    /// 64) and more warps per multiprocessor: blocks of 256 threads for at most 1024 rows, of
+    /// 512 threads above.
+    Lean,
     /// The previous kernel: blocks of 512 threads, a second (check) launch with a checked LUT.
     Legacy,
 }
@@ -37,6 +41,9 @@ pub struct LaunchConfig {
     pub plan_blocks_per_sm: u32,
     /// Plan: at most this many blocks of 128 threads per SM (the small kernel).
     pub plan_small_blocks_per_sm: u32,
+    /// Plan, lean kernel: at most this many blocks of 256 threads per SM (half as many of 512
+    /// threads); four fit by registers, two measured best.
+    pub plan_lean_blocks_per_sm: u32,
     /// Verify without real-KV folds: blocks of 512 threads per SM (four fit: 32 registers).
     pub verify_blocks_per_sm: u32,
     /// Verify with PARTIAL real-KV folds: blocks of 512 threads per SM (two fit: 64 registers).
@@ -62,6 +69,7 @@ impl Default for LaunchConfig {
             plan_kernel: PlanKernel::Auto,
             plan_blocks_per_sm: 1,
             plan_small_blocks_per_sm: 4,
+            plan_lean_blocks_per_sm: 2,
             verify_blocks_per_sm: 4,
             verify_fold_blocks_per_sm: 2,
             verify_all_blocks_per_sm: 1,
@@ -75,8 +83,9 @@ impl Default for LaunchConfig {
 /// The kernel entry points of one loaded set of modules.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
-    /// `[small, large]` x `[full, pool, lut_clamp, pool_lut_clamp, lut, pool_lut]`.
-    pub(crate) plan: [[CUfunction; 6]; 2],
+    /// `[small, large, lean, lean_large]` x `[full, pool, lut_clamp, pool_lut_clamp, lut,
+    /// pool_lut]`.
+    pub(crate) plan: [[CUfunction; 6]; 4],
     /// The legacy plan: `[full, full_pool, lut, lut_pool]`.
     pub(crate) legacy_plan: [CUfunction; 4],
     /// The legacy LUT check launches before `legacy_plan[2]` and `legacy_plan[3]`.
@@ -94,6 +103,9 @@ pub(crate) struct Kernels {
     pub(crate) chain_floor: CUfunction,
     pub(crate) chain_floor_vector: CUfunction,
     pub(crate) empty: CUfunction,
+    pub(crate) spin: CUfunction,
+    pub(crate) lut_floor: CUfunction,
+    pub(crate) dependent_loads: CUfunction,
 }
 
 /// One CUDA device: its (primary) context, the kernels of `kernels/*.cu` loaded from their
@@ -178,7 +190,12 @@ impl Gpu {
             Ok(out)
         };
         let kernels = Kernels {
-            plan: [plan_family("small")?, plan_family("large")?],
+            plan: [
+                plan_family("small")?,
+                plan_family("large")?,
+                plan_family("lean")?,
+                plan_family("leanl")?,
+            ],
             legacy_plan: [
                 f(lm, "kv_canary_legacy_plan")?,
                 f(lm, "kv_canary_legacy_plan_pool")?,
@@ -222,6 +239,9 @@ impl Gpu {
             chain_floor: f(bm, "kv_canary_chain_floor")?,
             chain_floor_vector: f(bm, "kv_canary_chain_floor_vector")?,
             empty: f(bm, "kv_canary_empty")?,
+            spin: f(bm, "kv_canary_spin")?,
+            lut_floor: f(bm, "kv_canary_lut_floor")?,
+            dependent_loads: f(bm, "kv_canary_dependent_loads")?,
         };
         // The plan kernels keep up to 4096 rows in dynamic shared memory (144 KB a block; the
         // legacy ones 98 KB).
@@ -284,6 +304,7 @@ impl Gpu {
             plan_kernel: config.plan_kernel,
             plan_blocks_per_sm: config.plan_blocks_per_sm.max(1),
             plan_small_blocks_per_sm: config.plan_small_blocks_per_sm.max(1),
+            plan_lean_blocks_per_sm: config.plan_lean_blocks_per_sm.max(1),
             verify_blocks_per_sm: config.verify_blocks_per_sm.max(1),
             verify_fold_blocks_per_sm: config.verify_fold_blocks_per_sm.max(1),
             verify_all_blocks_per_sm: config.verify_all_blocks_per_sm.max(1),

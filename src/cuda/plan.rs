@@ -14,16 +14,66 @@ use crate::{Device, Error, Shape};
 const LARGE: (u32, u32) = (512, 4);
 /// Threads of a small plan block (`kv_canary_plan_small*`) and entries a thread takes per round.
 const SMALL: (u32, u32) = (128, 4);
-/// Rows up to which the small kernel also takes plans of several rounds (the sweep of
-/// benches/cuda: with 256 rows it beats the large one up to millions of entries, with 1024 it
-/// loses once the entries need more than one round).
-const SMALL_MULTI_ROUND_ROWS: usize = 256;
-/// Verify capacity up to which the small kernel takes plans of at most 256 rows.
-const SMALL_MULTI_ROUND_ENTRIES: usize = 4 << 20;
+/// Verify capacity up to which `PlanKernel::Auto` takes the lean kernel for plans of at most
+/// 1024 rows without a LUT (with one, always).
+const LEAN_AUTO_MAX_ENTRIES: usize = 4 << 20;
 /// Rows one plan block scans (`PLAN_MAX_ROWS`).
 const PLAN_MAX_ROWS: usize = crate::consts::PLAN_BS_BLOCK_SIZE;
 /// Rows a small plan block scans (eight a thread).
 const SMALL_MAX_ROWS: usize = 1024;
+/// Rows a lean plan block of 256 threads scans (four a thread); the lean kernel of 512 threads
+/// scans up to `PLAN_MAX_ROWS` (eight a thread).
+const LEAN_MAX_ROWS: usize = 1024;
+/// Shared memory of one multiprocessor (sm_90: 228 KB) and what the driver reserves per block.
+const SM_SHARED_BYTES: u32 = 228 * 1024;
+const BLOCK_RESERVED_SHARED_BYTES: u32 = 1024;
+
+/// The fused plan kernels (kernels/plan.cu), in the order of `Kernels::plan`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    /// `kv_canary_plan_small*`: 128 threads, software-pipelined, at most 1024 rows.
+    Small = 0,
+    /// `kv_canary_plan_large*`: 512 threads, software-pipelined, up to 4096 rows.
+    Large = 1,
+    /// `kv_canary_plan_lean*`: 256 threads, a round at a time, at most 1024 rows.
+    Lean = 2,
+    /// `kv_canary_plan_leanl*`: 512 threads, a round at a time, up to 4096 rows.
+    LeanLarge = 3,
+}
+
+impl Family {
+    /// Threads of a block and entries a thread takes per round.
+    const fn block(self) -> (u32, u32) {
+        match self {
+            Family::Small => SMALL,
+            Family::Large | Family::LeanLarge => LARGE,
+            Family::Lean => (256, 4),
+        }
+    }
+
+    /// Blocks per multiprocessor the configuration asks for.
+    fn blocks_per_sm(self, config: &super::LaunchConfig) -> u32 {
+        match self {
+            Family::Small => config.plan_small_blocks_per_sm,
+            Family::Large => config.plan_blocks_per_sm,
+            Family::Lean => config.plan_lean_blocks_per_sm,
+            Family::LeanLarge => (config.plan_lean_blocks_per_sm / 2).max(1),
+        }
+    }
+
+    /// Blocks per multiprocessor that are sure to be resident together (a cooperative launch):
+    /// at most `per_sm`, what the kernel's launch bounds guarantee by registers (the pipelined
+    /// kernels: one) and what `shared` bytes a block leave room for.
+    fn resident_per_sm(self, per_sm: u32, shared: u32) -> u32 {
+        let by_registers = match self {
+            Family::Small | Family::Large => 1,
+            Family::Lean => 4,
+            Family::LeanLarge => 2,
+        };
+        let by_shared = SM_SHARED_BYTES / (shared + BLOCK_RESERVED_SHARED_BYTES);
+        per_sm.min(by_registers).min(by_shared).max(1)
+    }
+}
 
 /// Dynamic shared memory of a plan block of `threads` threads holding `rows` rows
 /// (kernels/plan.cu, `Smem`): 32 bytes a slot, `rows + rows / rpt + 1` slots, where `rpt`,
@@ -69,15 +119,18 @@ const fn legacy_plan_shared_bytes(rows: usize) -> u32 {
 /// index is clamped to the last element, the error recorded, the outputs written).
 ///
 /// The grid is sized from the verify capacity (one round of entries per block, plus a block
-/// for the write metadata), with blocks of 128 threads when at most 1024 rows and the capacity
-/// fit one round of the small grid (or, without a checked LUT, at most 256 rows and 4 Mi
-/// entries), else 512; see [`LaunchConfig`](super::LaunchConfig).
+/// for the write metadata). The kernel is chosen from the shape ([`PlanKernel::Auto`]): blocks
+/// of 128 threads, software-pipelined, when at most 1024 rows and the capacity fit one round of
+/// the small grid without a LUT; the lean kernel (256 threads, a round at a time, more warps
+/// per multiprocessor) for other plans of at most 1024 rows with a LUT or at most 4 Mi entries;
+/// blocks of 512 threads otherwise; see [`LaunchConfig`](super::LaunchConfig).
 ///
 /// The one difference from the CPU op: **`bs > 4096`** is [`Error::BatchTooLarge`], nothing
 /// written (a block scans at most 4096 rows in shared memory, as SGLang's GPU path; the CPU op
 /// plans any `bs`).
 ///
 /// [`Swa::clamping`]: super::Swa::clamping
+/// [`PlanKernel::Auto`]: super::PlanKernel::Auto
 pub fn plan<'a, L, V, W, E, VB, WB, BB, G, X>(
     on: &L,
     shape: &Shape<V, W, E>,
@@ -246,25 +299,36 @@ where
     }
     let one_small_round =
         verify_capacity <= (sms * config.plan_small_blocks_per_sm * SMALL.0 * SMALL.1) as usize;
-    let small_fits = smem_rows <= SMALL_MAX_ROWS
-        && (one_small_round
-            || (!checked
-                && smem_rows <= SMALL_MULTI_ROUND_ROWS
-                && verify_capacity <= SMALL_MULTI_ROUND_ENTRIES));
-    let small = match config.plan_kernel {
-        PlanKernel::Small => smem_rows <= SMALL_MAX_ROWS,
-        PlanKernel::Large | PlanKernel::Legacy => false,
-        PlanKernel::Auto => small_fits,
-    };
-    let ((threads, per_thread), per_sm) = if small {
-        (SMALL, config.plan_small_blocks_per_sm)
+    // The benchmark's sweep (docs/cuda.md): the small kernel for one-round plans without a LUT,
+    // the lean one for other plans of at most 1024 rows with a LUT or up to 4 Mi entries (its
+    // LUT gathers and stores keep more warps busy), the large one above.
+    let auto = if smem_rows <= SMALL_MAX_ROWS && one_small_round && lut.is_none() {
+        Family::Small
+    } else if smem_rows <= LEAN_MAX_ROWS
+        && (lut.is_some() || verify_capacity <= LEAN_AUTO_MAX_ENTRIES)
+    {
+        Family::Lean
     } else {
-        (LARGE, config.plan_blocks_per_sm)
+        Family::Large
     };
+    let family = match config.plan_kernel {
+        PlanKernel::Small if smem_rows <= SMALL_MAX_ROWS => Family::Small,
+        PlanKernel::Small | PlanKernel::Large | PlanKernel::Legacy => Family::Large,
+        PlanKernel::Lean if smem_rows <= LEAN_MAX_ROWS => Family::Lean,
+        PlanKernel::Lean => Family::LeanLarge,
+        PlanKernel::Auto => auto,
+    };
+    let (threads, per_thread) = family.block();
+    let per_sm = family.blocks_per_sm(&config);
+    let shared = plan_shared_bytes(smem_rows, threads);
     // Enough entry blocks for the capacity in one round each, plus a block of its own for the
-    // write metadata, within the grid limit; a checked LUT needs every block resident (one a
-    // multiprocessor at most, whatever else the GPU runs).
-    let max_blocks = if checked { sms } else { sms * per_sm };
+    // write metadata, within the grid limit; a checked LUT needs every block resident (as many
+    // a multiprocessor as its registers and shared memory allow, whatever else the GPU runs).
+    let max_blocks = if checked {
+        sms * family.resident_per_sm(per_sm, shared)
+    } else {
+        sms * per_sm
+    };
     let round = (threads * per_thread) as usize;
     let needed = verify_capacity.div_ceil(round).max(1);
     let (grid, entry_blocks) = if needed < max_blocks as usize {
@@ -310,12 +374,12 @@ where
         (true, false) => 1,
         (true, true) => 2,
     };
-    let kernel = target.gpu.kernels().plan[usize::from(!small)][lut_mode * 2 + pool_variant];
+    let kernel = target.gpu.kernels().plan[family as usize][lut_mode * 2 + pool_variant];
     Ok(PlanLaunch::Fused(Prepared {
         kernel,
         grid,
         block: threads,
-        shared: plan_shared_bytes(smem_rows, threads),
+        shared,
         args,
         cooperative: checked,
     }))

@@ -504,20 +504,31 @@ pub fn big_case(rng: &mut Rng) -> Case {
     case
 }
 
-/// Every plan kernel (small and large blocks, one block a multiprocessor at most, so that
-/// blocks take several rounds; the legacy two-launch one) forced on random cases, small ones
-/// and big ones (millions of entries): each equals the CPU op, errors included.
+/// Every plan kernel (small, large and lean blocks, one block a multiprocessor at most, so that
+/// blocks take several rounds; the lean one also with four blocks a multiprocessor, so that a
+/// checked LUT's cooperative grid holds several blocks an SM; the legacy two-launch one) forced
+/// on random cases, small ones and big ones (millions of entries): each equals the CPU op,
+/// errors included.
 pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
     let cases = crate::scaled(300);
     let big = crate::scaled(30);
-    for kernel in [PlanKernel::Small, PlanKernel::Large, PlanKernel::Legacy] {
+    let kernels = [
+        (PlanKernel::Small, 1),
+        (PlanKernel::Large, 1),
+        (PlanKernel::Legacy, 1),
+        (PlanKernel::Lean, 1),
+        (PlanKernel::Lean, 4),
+    ];
+    for (kernel, per_sm) in kernels {
         let mut gpu = Gpu::new().map_err(fail("gpu"))?;
         gpu.set_launch_config(LaunchConfig {
             plan_kernel: kernel,
-            plan_blocks_per_sm: 1,
-            plan_small_blocks_per_sm: 1,
+            plan_blocks_per_sm: per_sm,
+            plan_small_blocks_per_sm: per_sm,
+            plan_lean_blocks_per_sm: per_sm,
             ..gpu.launch_config()
         });
+        let kernel = format!("{kernel:?} {per_sm}/SM");
         let offload = Offload::new(&gpu).map_err(fail("offload"))?;
         for seed in 0..cases {
             let mut rng = Rng::new(0xCE_0000 + seed);
@@ -529,7 +540,7 @@ pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
             let case = random_case(&mut rng, max_bs, max_width);
             compare_on(
                 &case,
-                &format!("{kernel:?} plan case seed {seed}"),
+                &format!("{kernel} plan case seed {seed}"),
                 Some(&offload),
             )?;
         }
@@ -538,13 +549,13 @@ pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
             let case = big_case(&mut rng);
             compare_on(
                 &case,
-                &format!("{kernel:?} big plan case seed {seed}"),
+                &format!("{kernel} big plan case seed {seed}"),
                 Some(&offload),
             )?;
         }
     }
     println!(
-        "    {cases} random plan cases and {big} big ones (up to 3 M entries) x 3 kernels (small, large, legacy; one block a multiprocessor) equal to the CPU op"
+        "    {cases} random plan cases and {big} big ones (up to 3 M entries) x 5 kernels (small, large, legacy, lean; one block a multiprocessor; lean with four) equal to the CPU op"
     );
     Ok(())
 }
