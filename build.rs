@@ -17,15 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// Every kernel file; `src/cuda/ptx.rs` embeds one string per name.
-const KERNELS: [&str; 7] = [
-    "plan",
-    "plan_legacy",
-    "verify",
-    "write",
-    "write_legacy",
-    "scatter",
-    "bench",
-];
+const KERNELS: [&str; 5] = ["plan", "verify", "write", "scatter", "bench"];
 /// The newest PTX ISA a CUDA 13.0 driver (the H200 machine's 580) loads.
 const NEWEST_LOADABLE_PTX: (u32, u32) = (9, 0);
 

@@ -386,7 +386,6 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     let alternatives = [
         ("small", alternative(PlanKernel::Small, 4)?),
         ("large", alternative(PlanKernel::Large, 1)?),
-        ("legacy", alternative(PlanKernel::Legacy, 1)?),
         ("lean", alternative(PlanKernel::Lean, 4)?),
         ("lean 2/SM", alternative(PlanKernel::Lean, 2)?),
         ("lean 8/SM", alternative(PlanKernel::Lean, 8)?),

@@ -6,8 +6,7 @@ use crate::timing::{self, print_table, Lead, Row};
 use crate::verify::{shuffled_slots, SLOTS};
 use crate::Options;
 use kv_canary::cuda::{
-    self, floors, floors::L2Flush, DeviceLaunch, DeviceRealKv, DeviceRealKvSource, Gpu,
-    LaunchConfig, Stream,
+    self, floors, floors::L2Flush, DeviceLaunch, DeviceRealKv, DeviceRealKvSource, Gpu, Stream,
 };
 use kv_canary::hash::splitmix64;
 use kv_canary::{
@@ -124,13 +123,6 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         DeviceRealKvSource::new(&kv[2], layout, params)?,
         DeviceRealKvSource::new(&kv[3], layout, params)?,
     ];
-    // The legacy kernels on the same launches (same context, shared buffers).
-    let mut legacy = Gpu::new()?;
-    legacy.set_launch_config(LaunchConfig {
-        write_legacy: true,
-        ..gpu.launch_config()
-    });
-    let mut legacy_lines = Vec::new();
     for wl in WORKLOADS.iter().filter(|w| o.wants(w.name)) {
         let n = wl.reqs * wl.tokens;
         let offsets: Vec<i64> = (0..=wl.reqs).map(|r| (r * wl.tokens) as i64).collect();
@@ -181,20 +173,6 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
             || graph.replay(),
         )?;
         graph.stream().status()?;
-        {
-            let mut s3 = Stream::new(&legacy)?;
-            let g = s3.capture(|c| {
-                cuda::write(
-                    c, &shape, &plan, &inputs, &launch, &canary, &ring, &counters,
-                )
-            })?;
-            let st = timing::time(g.stream(), Lead::Idle, 3, o.reps.min(100), || g.replay())?;
-            g.stream().status()?;
-            legacy_lines.push(format!(
-                "  {:<44} legacy kernel, graph warm: {:.1} us",
-                wl.name, st.median_us
-            ));
-        }
         let target = wl
             .target_us
             .or(wl.floor_factor.map(|f| f * floor.median_us));
@@ -221,8 +199,5 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         "  chain floor (8192 dependent mix3 steps, one thread): {:.1} us; the same chain on the vector datapath: {:.1} us",
         floor.median_us, vector_floor.median_us
     );
-    for line in legacy_lines {
-        println!("{line}");
-    }
     Ok(rows)
 }

@@ -54,43 +54,6 @@ pub(crate) struct PlanArgs {
     pub(crate) entry_blocks: i64,
 }
 
-/// `kvc::PlanArgs` of kernels/plan_legacy.cu (the two-launch plan kept for comparison).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LegacyPlanArgs {
-    pub(crate) req_pool_indices: u64,
-    pub(crate) prefix_lens: u64,
-    pub(crate) extend_lens: u64,
-    pub(crate) bs: u64,
-    pub(crate) table: u64,
-    pub(crate) table_rows: i64,
-    pub(crate) table_width: i64,
-    pub(crate) lut: u64,
-    pub(crate) lut_len: i64,
-    pub(crate) pool: u64,
-    pub(crate) pool_rows: i64,
-    pub(crate) pool_width: i64,
-    pub(crate) valid_lens: u64,
-    pub(crate) valid_lens_len: u64,
-    pub(crate) window: i64,
-    pub(crate) offset: i64,
-    pub(crate) v_slots: u64,
-    pub(crate) v_tokens: u64,
-    pub(crate) v_positions: u64,
-    pub(crate) v_prevs: u64,
-    pub(crate) v_num_valid: u64,
-    pub(crate) v_enable: u64,
-    pub(crate) verify_capacity: i64,
-    pub(crate) w_offsets: u64,
-    pub(crate) w_seeds: u64,
-    pub(crate) w_num_valid_reqs: u64,
-    pub(crate) write_capacity: i64,
-    pub(crate) status: u64,
-    pub(crate) lut_key: u64,
-    pub(crate) lut_done: u64,
-    pub(crate) smem_rows: i64,
-}
-
 /// `kvc::VerifyArgs` (kernels/verify.cu).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -161,6 +124,5 @@ pub(crate) struct ScatterArgs {
 static_assertions::const_assert_eq!(core::mem::size_of::<ScatterArgs>(), 8 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<RealKvArgs>(), 26 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<PlanArgs>(), 31 * 8);
-static_assertions::const_assert_eq!(core::mem::size_of::<LegacyPlanArgs>(), 31 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<VerifyArgs>(), 17 * 8 + 26 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<WriteArgs>(), 22 * 8 + 26 * 8);

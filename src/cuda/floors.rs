@@ -7,7 +7,6 @@ use super::abi::{PlanArgs, VerifyArgs};
 use super::canary::DeviceLaunch;
 use super::driver::{self, check};
 use super::inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
-use super::plan::PlanLaunch;
 use super::stream::{Prepared, Queue, Stream};
 use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
@@ -447,8 +446,7 @@ impl<'a, 'g> RawLaunch<'a, 'g> {
         })
     }
 
-    /// What [`cuda::plan`](super::plan()) would queue on `stream` with these arguments (the
-    /// legacy two-launch plan is not recorded: an error).
+    /// What [`cuda::plan`](super::plan()) would queue on `stream` with these arguments.
     pub fn plan<V, W, E, VB, WB, BB, G, X>(
         stream: &'a Stream<'g>,
         shape: &Shape<V, W, E>,
@@ -466,18 +464,12 @@ impl<'a, 'g> RawLaunch<'a, 'g> {
         G: DeviceGroup<'a>,
         X: DeviceExpectedTokens<'a, W>,
     {
-        match super::plan::prepare(&stream.target(), shape, inputs, verify, write)? {
-            PlanLaunch::Fused(launch) => Ok(RawLaunch {
-                stream,
-                launch: RawArgs::Plan(launch),
-                _buffers: PhantomData,
-            }),
-            PlanLaunch::Legacy { .. } => Err(Error::OutOfRange {
-                what: "plan kernel of a raw launch",
-                value: 2,
-                allowed: "one launch (not PlanKernel::Legacy)",
-            }),
-        }
+        let launch = super::plan::prepare(&stream.target(), shape, inputs, verify, write)?;
+        Ok(RawLaunch {
+            stream,
+            launch: RawArgs::Plan(launch),
+            _buffers: PhantomData,
+        })
     }
 
     /// Queues the recorded launch with one bare driver call.

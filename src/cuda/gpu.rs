@@ -25,8 +25,6 @@ pub enum PlanKernel {
     /// 64) and more warps per multiprocessor: blocks of 256 threads for at most 1024 rows, of
     /// 512 threads above.
     Lean,
-    /// The previous kernel: blocks of 512 threads, a second (check) launch with a checked LUT.
-    Legacy,
 }
 
 /// Grid sizes of the launches, in blocks per multiprocessor (the write op always runs one block
@@ -58,9 +56,6 @@ pub struct LaunchConfig {
     /// Verify, staged ALL: blocks of 256 threads per SM (three fit: 72 KB of shared memory,
     /// 64 registers).
     pub verify_all_staged_blocks_per_sm: u32,
-    /// Write: the previous kernels (chain thread beside eight worker warps on every
-    /// scheduler, a select per chain step) instead of the current ones.
-    pub write_legacy: bool,
 }
 
 impl Default for LaunchConfig {
@@ -75,7 +70,6 @@ impl Default for LaunchConfig {
             verify_all_blocks_per_sm: 1,
             verify_all_staged: true,
             verify_all_staged_blocks_per_sm: 3,
-            write_legacy: false,
         }
     }
 }
@@ -86,18 +80,12 @@ pub(crate) struct Kernels {
     /// `[small, large, lean, lean_large]` x `[full, pool, lut_clamp, pool_lut_clamp, lut,
     /// pool_lut]`.
     pub(crate) plan: [[CUfunction; 6]; 4],
-    /// The legacy plan: `[full, full_pool, lut, lut_pool]`.
-    pub(crate) legacy_plan: [CUfunction; 4],
-    /// The legacy LUT check launches before `legacy_plan[2]` and `legacy_plan[3]`.
-    pub(crate) legacy_plan_lut_check: [CUfunction; 2],
     /// `[none, none_tokens, partial, partial_tokens, all, all_tokens]`.
     pub(crate) verify: [CUfunction; 6],
     /// `[all_staged, all_staged_tokens]`.
     pub(crate) verify_all_staged: [CUfunction; 2],
     /// `[none, none_assert, partial, partial_assert, all, all_assert]`.
     pub(crate) write: [CUfunction; 6],
-    /// The legacy write kernels, same order.
-    pub(crate) legacy_write: [CUfunction; 6],
     pub(crate) scatter: CUfunction,
     pub(crate) gather_floor: CUfunction,
     pub(crate) chain_floor: CUfunction,
@@ -154,10 +142,8 @@ impl Gpu {
         let load = |ptx: &str| Module::from_ptx(ptx, &[]).map_err(cust_error("cuModuleLoadDataEx"));
         let modules = vec![
             load(ptx::PLAN)?,
-            load(ptx::PLAN_LEGACY)?,
             load(ptx::VERIFY)?,
             load(ptx::WRITE)?,
-            load(ptx::WRITE_LEGACY)?,
             load(ptx::SCATTER)?,
             load(ptx::BENCH)?,
         ];
@@ -166,14 +152,12 @@ impl Gpu {
                 .map_err(cust_error("cuModuleGetFunction"))?
                 .to_raw())
         };
-        let (pm, lm, vm, wm, wlm, sm, bm) = (
+        let (pm, vm, wm, sm, bm) = (
             &modules[0],
             &modules[1],
             &modules[2],
             &modules[3],
             &modules[4],
-            &modules[5],
-            &modules[6],
         );
         let plan_family = |size: &str| -> Result<[CUfunction; 6], Error> {
             let mut out = [core::ptr::null_mut(); 6];
@@ -196,16 +180,6 @@ impl Gpu {
                 plan_family("lean")?,
                 plan_family("leanl")?,
             ],
-            legacy_plan: [
-                f(lm, "kv_canary_legacy_plan")?,
-                f(lm, "kv_canary_legacy_plan_pool")?,
-                f(lm, "kv_canary_legacy_plan_lut")?,
-                f(lm, "kv_canary_legacy_plan_pool_lut")?,
-            ],
-            legacy_plan_lut_check: [
-                f(lm, "kv_canary_legacy_plan_lut_check")?,
-                f(lm, "kv_canary_legacy_plan_pool_lut_check")?,
-            ],
             verify: [
                 f(vm, "kv_canary_verify")?,
                 f(vm, "kv_canary_verify_tokens")?,
@@ -226,14 +200,6 @@ impl Gpu {
                 f(wm, "kv_canary_write_all")?,
                 f(wm, "kv_canary_write_all_assert")?,
             ],
-            legacy_write: [
-                f(wlm, "kv_canary_legacy_write")?,
-                f(wlm, "kv_canary_legacy_write_assert")?,
-                f(wlm, "kv_canary_legacy_write_partial")?,
-                f(wlm, "kv_canary_legacy_write_partial_assert")?,
-                f(wlm, "kv_canary_legacy_write_all")?,
-                f(wlm, "kv_canary_legacy_write_all_assert")?,
-            ],
             scatter: f(sm, "kv_canary_scatter")?,
             gather_floor: f(bm, "kv_canary_gather_floor")?,
             chain_floor: f(bm, "kv_canary_chain_floor")?,
@@ -243,16 +209,9 @@ impl Gpu {
             lut_floor: f(bm, "kv_canary_lut_floor")?,
             dependent_loads: f(bm, "kv_canary_dependent_loads")?,
         };
-        // The plan kernels keep up to 4096 rows in dynamic shared memory (144 KB a block; the
-        // legacy ones 98 KB).
+        // The plan kernels keep up to 4096 rows in dynamic shared memory (144 KB a block).
         let plan_shared = super::plan::plan_shared_bytes(crate::consts::PLAN_BS_BLOCK_SIZE, 512);
-        for &k in kernels
-            .plan
-            .iter()
-            .flatten()
-            .chain(&kernels.legacy_plan)
-            .chain(&kernels.legacy_plan_lut_check)
-        {
+        for &k in kernels.plan.iter().flatten() {
             // SAFETY: `k` is a live function of a loaded module; the attribute only raises the
             // dynamic shared memory a launch may request (launches never ask for more).
             check("cuFuncSetAttribute", unsafe {
@@ -310,7 +269,6 @@ impl Gpu {
             verify_all_blocks_per_sm: config.verify_all_blocks_per_sm.max(1),
             verify_all_staged: config.verify_all_staged,
             verify_all_staged_blocks_per_sm: config.verify_all_staged_blocks_per_sm.max(1),
-            write_legacy: config.write_legacy,
         };
     }
 

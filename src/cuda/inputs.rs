@@ -274,7 +274,7 @@ pub struct Swa<'a> {
 impl<'a> Swa<'a> {
     /// An SWA group of `window` positions translating through `lut`, checked like the CPU op:
     /// a slot past the LUT's end is [`Error::LutIndexOutOfRange`] and nothing is written (the
-    /// plan then takes two launches, see [`plan`](super::plan)).
+    /// plan then runs as one cooperative launch, see [`plan`](super::plan)).
     pub fn new(window: u64, lut: &'a DeviceLut) -> Self {
         Swa {
             window,

@@ -1,6 +1,6 @@
 //! The plan launch (spec §3.2) on device buffers.
 
-use super::abi::{LegacyPlanArgs, PlanArgs};
+use super::abi::PlanArgs;
 use super::driver;
 use super::gpu::PlanKernel;
 use super::inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
@@ -9,8 +9,8 @@ use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::{Device, Error, Shape};
 
-/// Threads of a large plan block (`kv_canary_plan_large*` in kernels/plan.cu; the legacy
-/// kernels too) and entries a thread takes per round.
+/// Threads of a large plan block (`kv_canary_plan_large*` in kernels/plan.cu) and entries a
+/// thread takes per round.
 const LARGE: (u32, u32) = (512, 4);
 /// Threads of a small plan block (`kv_canary_plan_small*`) and entries a thread takes per round.
 const SMALL: (u32, u32) = (128, 4);
@@ -88,11 +88,6 @@ pub(crate) const fn plan_shared_bytes(rows: usize, threads: u32) -> u32 {
     ((rows + pad + 1) * 32) as u32
 }
 
-/// Dynamic shared memory of a legacy plan block (kernels/plan_legacy.cu, `Smem`).
-const fn legacy_plan_shared_bytes(rows: usize) -> u32 {
-    ((rows + 1) * 8 + rows * 16) as u32
-}
-
 /// Queues the plan op of spec §3.2 on `on`: `inputs` -> `verify` and `write`, in one launch.
 ///
 /// The device twin of [`cpu::plan`](crate::cpu::plan): the same capacity relations at compile
@@ -150,37 +145,15 @@ where
     X: DeviceExpectedTokens<'a, W>,
 {
     let target = on.target();
-    match prepare(&target, shape, inputs, verify, write)? {
-        PlanLaunch::Fused(launch) => {
-            // SAFETY: the arguments mirror the kernel's parameter and every address in them is
-            // a live buffer borrowed for 'a, at least the launch (the whole graph for a
-            // capture); see `prepare` for the bounds the kernels keep.
-            unsafe { launch.queue(&target) }
-        }
-        PlanLaunch::Legacy { check, plan } => {
-            if let Some(check) = check {
-                // SAFETY: as above.
-                unsafe { check.queue(&target) }?;
-            }
-            // SAFETY: as above.
-            unsafe { plan.queue(&target) }
-        }
-    }
+    let launch = prepare(&target, shape, inputs, verify, write)?;
+    // SAFETY: the arguments mirror the kernel's parameter and every address in them is a live
+    // buffer borrowed for 'a, at least the launch (the whole graph for a capture); see
+    // `prepare` for the bounds the kernels keep.
+    unsafe { launch.queue(&target) }
 }
 
-/// The launches [`plan`] queues.
-#[allow(clippy::large_enum_variant)] // built and queued once; never stored
-pub(crate) enum PlanLaunch {
-    /// One launch (cooperative with a checked LUT).
-    Fused(Prepared<PlanArgs>),
-    /// The legacy kernels: a LUT check launch first when the LUT is checked, then the plan.
-    Legacy {
-        check: Option<Prepared<LegacyPlanArgs>>,
-        plan: Prepared<LegacyPlanArgs>,
-    },
-}
-
-/// The launches [`plan`] queues: kernels, grids and arguments, checked and built.
+/// The launch [`plan`] queues (cooperative with a checked LUT): kernel, grid and arguments,
+/// checked and built.
 ///
 /// The arguments mirror the kernels' parameters. The batch columns hold capacity(BB) = write
 /// capacity rows and a kernel reads rows < smem_rows <= that; the table holds rows x width
@@ -191,14 +164,14 @@ pub(crate) enum PlanLaunch {
 /// (`small` implies smem_rows <= 1024). The stream's scratch holds the four words the checked
 /// kernel's grid barrier uses, with its invariant (kernels/plan.cu, `grid_lut_verdict`); that
 /// kernel is launched cooperatively, at most one block per multiprocessor, so every block is
-/// resident and the barrier cannot hang. The legacy kernels use scratch words 4 and 5.
+/// resident and the barrier cannot hang.
 pub(crate) fn prepare<'a, V, W, E, VB, WB, BB, G, X>(
     target: &Target<'_>,
     shape: &Shape<V, W, E>,
     inputs: &PlanInputs<'a, BB, G, X>,
     verify: &'a VerifyPlan<VB, Device>,
     write: &'a WritePlan<WB, Device>,
-) -> Result<PlanLaunch, Error>
+) -> Result<Prepared<PlanArgs>, Error>
 where
     V: SameVerifyCapacity<VB>,
     W: SameWriteReqCapacity<WB> + SameWriteReqCapacity<BB>,
@@ -246,57 +219,6 @@ where
     );
     let pool_variant = usize::from(pool.is_some());
     let checked = lut.is_some() && inputs.group.checks_lut();
-    if config.plan_kernel == PlanKernel::Legacy {
-        let args = LegacyPlanArgs {
-            req_pool_indices: driver::addr(&inputs.batch.req_pool_indices),
-            prefix_lens: driver::addr(&inputs.batch.prefix_lens),
-            extend_lens: driver::addr(&inputs.batch.extend_seq_lens),
-            bs: driver::box_addr(&inputs.batch.bs),
-            table: driver::addr(&table.data),
-            table_rows: table.rows() as i64,
-            table_width: table.width() as i64,
-            lut: lut.map_or(0, |l| driver::addr(&l.data)),
-            lut_len: lut.map_or(0, |l| l.len() as i64),
-            pool: pool_ptr,
-            pool_rows,
-            pool_width,
-            valid_lens: lens,
-            valid_lens_len: lens_len,
-            window,
-            offset: inputs.offset.value(),
-            v_slots,
-            v_tokens,
-            v_positions,
-            v_prevs,
-            v_num_valid: driver::box_addr(&verify.num_valid),
-            v_enable: driver::box_addr(&verify.enable),
-            verify_capacity: verify_capacity as i64,
-            w_offsets: driver::addr(&write.offsets),
-            w_seeds: driver::addr(&write.seed_slot_indices),
-            w_num_valid_reqs: driver::box_addr(&write.num_valid_reqs),
-            write_capacity: write.capacity().get() as i64,
-            status: target.status,
-            lut_key: target.scratch + 4 * 8,
-            lut_done: target.scratch + 5 * 8,
-            smem_rows: smem_rows as i64,
-        };
-        let kernels = target.gpu.kernels();
-        let variant = usize::from(lut.is_some()) * 2 + pool_variant;
-        let grid = sms * config.plan_blocks_per_sm;
-        let shared = legacy_plan_shared_bytes(smem_rows);
-        let launch = |kernel| Prepared {
-            kernel,
-            grid,
-            block: LARGE.0,
-            shared,
-            args,
-            cooperative: false,
-        };
-        return Ok(PlanLaunch::Legacy {
-            check: checked.then(|| launch(kernels.legacy_plan_lut_check[pool_variant])),
-            plan: launch(kernels.legacy_plan[variant]),
-        });
-    }
     let one_small_round =
         verify_capacity <= (sms * config.plan_small_blocks_per_sm * SMALL.0 * SMALL.1) as usize;
     // The benchmark's sweep (docs/cuda.md): the small kernel for one-round plans without a LUT,
@@ -313,7 +235,7 @@ where
     };
     let family = match config.plan_kernel {
         PlanKernel::Small if smem_rows <= SMALL_MAX_ROWS => Family::Small,
-        PlanKernel::Small | PlanKernel::Large | PlanKernel::Legacy => Family::Large,
+        PlanKernel::Small | PlanKernel::Large => Family::Large,
         PlanKernel::Lean if smem_rows <= LEAN_MAX_ROWS => Family::Lean,
         PlanKernel::Lean => Family::LeanLarge,
         PlanKernel::Auto => auto,
@@ -375,14 +297,14 @@ where
         (true, true) => 2,
     };
     let kernel = target.gpu.kernels().plan[family as usize][lut_mode * 2 + pool_variant];
-    Ok(PlanLaunch::Fused(Prepared {
+    Ok(Prepared {
         kernel,
         grid,
         block: threads,
         shared,
         args,
         cooperative: checked,
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -3,14 +3,10 @@
 
 /// `kernels/plan.cu`.
 pub(crate) const PLAN: &str = include_str!(concat!(env!("OUT_DIR"), "/plan.ptx"));
-/// `kernels/plan_legacy.cu`: the previous (two-launch) plan, kept for comparison.
-pub(crate) const PLAN_LEGACY: &str = include_str!(concat!(env!("OUT_DIR"), "/plan_legacy.ptx"));
 /// `kernels/verify.cu`.
 pub(crate) const VERIFY: &str = include_str!(concat!(env!("OUT_DIR"), "/verify.ptx"));
 /// `kernels/write.cu`.
 pub(crate) const WRITE: &str = include_str!(concat!(env!("OUT_DIR"), "/write.ptx"));
-/// `kernels/write_legacy.cu`: the previous write kernels, kept for comparison.
-pub(crate) const WRITE_LEGACY: &str = include_str!(concat!(env!("OUT_DIR"), "/write_legacy.ptx"));
 /// `kernels/scatter.cu`.
 pub(crate) const SCATTER: &str = include_str!(concat!(env!("OUT_DIR"), "/scatter.ptx"));
 /// `kernels/bench.cu`: the hardware floors of the benchmark.
@@ -25,10 +21,8 @@ mod tests {
         }
         for (ptx, entry) in [
             (super::PLAN, "kv_canary_plan_large_pool_lut"),
-            (super::PLAN_LEGACY, "kv_canary_legacy_plan_pool_lut_check"),
             (super::VERIFY, "kv_canary_verify"),
             (super::WRITE, "kv_canary_write"),
-            (super::WRITE_LEGACY, "kv_canary_legacy_write"),
             (super::SCATTER, "kv_canary_scatter"),
             (super::BENCH, "kv_canary_chain_floor"),
         ] {

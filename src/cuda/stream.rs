@@ -12,8 +12,7 @@ use cust::sys::{self, CUfunction, CUgraph, CUgraphExec, CUstream, CUstreamCaptur
 /// Words of a stream's launch scratch.
 const SCRATCH_WORDS: usize = 6;
 /// Their values when nothing runs: the plan's grid barrier (arrivals, generation, the first
-/// out-of-LUT read of even and odd generations), then the legacy plan's out-of-LUT key and
-/// block counter.
+/// out-of-LUT read of even and odd generations), then two words no launch uses.
 const SCRATCH_INIT: [i64; SCRATCH_WORDS] = [0, 0, i64::MAX, i64::MAX, i64::MAX, 0];
 
 /// A CUDA stream of one [`Gpu`], with its sticky status word.
@@ -27,8 +26,7 @@ pub struct Stream<'g> {
     raw: cust::stream::Stream,
     status: DeviceBuffer<i64>,
     /// Launch scratch owned by the stream (launches allocate nothing): `[0..4]` the checked
-    /// plan's grid barrier and out-of-LUT keys, `[4..6]` the legacy plan's key and counter
-    /// (`SCRATCH_INIT`). Launches on one stream run in order, so they share it safely.
+    /// plan's grid barrier and out-of-LUT keys, `[4..6]` unused (`SCRATCH_INIT`). Launches on one stream run in order, so they share it safely.
     scratch: DeviceBuffer<i64>,
 }
 

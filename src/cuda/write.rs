@@ -14,8 +14,6 @@ use crate::{Device, Error, Shape};
 /// Threads per write block (`WRITE_THREADS` in kernels/write.cu): the chain warp, eight worker
 /// warps and two idle ones (warps 4 and 8, which share the chain's scheduler).
 const WRITE_THREADS: u32 = 352;
-/// Threads per legacy write block (kernels/write_legacy.cu): one chain warp, eight workers.
-const LEGACY_WRITE_THREADS: u32 = 288;
 
 /// Queues the write op of spec §4 on `on`: stamps every planned token of `inputs` into
 /// `canary`, extending each request's hash chain, and reports assert failures into `ring`.
@@ -109,12 +107,7 @@ where
         kv: kv.abi(),
     };
     let variant = kv.kind() * 2 + usize::from(A::ENABLED);
-    let kernels = target.gpu.kernels();
-    let (kernel, threads) = if target.gpu.launch_config().write_legacy {
-        (kernels.legacy_write[variant], LEGACY_WRITE_THREADS)
-    } else {
-        (kernels.write[variant], WRITE_THREADS)
-    };
+    let kernel = target.gpu.kernels().write[variant];
     // SAFETY: `WriteArgs` mirrors the kernel's parameter. Every address is a live buffer
     // borrowed for 'a: offsets hold req_capacity + 1 entries and seeds req_capacity (the kernel
     // runs one block per row < req_capacity and reads offsets[r + 1]); the per-token arrays
@@ -124,5 +117,5 @@ where
     // ring holds ring_capacity rows and rows past it are dropped; real-KV sources hold
     // num_rows rows of row_stride bytes (validated layout) and every row is checked; the
     // chain-assert flag, counters and write index are live scalars.
-    unsafe { launch(&target, kernel, grid, threads, 0, &args) }
+    unsafe { launch(&target, kernel, grid, WRITE_THREADS, 0, &args) }
 }

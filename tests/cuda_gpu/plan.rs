@@ -506,16 +506,14 @@ pub fn big_case(rng: &mut Rng) -> Case {
 
 /// Every plan kernel (small, large and lean blocks, one block a multiprocessor at most, so that
 /// blocks take several rounds; the lean one also with four blocks a multiprocessor, so that a
-/// checked LUT's cooperative grid holds several blocks an SM; the legacy two-launch one) forced
-/// on random cases, small ones and big ones (millions of entries): each equals the CPU op,
-/// errors included.
+/// checked LUT's cooperative grid holds several blocks an SM) forced on random cases, small
+/// ones and big ones (millions of entries): each equals the CPU op, errors included.
 pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
     let cases = crate::scaled(300);
     let big = crate::scaled(30);
     let kernels = [
         (PlanKernel::Small, 1),
         (PlanKernel::Large, 1),
-        (PlanKernel::Legacy, 1),
         (PlanKernel::Lean, 1),
         (PlanKernel::Lean, 4),
     ];
@@ -555,7 +553,7 @@ pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
         }
     }
     println!(
-        "    {cases} random plan cases and {big} big ones (up to 3 M entries) x 5 kernels (small, large, legacy, lean; one block a multiprocessor; lean with four) equal to the CPU op"
+        "    {cases} random plan cases and {big} big ones (up to 3 M entries) x 4 kernels (small, large, lean; one block a multiprocessor; lean with four) equal to the CPU op"
     );
     Ok(())
 }
