@@ -10,10 +10,10 @@ use cust::stream::StreamFlags;
 use cust::sys::{self, CUfunction, CUgraph, CUgraphExec, CUstream, CUstreamCaptureMode};
 
 /// Words of a stream's launch scratch.
-const SCRATCH_WORDS: usize = 6;
+const SCRATCH_WORDS: usize = 4;
 /// Their values when nothing runs: the plan's grid barrier (arrivals, generation, the first
-/// out-of-LUT read of even and odd generations), then two words no launch uses.
-const SCRATCH_INIT: [i64; SCRATCH_WORDS] = [0, 0, i64::MAX, i64::MAX, i64::MAX, 0];
+/// out-of-LUT read of even and odd generations; kernels/plan.cu, `grid_lut_verdict`).
+const SCRATCH_INIT: [i64; SCRATCH_WORDS] = [0, 0, i64::MAX, i64::MAX];
 
 /// A CUDA stream of one [`Gpu`], with its sticky status word.
 ///
@@ -25,8 +25,9 @@ pub struct Stream<'g> {
     gpu: &'g Gpu,
     raw: cust::stream::Stream,
     status: DeviceBuffer<i64>,
-    /// Launch scratch owned by the stream (launches allocate nothing): `[0..4]` the checked
-    /// plan's grid barrier and out-of-LUT keys, `[4..6]` unused (`SCRATCH_INIT`). Launches on one stream run in order, so they share it safely.
+    /// Launch scratch owned by the stream (launches allocate nothing): the checked plan's grid
+    /// barrier and out-of-LUT keys (`SCRATCH_INIT`). Launches on one stream run in order, so
+    /// they share it safely.
     scratch: DeviceBuffer<i64>,
 }
 
