@@ -257,19 +257,20 @@ __device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r) {
 // [c0, c1) for this block (empty past the entry blocks).
 struct Chunk {
     i64 c0, c1;
+    i64 len;  // the chunk length of every block (the last one's range may be shorter)
 };
 template <int THREADS>
 __device__ __forceinline__ Chunk block_chunk(i64 total, i64 blocks) {
-    if (static_cast<i64>(blockIdx.x) >= blocks) return {0, 0};
     // 32-bit division when it fits (a 64-bit one is a long subroutine).
     const i64 per_block = total < (1ll << 31)
                               ? static_cast<i64>((static_cast<u32>(total) + static_cast<u32>(blocks) - 1) /
                                                  static_cast<u32>(blocks))
                               : (total + blocks - 1) / blocks;
     const i64 chunk = (per_block + THREADS - 1) / THREADS * THREADS;
+    if (static_cast<i64>(blockIdx.x) >= blocks) return {0, 0, chunk};
     const i64 c0 = static_cast<i64>(blockIdx.x) * chunk;
     const i64 c1 = c0 + chunk < total ? c0 + chunk : total;
-    return {c0 < c1 ? c0 : c1, c1};
+    return {c0 < c1 ? c0 : c1, c1, chunk};
 }
 
 // The largest r in [0, bs) with voff(r) <= f (voff(bs) > f): the row holding entry f.
@@ -430,19 +431,25 @@ __device__ __forceinline__ void emit_chunk(const PlanArgs& a, const Smem& sm, i6
     }
 }
 
-// The entries [c0, c1) of a block, U a thread per round, one round at a time: a round's table
-// loads are in flight together, then its LUT gathers, then its stores. Fewer registers than
-// `emit_chunk`, so more warps per multiprocessor keep loads in flight instead.
+// The entries of a block, U a thread per round, one round at a time and grid-strided: round
+// i of block b covers the entries from (i * entry_blocks + b) * U * THREADS, so the blocks'
+// stores advance through the outputs together (one stream a block would scatter them over
+// entry_blocks regions). A round's table loads are in flight together, then its LUT gathers,
+// then its stores; each thread finds its round's first row by a binary search. Fewer registers
+// than `emit_chunk`, so more warps per multiprocessor keep loads in flight instead.
 template <int THREADS, int U, bool HAS_POOL, int MODE>
-__device__ __forceinline__ void emit_chunk_flat(const PlanArgs& a, const Smem& sm, i64 bs, i64 c0,
-                                                i64 c1, i64 first_f) {
+__device__ __forceinline__ void emit_grid_stride(const PlanArgs& a, const Smem& sm, i64 bs,
+                                                 i64 total) {
     constexpr i64 ROUND = static_cast<i64>(U) * THREADS;
-    Cursor c = cursor_at<HAS_POOL>(sm, bs, first_f);
+    if (static_cast<i64>(blockIdx.x) >= a.entry_blocks) return;
+    const i64 stride = a.entry_blocks * ROUND;
 #pragma unroll 1
-    for (i64 base = c0; base < c1; base += ROUND) {
+    for (i64 base = static_cast<i64>(blockIdx.x) * ROUND; base < total; base += stride) {
+        const i64 f0 = base + threadIdx.x < total ? base + threadIdx.x : total - 1;
+        Cursor c = cursor_at<HAS_POOL>(sm, bs, f0);
         Lanes<U> L;
         i64 slot[U], pown[U];
-        load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base, c1, L);
+        load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base, total, L);
         translate_lanes<MODE, U>(a, L, slot, pown);
         emit_lanes<THREADS, U>(a, base, L, slot, pown);
     }
@@ -495,8 +502,9 @@ __device__ __forceinline__ i64 grid_lut_verdict(const PlanArgs& a, i64 mine) {
     return s_key;
 }
 
-// RPT: rows a thread scans at most (THREADS * RPT >= smem_rows, host check); PIPE: entries
-// software-pipelined (`emit_chunk`) or one round at a time (`emit_chunk_flat`).
+// RPT: rows a thread scans at most (THREADS * RPT >= smem_rows, host check); PIPE: a block's
+// chunk of entries software-pipelined (`emit_chunk`), else grid-strided rounds one at a time
+// (`emit_grid_stride`).
 template <int THREADS, int U, bool HAS_POOL, int MODE, int RPT, bool PIPE>
 __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     int rpt;
@@ -648,7 +656,9 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     i64 slot0[U], pown0[U];
     if (MODE == LUT_CHECKED && total > 0) {
         i64 best = INT64_MAX;
-        if (ch.c1 - ch.c0 <= static_cast<i64>(U) * THREADS) {
+        // Cached only when every block's chunk is one round (uniform across the grid: the
+        // entries are then emitted by chunk; otherwise grid-strided in the lean kernels).
+        if (ch.len <= static_cast<i64>(U) * THREADS) {
             cached = true;
             if (has_chunk) {
                 Cursor c = cursor_at<HAS_POOL>(sm, bs, first_f);
@@ -708,17 +718,17 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         }
     }
 
-    if (!enable || !has_chunk) return;
+    if (!enable) return;
 
     // Step 5: verify entries, U in flight per thread.
     if (MODE == LUT_CHECKED && cached) {
-        emit_lanes<THREADS, U>(a, ch.c0, L0, slot0, pown0);
+        if (has_chunk) emit_lanes<THREADS, U>(a, ch.c0, L0, slot0, pown0);
         return;
     }
     if (PIPE) {
-        emit_chunk<THREADS, U, HAS_POOL, MODE>(a, sm, bs, ch.c0, ch.c1, first_f);
+        if (has_chunk) emit_chunk<THREADS, U, HAS_POOL, MODE>(a, sm, bs, ch.c0, ch.c1, first_f);
     } else {
-        emit_chunk_flat<THREADS, U, HAS_POOL, MODE>(a, sm, bs, ch.c0, ch.c1, first_f);
+        emit_grid_stride<THREADS, U, HAS_POOL, MODE>(a, sm, bs, total);
     }
 }
 

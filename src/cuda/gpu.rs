@@ -15,15 +15,15 @@ use cust::CudaFlags;
 pub enum PlanKernel {
     /// The small kernel for a plan without a LUT whose rows (at most 1024) and verify entries
     /// fit one round of the small grid; the lean one (256 threads) for other plans of at most
-    /// 1024 rows with a LUT or at most 4 Mi verify entries; the large one otherwise.
+    /// 1024 rows; the large one otherwise.
     Auto,
     /// Always blocks of 128 threads (at most 1024 write requests; larger plans use `Large`).
     Small,
     /// Always blocks of 512 threads.
     Large,
-    /// Entries one round at a time instead of software-pipelined, so fewer registers (at most
-    /// 64) and more warps per multiprocessor: blocks of 256 threads for at most 1024 rows, of
-    /// 512 threads above.
+    /// Entries in grid-strided rounds, one at a time instead of software-pipelined, so fewer
+    /// registers (at most 64) and more warps per multiprocessor: blocks of 256 threads for at
+    /// most 1024 rows, of 512 threads above.
     Lean,
 }
 

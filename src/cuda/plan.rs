@@ -14,9 +14,6 @@ use crate::{Device, Error, Shape};
 const LARGE: (u32, u32) = (512, 4);
 /// Threads of a small plan block (`kv_canary_plan_small*`) and entries a thread takes per round.
 const SMALL: (u32, u32) = (128, 4);
-/// Verify capacity up to which `PlanKernel::Auto` takes the lean kernel for plans of at most
-/// 1024 rows without a LUT (with one, always).
-const LEAN_AUTO_MAX_ENTRIES: usize = 4 << 20;
 /// Rows one plan block scans (`PLAN_MAX_ROWS`).
 const PLAN_MAX_ROWS: usize = crate::consts::PLAN_BS_BLOCK_SIZE;
 /// Rows a small plan block scans (eight a thread).
@@ -116,9 +113,9 @@ pub(crate) const fn plan_shared_bytes(rows: usize, threads: u32) -> u32 {
 /// The grid is sized from the verify capacity (one round of entries per block, plus a block
 /// for the write metadata). The kernel is chosen from the shape ([`PlanKernel::Auto`]): blocks
 /// of 128 threads, software-pipelined, when at most 1024 rows and the capacity fit one round of
-/// the small grid without a LUT; the lean kernel (256 threads, a round at a time, more warps
-/// per multiprocessor) for other plans of at most 1024 rows with a LUT or at most 4 Mi entries;
-/// blocks of 512 threads otherwise; see [`LaunchConfig`](super::LaunchConfig).
+/// the small grid without a LUT; the lean kernel (256 threads, grid-strided rounds one at a
+/// time, more warps per multiprocessor) for other plans of at most 1024 rows; blocks of 512
+/// threads otherwise; see [`LaunchConfig`](super::LaunchConfig).
 ///
 /// The one difference from the CPU op: **`bs > 4096`** is [`Error::BatchTooLarge`], nothing
 /// written (a block scans at most 4096 rows in shared memory, as SGLang's GPU path; the CPU op
@@ -222,13 +219,11 @@ where
     let one_small_round =
         verify_capacity <= (sms * config.plan_small_blocks_per_sm * SMALL.0 * SMALL.1) as usize;
     // The benchmark's sweep (docs/cuda.md): the small kernel for one-round plans without a LUT,
-    // the lean one for other plans of at most 1024 rows with a LUT or up to 4 Mi entries (its
-    // LUT gathers and stores keep more warps busy), the large one above.
+    // the lean one for other plans of at most 1024 rows (its grid-strided rounds keep the
+    // stores of all blocks together), the large one above 1024 rows.
     let auto = if smem_rows <= SMALL_MAX_ROWS && one_small_round && lut.is_none() {
         Family::Small
-    } else if smem_rows <= LEAN_MAX_ROWS
-        && (lut.is_some() || verify_capacity <= LEAN_AUTO_MAX_ENTRIES)
-    {
+    } else if smem_rows <= LEAN_MAX_ROWS {
         Family::Lean
     } else {
         Family::Large
