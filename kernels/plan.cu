@@ -502,6 +502,57 @@ __device__ __forceinline__ i64 grid_lut_verdict(const PlanArgs& a, i64 mine) {
     return s_key;
 }
 
+// Step 1 for rows [tid * rpt + g, tid * rpt + g + G) of this thread (those < rpt, < R):
+// loads their columns (all in flight at once), the last block also their seeds
+// (table[rp][prefix - 1], only for rows that will pass validation), then checks them into shared
+// memory and adds rows < bs to the running sums and the first error.
+template <int G, bool HAS_POOL>
+__device__ __forceinline__ void check_rows(const PlanArgs& a, const Smem& sm, int tid, int rpt, int g,
+                                           i64 R, i64 bs, bool meta_block, u64& vsum, u64& wsum,
+                                           u32& err) {
+    i64 col_rp[G], col_prefix[G], col_ext[G], col_vl[G];
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+        const i64 r = static_cast<i64>(tid) * rpt + g + k;
+        const bool in = g + k < rpt && r < R;
+        col_rp[k] = in ? __ldg(a.req_pool_indices + r) : 0;
+        col_prefix[k] = in ? __ldg(a.prefix_lens + r) : 0;
+        col_ext[k] = in ? __ldg(a.extend_lens + r) : 0;
+        col_vl[k] = (HAS_POOL && in) ? __ldg(a.valid_lens + r) : 0;
+    }
+    i32 seed_x[G];
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+        const i64 rp = col_rp[k], prefix = col_prefix[k];
+        const bool seeded = meta_block && col_ext[k] > 0 && prefix > 0 &&
+                            prefix <= a.table_width && rp > 0 && rp < a.table_rows;
+        seed_x[k] = seeded ? __ldg(a.table + rp * a.table_width + prefix - 1) : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+        const i64 r = static_cast<i64>(tid) * rpt + g + k;
+        if (g + k < rpt && r < R) {
+            const Row w = make_row<HAS_POOL>(a, col_rp[k], col_prefix[k], col_ext[k], col_vl[k]);
+            const i64 at = sm.at(r);
+            sm.voff[at] = static_cast<i64>(w.vlen);
+            sm.woff[at] = static_cast<i64>(w.wlen);
+            sm.rp[at] = static_cast<i32>(w.rp);
+            sm.ws[at] = static_cast<i32>(w.ws);
+            if (HAS_POOL) sm.lim[at] = static_cast<i32>(w.lim);
+            if (meta_block) sm.seedx[at] = seed_x[k];
+            if (r < bs) {
+                if (w.code != 0 && err == NO_ERR) {
+                    err = static_cast<u32>(r * 8 + (w.code == ST_REQ_POOL_INDEX      ? 1
+                                                     : w.code == ST_PREFIX_BEYOND_ROW ? 2
+                                                                                      : 3));
+                }
+                vsum += w.vlen;
+                wsum = sat_add(wsum, w.wlen);
+            }
+        }
+    }
+}
+
 // RPT: rows a thread scans at most (THREADS * RPT >= smem_rows, host check); PIPE: a block's
 // chunk of entries software-pipelined (`emit_chunk`), else grid-strided rounds one at a time
 // (`emit_grid_stride`).
@@ -519,53 +570,16 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     const i64 lens_len = HAS_POOL ? *a.valid_lens_len : 0;
     u64 vsum = 0, wsum = 0;
     u32 err = NO_ERR;
-    // The thread's rows go in groups of G: every column of a group's rows is loaded first (all
-    // in flight at once), then the group's seeds, then the rows are checked.
+    // The thread's rows go in groups of G (one group of one row when rpt is 1: no predicated
+    // copies): every column of a group's rows is loaded first (all in flight at once), then the
+    // group's seeds, then the rows are checked.
     constexpr int G = RPT < 4 ? RPT : 4;
+    if (rpt == 1) {
+        check_rows<1, HAS_POOL>(a, sm, tid, 1, 0, R, bs, meta_block, vsum, wsum, err);
+    } else {
 #pragma unroll 1
-    for (int g = 0; g < rpt; g += G) {
-        i64 col_rp[G], col_prefix[G], col_ext[G], col_vl[G];
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-            const i64 r = static_cast<i64>(tid) * rpt + g + k;
-            const bool in = g + k < rpt && r < R;
-            col_rp[k] = in ? __ldg(a.req_pool_indices + r) : 0;
-            col_prefix[k] = in ? __ldg(a.prefix_lens + r) : 0;
-            col_ext[k] = in ? __ldg(a.extend_lens + r) : 0;
-            col_vl[k] = (HAS_POOL && in) ? __ldg(a.valid_lens + r) : 0;
-        }
-        // The last block also reads every seeded row's seed (table[rp][prefix - 1]); a row
-        // that will fail validation reads nothing.
-        i32 seed_x[G];
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-            const i64 rp = col_rp[k], prefix = col_prefix[k];
-            const bool seeded = meta_block && col_ext[k] > 0 && prefix > 0 &&
-                                prefix <= a.table_width && rp > 0 && rp < a.table_rows;
-            seed_x[k] = seeded ? __ldg(a.table + rp * a.table_width + prefix - 1) : 0;
-        }
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-            const i64 r = static_cast<i64>(tid) * rpt + g + k;
-            if (g + k < rpt && r < R) {
-                const Row w = make_row<HAS_POOL>(a, col_rp[k], col_prefix[k], col_ext[k], col_vl[k]);
-                const i64 at = sm.at(r);
-                sm.voff[at] = static_cast<i64>(w.vlen);
-                sm.woff[at] = static_cast<i64>(w.wlen);
-                sm.rp[at] = static_cast<i32>(w.rp);
-                sm.ws[at] = static_cast<i32>(w.ws);
-                if (HAS_POOL) sm.lim[at] = static_cast<i32>(w.lim);
-                if (meta_block) sm.seedx[at] = seed_x[k];
-                if (r < bs) {
-                    if (w.code != 0 && err == NO_ERR) {
-                        err = static_cast<u32>(r * 8 + (w.code == ST_REQ_POOL_INDEX      ? 1
-                                                         : w.code == ST_PREFIX_BEYOND_ROW ? 2
-                                                                                          : 3));
-                    }
-                    vsum += w.vlen;
-                    wsum = sat_add(wsum, w.wlen);
-                }
-            }
+        for (int g = 0; g < rpt; g += G) {
+            check_rows<G, HAS_POOL>(a, sm, tid, rpt, g, R, bs, meta_block, vsum, wsum, err);
         }
     }
 

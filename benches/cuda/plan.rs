@@ -386,9 +386,8 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     let alternatives = [
         ("small", alternative(PlanKernel::Small, 4)?),
         ("large", alternative(PlanKernel::Large, 1)?),
-        ("lean", alternative(PlanKernel::Lean, 4)?),
-        ("lean 2/SM", alternative(PlanKernel::Lean, 2)?),
-        ("lean 8/SM", alternative(PlanKernel::Lean, 8)?),
+        ("lean 1/SM", alternative(PlanKernel::Lean, 1)?),
+        ("lean 4/SM", alternative(PlanKernel::Lean, 4)?),
     ];
     let mut header = format!(
         "  {:<44} {:>7}",

@@ -13,9 +13,8 @@ use cust::CudaFlags;
 /// Which plan kernel a launch uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanKernel {
-    /// The small kernel for a plan without a LUT whose rows (at most 1024) and verify entries
-    /// fit one round of the small grid; the lean one (256 threads) for other plans of at most
-    /// 1024 rows; the large one otherwise.
+    /// The lean kernel (256 threads) for plans of at most 1024 rows, the large one (512
+    /// threads) above.
     Auto,
     /// Always blocks of 128 threads (at most 1024 write requests; larger plans use `Large`).
     Small,

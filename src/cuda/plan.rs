@@ -112,10 +112,10 @@ pub(crate) const fn plan_shared_bytes(rows: usize, threads: u32) -> u32 {
 ///
 /// The grid is sized from the verify capacity (one round of entries per block, plus a block
 /// for the write metadata). The kernel is chosen from the shape ([`PlanKernel::Auto`]): blocks
-/// of 128 threads, software-pipelined, when at most 1024 rows and the capacity fit one round of
-/// the small grid without a LUT; the lean kernel (256 threads, grid-strided rounds one at a
-/// time, more warps per multiprocessor) for other plans of at most 1024 rows; blocks of 512
-/// threads otherwise; see [`LaunchConfig`](super::LaunchConfig).
+/// of 256 threads (the lean kernel: grid-strided rounds of four entries a thread, one at a time,
+/// at most 64 registers) for plans of at most 1024 rows, else blocks of 512 threads
+/// (software-pipelined rounds over a contiguous chunk a block); see
+/// [`LaunchConfig`](super::LaunchConfig).
 ///
 /// The one difference from the CPU op: **`bs > 4096`** is [`Error::BatchTooLarge`], nothing
 /// written (a block scans at most 4096 rows in shared memory, as SGLang's GPU path; the CPU op
@@ -216,14 +216,10 @@ where
     );
     let pool_variant = usize::from(pool.is_some());
     let checked = lut.is_some() && inputs.group.checks_lut();
-    let one_small_round =
-        verify_capacity <= (sms * config.plan_small_blocks_per_sm * SMALL.0 * SMALL.1) as usize;
-    // The benchmark's sweep (docs/cuda.md): the small kernel for one-round plans without a LUT,
-    // the lean one for other plans of at most 1024 rows (its grid-strided rounds keep the
-    // stores of all blocks together), the large one above 1024 rows.
-    let auto = if smem_rows <= SMALL_MAX_ROWS && one_small_round && lut.is_none() {
-        Family::Small
-    } else if smem_rows <= LEAN_MAX_ROWS {
+    // The benchmark's sweep (docs/cuda.md): the lean kernel for plans of at most 1024 rows (its
+    // grid-strided rounds keep the stores of all blocks together; as fast as the small one on
+    // one-round plans), the large one above 1024 rows.
+    let auto = if smem_rows <= LEAN_MAX_ROWS {
         Family::Lean
     } else {
         Family::Large
