@@ -75,9 +75,9 @@ if want_only profile; then
       "$here/cuda_bench" --out /tmp/prof --reps 20 --quick "$@" >>"$OUT/profile.log" 2>&1
     note "$(printf '%-28s rc=%s' "profile $label" "$?")"
   }
-  profile "plan decode bs=1" '^kv_canary_plan_small$' --only plan --filter "decode bs=1,"
-  profile "plan SWA checked" '^kv_canary_plan_large_lut$' --only plan --filter "with LUT"
-  profile "plan bs=1024" '^kv_canary_plan_large$' --only plan --filter "bs=1024"
+  profile "plan decode bs=1" '^kv_canary_plan_lean$' --only plan --filter "decode bs=1,"
+  profile "plan SWA checked" '^kv_canary_plan_lean_lut$' --only plan --filter "with LUT"
+  profile "plan bs=1024" '^kv_canary_plan_lean$' --only plan --filter "bs=1024"
   profile "plan bs=4096" '^kv_canary_plan_large$' --only plan --filter "bs=4096"
 fi
 echo "---- summary ----"
