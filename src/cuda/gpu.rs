@@ -32,14 +32,16 @@ pub enum PlanKernel {
 pub struct LaunchConfig {
     /// Plan kernel choice.
     pub plan_kernel: PlanKernel,
-    /// Plan: at most this many blocks of 512 threads per SM (one fits with 4096 rows: 144 KB
-    /// of shared memory, up to 117 registers). The grid also shrinks to what the verify capacity
-    /// needs, and a checked LUT uses at most one block per SM (every block must be resident).
+    /// Plan, large kernel: at most this many blocks of 512 threads per SM (one fits with 4096
+    /// rows: 144 KB of shared memory, up to 124 registers). Every plan grid also shrinks to
+    /// what the verify capacity needs; with a checked LUT (every block must be resident) the
+    /// large and small kernels take at most one block per SM, the lean one as many as its
+    /// registers and shared memory are sure to leave room for.
     pub plan_blocks_per_sm: u32,
     /// Plan: at most this many blocks of 128 threads per SM (the small kernel).
     pub plan_small_blocks_per_sm: u32,
     /// Plan, lean kernel: at most this many blocks of 256 threads per SM (half as many of 512
-    /// threads); four fit by registers, two measured best.
+    /// threads); four fit by registers, two measured best (the default).
     pub plan_lean_blocks_per_sm: u32,
     /// Verify without real-KV folds: blocks of 512 threads per SM (four fit: 32 registers).
     pub verify_blocks_per_sm: u32,
