@@ -1,7 +1,7 @@
 // The plan op (spec §3.2) as ONE launch, also when a LUT must be checked before anything is
 // written. Every block scans the batch rows in shared memory and validates them; the entry
-// blocks copy their contiguous chunks of the verify work list; the last block writes the write
-// metadata.
+// blocks copy the verify work list (a contiguous chunk a block, or grid-strided rounds in the
+// lean kernels); the last block writes the write metadata.
 //
 // Layout of the work (grid G blocks x THREADS threads, G chosen on the host from the verify
 // capacity; bs is read from device memory):
@@ -15,16 +15,18 @@
 //     (its own reads and each window's predecessor) and looks for one past the LUT's end; a
 //     grid-wide barrier (every block is resident: cooperative launch, scratch words of the
 //     stream) then gives every block the first such read of the launch. If there is one, block
-//     0 records it and nothing is written, as on the CPU. When a block's chunk is one round,
-//     the values read for the check are kept and their LUT gathers are already in flight
-//     while the block waits at the barrier.
+//     0 records it and nothing is written, as on the CPU. When every block's chunk is one
+//     round, the values read for the check are kept and their LUT gathers are already in
+//     flight while the block waits at the barrier.
 //  4. The last block writes offsets (tail zeroed) and seeds (read in step 1).
-//  5. Entry blocks: each thread finds its first row once (a binary search), then walks rows
-//     forward with the row's facts in registers, U entries a round, software-pipelined: while
-//     it stores round i, the LUT gathers of round i + 1 and the table (and pool) loads of
-//     round i + 2 are in flight. Consecutive threads handle consecutive entries, so loads and
-//     the four output stores are coalesced; a predecessor slot comes from the neighbouring
-//     lane (warp shuffle) except at a row or warp start.
+//  5. Entry blocks, U entries a thread a round; consecutive threads handle consecutive
+//     entries, so loads and the four output stores are coalesced; a predecessor slot comes
+//     from the neighbouring lane (warp shuffle) except at a row or warp start. The small and
+//     large kernels (PIPE) walk a contiguous chunk a block: each thread finds its first row
+//     once (a binary search), then walks rows forward with the row's facts in registers,
+//     software-pipelined (while it stores round i, the LUT gathers of round i + 1 and the
+//     table and pool loads of round i + 2 are in flight). The lean kernels take grid-strided
+//     rounds one at a time (a binary search a round), with at most 64 registers.
 //
 // Differences from the CPU reference are listed in src/cuda/plan.rs.
 #include "common.cuh"
