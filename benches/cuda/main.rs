@@ -1,7 +1,10 @@
 //! GPU benchmark of the CUDA backend (issue #5): every op on the workloads of the issue, timed
 //! with CUDA events after warm-up, median of `--reps` (default 200) repetitions, eager launches
-//! and CUDA-graph replay, warm and cold L2, beside the hardware floors measured in the same run
-//! (1 GiB device-to-device copy, the verify gather floor, the write chain floor).
+//! and CUDA-graph replay (the stream idle before each repetition, or "queued" behind a spin
+//! kernel so that the events time the device alone), warm and cold L2, beside the hardware
+//! floors measured in the same run (1 GiB device-to-device copy and memset, the verify gather
+//! floor, the write chain floor, an empty kernel, kernels of n dependent loads, the SWA plan's
+//! memory traffic alone) and a sweep of the plan kernels and grids.
 //!
 //! ```text
 //! cargo bench --features cuda --bench cuda -- [--out DIR] [--reps N] [--only plan|verify|write]
