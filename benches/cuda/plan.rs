@@ -265,9 +265,8 @@ fn bench_one(
     let mut stream = Stream::new(gpu)?;
     let graph = stream.capture(|c| launch(c, &p, wl.window))?;
     let s = graph.stream();
-    let warm = timing::time(s, Lead::Idle, 10, reps, || graph.replay())?;
-    let queued = timing::time(s, Lead::Spin, 10, reps, || graph.replay())?;
-    let cold = timing::time(s, Lead::Flush(flush), 3, reps.min(100), || graph.replay())?;
+    let timing::Replays { warm, queued, cold } =
+        timing::replays(s, flush, 10, reps, || graph.replay())?;
     s.status()?;
     for (mode, l2, stats) in [
         ("eager", "warm", eager),

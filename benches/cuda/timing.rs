@@ -66,6 +66,30 @@ pub fn time(
     })
 }
 
+/// The graph-replay timings of one workload, warm L2 idle and queued, and cold L2.
+pub struct Replays {
+    pub warm: Stats,
+    pub queued: Stats,
+    pub cold: Stats,
+}
+
+/// Times `replay` on `stream` three ways: warm L2 with the stream idle ([`Lead::Idle`]) and
+/// queued ([`Lead::Spin`]), `reps` each after `warmup` untimed runs, then cold L2
+/// ([`Lead::Flush`] with `flush`, at most 100 repetitions).
+pub fn replays(
+    stream: &Stream<'_>,
+    flush: &L2Flush,
+    warmup: usize,
+    reps: usize,
+    mut replay: impl FnMut() -> Result<(), Error>,
+) -> Result<Replays, Error> {
+    Ok(Replays {
+        warm: time(stream, Lead::Idle, warmup, reps, &mut replay)?,
+        queued: time(stream, Lead::Spin, warmup, reps, &mut replay)?,
+        cold: time(stream, Lead::Flush(flush), 3, reps.min(100), &mut replay)?,
+    })
+}
+
 /// One result line.
 #[derive(Clone, Debug)]
 pub struct Row {

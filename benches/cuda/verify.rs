@@ -142,15 +142,8 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                 &counters,
             )
         })?;
-        let warm = timing::time(graph.stream(), Lead::Idle, 5, o.reps, || graph.replay())?;
-        let queued = timing::time(graph.stream(), Lead::Spin, 5, o.reps, || graph.replay())?;
-        let cold = timing::time(
-            graph.stream(),
-            Lead::Flush(&flush),
-            3,
-            o.reps.min(100),
-            || graph.replay(),
-        )?;
+        let timing::Replays { warm, queued, cold } =
+            timing::replays(graph.stream(), &flush, 5, o.reps, || graph.replay())?;
         graph.stream().status()?;
         let r = ring.to_host()?;
         assert_eq!(
@@ -276,11 +269,8 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                     &counters,
                 )
             })?;
-            let warm = timing::time(g.stream(), Lead::Idle, 5, o.reps, || g.replay())?;
-            let queued = timing::time(g.stream(), Lead::Spin, 5, o.reps, || g.replay())?;
-            let cold = timing::time(g.stream(), Lead::Flush(&flush), 3, o.reps.min(100), || {
-                g.replay()
-            })?;
+            let timing::Replays { warm, queued, cold } =
+                timing::replays(g.stream(), &flush, 5, o.reps, || g.replay())?;
             g.stream().status()?;
             assert_eq!(
                 ring.to_host()?.write_index(),

@@ -163,15 +163,8 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                 c, &shape, &plan, &inputs, &launch, &canary, &ring, &counters,
             )
         })?;
-        let warm = timing::time(graph.stream(), Lead::Idle, 3, o.reps, || graph.replay())?;
-        let queued = timing::time(graph.stream(), Lead::Spin, 3, o.reps, || graph.replay())?;
-        let cold = timing::time(
-            graph.stream(),
-            Lead::Flush(&flush),
-            3,
-            o.reps.min(100),
-            || graph.replay(),
-        )?;
+        let timing::Replays { warm, queued, cold } =
+            timing::replays(graph.stream(), &flush, 3, o.reps, || graph.replay())?;
         graph.stream().status()?;
         let target = wl
             .target_us
