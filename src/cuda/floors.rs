@@ -112,25 +112,8 @@ impl<'a> GatherFloor<'a> {
             });
         }
         let num_slots = buf.len() / stride;
-        let mut host = vec![0i64; n];
-        for (what, indices, lowest) in [
-            ("gather floor slots", slots, 0),
-            ("gather floor prevs", prevs, i64::MIN),
-        ] {
-            driver::download(&mut host, indices, 0)?;
-            if let Some((index, &slot)) = host
-                .iter()
-                .enumerate()
-                .find(|(_, &s)| s < lowest || s >= num_slots as i64)
-            {
-                return Err(Error::SlotOutOfRange {
-                    what,
-                    index,
-                    slot,
-                    num_slots,
-                });
-            }
-        }
+        check_indices("gather floor slots", slots, n, 0, num_slots)?;
+        check_indices("gather floor prevs", prevs, n, i64::MIN, num_slots)?;
         Ok(GatherFloor {
             slots,
             prevs,
@@ -162,6 +145,33 @@ impl<'a> GatherFloor<'a> {
         // code cannot have rewritten them (cust writes a `DeviceBuffer` through `&mut` only);
         // `n` is within both index arrays and `sink` holds one element.
         unsafe { launch_packed(&t, t.gpu.kernels().gather_floor, grid, 512, &args) }
+    }
+}
+
+/// Checks that the first `n` elements of `indices` lie in `[lowest, num_slots)` (synchronous
+/// download); the first that does not is [`Error::SlotOutOfRange`] named `what`.
+fn check_indices<T: crate::Element + Default + Into<i64>>(
+    what: &'static str,
+    indices: &DeviceBuffer<T>,
+    n: usize,
+    lowest: i64,
+    num_slots: usize,
+) -> Result<(), Error> {
+    let mut host = vec![T::default(); n];
+    driver::download(&mut host, indices, 0)?;
+    match host
+        .into_iter()
+        .map(Into::into)
+        .enumerate()
+        .find(|&(_, s): &(usize, i64)| s < lowest || s >= num_slots as i64)
+    {
+        Some((index, slot)) => Err(Error::SlotOutOfRange {
+            what,
+            index,
+            slot,
+            num_slots,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -202,20 +212,7 @@ impl<'a> LutFloor<'a> {
                 found: o.len(),
             });
         }
-        let mut host = vec![0i32; n];
-        driver::download(&mut host, idx, 0)?;
-        if let Some((index, &x)) = host
-            .iter()
-            .enumerate()
-            .find(|(_, &x)| x < 0 || x as usize >= lut.len())
-        {
-            return Err(Error::SlotOutOfRange {
-                what: "LUT floor index",
-                index,
-                slot: i64::from(x),
-                num_slots: lut.len(),
-            });
-        }
+        check_indices("LUT floor index", idx, n, 0, lut.len())?;
         Ok(LutFloor { idx, lut, out, n })
     }
 
