@@ -157,7 +157,7 @@ fn branded(args: &Args) -> Result<(), Error> {
 
 /// The unchecked path: the seed bug compiles, and the launch refuses it with both numbers.
 fn unchecked(args: &Args) -> Result<(), Error> {
-    let shape = Shape::unchecked(&EngineKnobs::speculative(args.max_bs, args.topk))?;
+    let shape = Shape::unchecked(&EngineKnobs::draft_step(args.max_bs, args.topk))?;
     // A verify plan cached from the old formula, bs x topk, instead of bs x (topk + 1).
     let stale_entries = args.max_bs * args.topk;
     let mut stale = match UncheckedCapacity::new("verify_capacity", stale_entries) {

@@ -37,7 +37,7 @@ fn main() -> Result<(), kv_canary::Error> {
     // The same shape from `const` items: the compiler checks the two derivations agree.
     let _: Shape<Cap<{ BS * (TOPK + 1) }>, Cap<BS>, Cap<{ BS * (TOPK + 1) }>> = shape;
     // And the engine's run-time formula gives the same numbers.
-    let knobs = EngineKnobs::speculative(BS, TOPK);
+    let knobs = EngineKnobs::draft_step(BS, TOPK);
     assert_eq!(knobs.verify_capacity()?, shape.verify_capacity().get());
     assert_eq!(
         knobs.write_entry_capacity()?,

@@ -205,9 +205,30 @@ pub struct EngineKnobs {
 }
 
 impl EngineKnobs {
-    /// Speculative decoding with `topk` draft tokens: `tokens_per_req = topk + 1`, verify capacity
-    /// `max_bs x (topk + 1)`, no prefill budget beyond that.
-    pub fn speculative(max_bs: usize, topk: usize) -> Self {
+    /// Speculative decoding with `topk` draft tokens over a KV pool of `pool_slots` slots:
+    /// `tokens_per_req = topk + 1`, no prefill budget beyond that, and a verify capacity of
+    /// `3 x pool_slots` (SGLang's per-forward sizing), so every cached prefix a step attends to
+    /// fits in its verify plan.
+    ///
+    /// The verify plan holds one entry per cached token every request of the step attends to:
+    /// a decode batch of 8 requests with 2,000-token prefixes needs 16,000 entries, however few
+    /// tokens it writes. A smaller capacity is not an error, but the plan then disables
+    /// verification and the step's report is [`Unverified`](crate::step::StepStatus::Unverified).
+    pub fn speculative(max_bs: usize, topk: usize, pool_slots: usize) -> Self {
+        EngineKnobs {
+            verify: VerifyCapacityRule::PoolSlots { pool_slots },
+            ..EngineKnobs::draft_step(max_bs, topk)
+        }
+    }
+
+    /// SGLang's EAGLE draft-step sizing: `tokens_per_req = topk + 1` and a verify capacity of
+    /// `max_bs x (topk + 1)`, the step's own tokens ([`SpeculativeShape`] at run time).
+    ///
+    /// That capacity covers a step only while the prefixes it verifies add up to at most
+    /// `max_bs x (topk + 1)` entries; with real prefixes most steps overflow it and check nothing
+    /// (their reports are [`Unverified`](crate::step::StepStatus::Unverified)). Engines verifying
+    /// cached prefixes want [`speculative`](Self::speculative).
+    pub fn draft_step(max_bs: usize, topk: usize) -> Self {
         EngineKnobs {
             max_bs,
             tokens_per_req: topk.saturating_add(1),
@@ -350,10 +371,17 @@ mod tests {
         assert_eq!(k.verify_capacity().unwrap(), 30);
         assert_eq!(k.write_req_capacity().unwrap(), 8);
         assert_eq!(k.write_entry_capacity().unwrap(), 64);
-        let spec = EngineKnobs::speculative(8, 4);
+        let spec = EngineKnobs::speculative(8, 3, 4096);
+        assert_eq!(
+            spec.verify_capacity().unwrap(),
+            3 * 4096,
+            "covers real prefixes"
+        );
+        assert_eq!(spec.write_entry_capacity().unwrap(), 32);
+        let spec = EngineKnobs::draft_step(8, 4);
         assert_eq!(spec.verify_capacity().unwrap(), 40);
         assert_eq!(spec.write_entry_capacity().unwrap(), 40);
-        let zero = EngineKnobs::speculative(0, 4);
+        let zero = EngineKnobs::draft_step(0, 4);
         assert_eq!(
             zero.verify_capacity().unwrap_err().to_string(),
             "kv-canary: verify_capacity must be positive, got 0"
@@ -362,7 +390,7 @@ mod tests {
 
     #[test]
     fn branded_and_unchecked_shapes_allocate_their_capacities() {
-        let k = EngineKnobs::speculative(3, 1);
+        let k = EngineKnobs::draft_step(3, 1);
         let n = Shape::branded(&k, |s| {
             (
                 s.verify_plan().slot_indices().len(),

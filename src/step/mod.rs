@@ -33,6 +33,35 @@
 //! [`VerifyPlan::set_entries`] and call [`cpu::verify`] on [`Canary::buffer`] with
 //! [`Canary::shape`] and a ring of its own.
 //!
+//! # Not checked is not clean
+//!
+//! A report is [`clean`](StepReport::is_clean) only when every launch of the step ran over
+//! every slot the step attends to and recorded nothing. [`StepReport::status`] tells the three
+//! outcomes apart: clean, violations, or [`StepStatus::Unverified`] with the numbers, which a
+//! step gets when
+//!
+//! * its plan needed more verify entries than the verify capacity (`enable = 0`: SGLang then
+//!   checks nothing, silently) — [`Unverified::plan_overflow`] names both numbers;
+//! * an earlier step was planned and never reached [`Step::verify_tail`] (dropped, or ended by
+//!   an error) — [`Unverified::abandoned_steps`] counts them, once.
+//!
+//! # Sizing the verify capacity
+//!
+//! A verify plan holds one entry per cached token that the step's requests attend to (the last
+//! `window` of each prefix for an SWA group), not per token the step writes: a decode batch of
+//! 64 requests with 2,000-token prefixes needs 128,000 entries. SGLang sizes it at `3 x` the KV
+//! pool's slots ([`EngineKnobs::speculative`](crate::EngineKnobs::speculative),
+//! [`VerifyCapacityRule::PoolSlots`](crate::VerifyCapacityRule::PoolSlots),
+//! [`PoolShape`](crate::PoolShape)), which no batch of distinct requests can exceed; a capacity of
+//! the step's own tokens (`bs x (topk + 1)`, SGLang's draft-step sizing) leaves most steps with
+//! real prefixes unverified.
+//!
+//! # Reconfiguration
+//!
+//! [`Canary::reshape`] moves a canary to a new [`Shape`] (a new top-k, a new batch size) and
+//! keeps its canary buffers, ring and counters, so requests in flight stay verified; a new
+//! canary would report every cached prefix as a violation.
+//!
 //! ```
 //! use kv_canary::step::{Canary, TailKv};
 //! use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape};
@@ -80,7 +109,7 @@ mod report;
 mod stage;
 
 pub use group::{GroupKind, SwaGroup};
-pub use report::{KvPair, StepReport, TailKv};
+pub use report::{KvPair, PlanOverflow, StepReport, StepStatus, TailKv, Unverified};
 pub use stage::{
     HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify, ReadyToWrite, Step, Written,
 };
@@ -126,6 +155,10 @@ where
     chain_position_assert: ChainPositionAssert,
     steps: u64,
     violations: u64,
+    /// Whether a step is planned and has not reached its tail verify yet.
+    in_flight: bool,
+    /// Steps abandoned (planned, never finished) since the last report.
+    abandoned: u64,
     group: PhantomData<G>,
 }
 
@@ -185,6 +218,38 @@ where
             chain_position_assert: ChainPositionAssert::ON,
             steps: 0,
             violations: 0,
+            in_flight: false,
+            abandoned: 0,
+            group: PhantomData,
+        }
+    }
+
+    /// The same canary planned with another shape (a new top-k, batch size or verify capacity
+    /// read from the engine's run-time configuration), keeping its state: the four canary
+    /// buffers, the ring, the health counters and the step counts move over unchanged, so every
+    /// request in flight stays verified across the change. Only the plans are allocated anew, for
+    /// the new capacities; the write inputs of the old shape no longer fit (allocate new ones with
+    /// [`write_inputs`](Canary::write_inputs)).
+    pub fn reshape<V2, W2, E2>(self, shape: Shape<V2, W2, E2>) -> Canary<V2, W2, E2, S, R, G>
+    where
+        V2: Capacity,
+        W2: Capacity,
+        E2: Capacity,
+    {
+        Canary {
+            verify_plan: shape.verify_plan(),
+            write_plan: shape.write_plan(),
+            shape,
+            head: self.head,
+            tail: self.tail,
+            ring: self.ring,
+            head_counters: self.head_counters,
+            tail_counters: self.tail_counters,
+            chain_position_assert: self.chain_position_assert,
+            steps: self.steps,
+            violations: self.violations,
+            in_flight: self.in_flight,
+            abandoned: self.abandoned,
             group: PhantomData,
         }
     }
@@ -255,6 +320,13 @@ where
         self.steps
     }
 
+    /// Steps planned since the last report that never reached [`Step::verify_tail`] (dropped,
+    /// or ended by an error), the one in flight excluded; the next report carries the count
+    /// and is not clean.
+    pub fn abandoned_steps(&self) -> u64 {
+        self.abandoned
+    }
+
     /// Violations recorded by every completed step (stored or dropped).
     pub fn total_violations(&self) -> u64 {
         self.violations
@@ -278,6 +350,8 @@ where
     fn finish_step(&mut self, mut report: StepReport) -> StepReport {
         report.violations = self.ring.violations().collect();
         report.dropped = self.ring.dropped();
+        report.abandoned_steps = core::mem::take(&mut self.abandoned);
+        self.in_flight = false;
         self.steps += 1;
         self.violations += report.recorded();
         report
@@ -297,20 +371,29 @@ where
     /// empties the ring, so the step's report holds its own rows only.
     ///
     /// Tokens are checked by the verify launches exactly when `inputs` carry an expected-token
-    /// pool. On error nothing is modified.
+    /// pool. On error no buffer is modified, and the step counts as abandoned: the next
+    /// report says that a step went unchecked ([`StepReport::abandoned_steps`]).
+    ///
+    /// A step still in flight (planned, never brought to [`Step::verify_tail`]) is counted as
+    /// abandoned here.
     pub fn plan<'a, X: ExpectedTokens>(
         &mut self,
         inputs: &PlanInputs<'a, G::Plan<'a>, X>,
     ) -> Result<Step<'_, Planned, Self>, Error> {
+        if core::mem::take(&mut self.in_flight) {
+            self.abandoned += 1;
+        }
         let summary = cpu::plan(
             &self.shape,
             inputs,
             &mut self.verify_plan,
             &mut self.write_plan,
-        )?;
+        )
+        .inspect_err(|_| self.abandoned += 1)?;
         if self.ring.write_index() != 0 {
             self.ring.clear();
         }
+        self.in_flight = true;
         let token_check = inputs.expected.pool().is_some();
         Ok(Step::planned(self, summary, token_check))
     }

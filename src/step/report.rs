@@ -68,6 +68,8 @@ impl<'a> TailKv<'a> {
 pub struct StepReport {
     /// What the plan op produced.
     pub plan: PlanSummary,
+    /// The verify capacity the plan was made for (the canary's shape).
+    pub verify_capacity: usize,
     /// The head verify launches (no real-KV fold).
     pub head_verify: KvPair<VerifySummary>,
     /// The head write launches (no real-KV fold).
@@ -84,12 +86,107 @@ pub struct StepReport {
     pub violations: Vec<Violation>,
     /// This step's rows that did not fit in the ring.
     pub dropped: u64,
+    /// Steps started on the canary since the previous report that never reached their tail
+    /// verify (dropped, or ended by an error): their checks did not all run.
+    pub abandoned_steps: u64,
+}
+
+/// A step whose plan asked for more verify entries than the verify capacity holds: the plan
+/// wrote `enable = 0` and no verify launch of the step checked any slot (spec §3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PlanOverflow {
+    /// Verify entries the batch needed (`T`).
+    pub needed: u64,
+    /// The shape's verify capacity.
+    pub capacity: usize,
+}
+
+/// Why a step's report cannot say "clean": what went unchecked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Unverified {
+    /// The step's plan overflowed its verify capacity, so no prefix slot was checked.
+    pub plan_overflow: Option<PlanOverflow>,
+    /// Steps before this one (since the previous report) that did not run all their launches.
+    pub abandoned_steps: u64,
+}
+
+impl Unverified {
+    /// Whether anything went unchecked.
+    pub fn any(&self) -> bool {
+        self.plan_overflow.is_some() || self.abandoned_steps > 0
+    }
+}
+
+/// One line: `the plan needed 1200 verify entries but the verify capacity is 32, so no slot was
+/// checked; 1 earlier step did not run all its launches`.
+impl fmt::Display for Unverified {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        if let Some(o) = self.plan_overflow {
+            write!(
+                f,
+                "the plan needed {} verify entries but the verify capacity is {}, so no slot was checked",
+                o.needed, o.capacity
+            )?;
+            sep = "; ";
+        }
+        match self.abandoned_steps {
+            0 => Ok(()),
+            1 => write!(f, "{sep}1 earlier step did not run all its launches"),
+            n => write!(f, "{sep}{n} earlier steps did not run all their launches"),
+        }
+    }
+}
+
+/// What a step's report amounts to. A check that did not run never reports "clean".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StepStatus {
+    /// Every launch ran, every planned slot was checked, and nothing was recorded.
+    Clean,
+    /// Every launch ran over every planned slot; `recorded` violations (stored or dropped).
+    Violations {
+        /// Violations recorded, stored or dropped.
+        recorded: u64,
+    },
+    /// Something the step (or an earlier, abandoned one) should have checked was not; the
+    /// `recorded` violations are those of the checks that did run.
+    Unverified {
+        /// What went unchecked.
+        gaps: Unverified,
+        /// Violations recorded by the checks that ran.
+        recorded: u64,
+    },
 }
 
 impl StepReport {
-    /// Whether the step recorded no violation at all.
+    /// Whether every check of the step ran over every planned slot and recorded no violation.
+    /// False for a step whose plan overflowed its verify capacity (nothing was checked) and for
+    /// the first report after an abandoned step: see [`status`](Self::status).
     pub fn is_clean(&self) -> bool {
-        self.violations.is_empty() && self.dropped == 0
+        self.status() == StepStatus::Clean
+    }
+
+    /// What went unchecked, if anything: a plan over the verify capacity, abandoned steps.
+    pub fn unverified(&self) -> Unverified {
+        Unverified {
+            plan_overflow: (!self.plan.enabled).then_some(PlanOverflow {
+                needed: self.plan.requested_entries,
+                capacity: self.verify_capacity,
+            }),
+            abandoned_steps: self.abandoned_steps,
+        }
+    }
+
+    /// Clean, violations, or unverified (with the numbers).
+    pub fn status(&self) -> StepStatus {
+        let (gaps, recorded) = (self.unverified(), self.recorded());
+        if gaps.any() {
+            StepStatus::Unverified { gaps, recorded }
+        } else if recorded > 0 {
+            StepStatus::Violations { recorded }
+        } else {
+            StepStatus::Clean
+        }
     }
 
     /// Violations recorded, stored or dropped.
@@ -111,7 +208,7 @@ impl StepReport {
 }
 
 /// One line: `bs 3, 12 verify entries (enabled), 5 tokens written; 48 slots checked, 20 stamped;
-/// clean` — or `2 violations (0 dropped)`.
+/// clean` — or `2 violations (0 dropped)`, or `UNVERIFIED: ...` naming what was not checked.
 impl fmt::Display for StepReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -128,15 +225,16 @@ impl fmt::Display for StepReport {
             self.entries_checked(),
             self.entries_written(),
         )?;
-        if self.is_clean() {
-            f.write_str("clean")
-        } else {
-            write!(
+        match self.status() {
+            StepStatus::Clean => f.write_str("clean"),
+            StepStatus::Violations { recorded } => {
+                write!(f, "{recorded} violations ({} dropped)", self.dropped)
+            }
+            StepStatus::Unverified { gaps, recorded } => write!(
                 f,
-                "{} violations ({} dropped)",
-                self.recorded(),
+                "UNVERIFIED: {gaps}; {recorded} violations ({} dropped)",
                 self.dropped
-            )
+            ),
         }
     }
 }

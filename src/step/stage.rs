@@ -267,6 +267,7 @@ where
         let tail_write = write_both(c, End::Tail, &launches, &stage)?;
         Ok(c.finish_step(StepReport {
             plan: progress.plan,
+            verify_capacity: c.shape.verify_capacity().get(),
             head_verify: progress.head_verify,
             head_write: progress.head_write,
             tail_verify,
@@ -275,6 +276,7 @@ where
             tail_counters: c.tail_counters.clone(),
             violations: Vec::new(),
             dropped: 0,
+            abandoned_steps: 0,
         }))
     }
 }

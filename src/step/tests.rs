@@ -433,3 +433,157 @@ fn an_swa_canary_verifies_the_window_in_swa_slots_with_swa_tags() {
     );
     assert!(canary.buffer(LaunchTag::HeadKFull).is_none());
 }
+
+#[test]
+fn a_plan_over_the_verify_capacity_is_unverified_not_clean() {
+    let mut engine = Engine::new();
+    // A verify capacity of 2: a 3-token prefix needs 3 entries, so the plan disables verify.
+    let mut canary: Canary<Cap<2>, Cap<4>, Cap<16>, Cap<64>, Cap<16>> =
+        Canary::full(Shape::new(), Cap, Cap);
+    let table = engine.table.clone();
+    let mut step = |canary: &mut Canary<Cap<2>, Cap<4>, Cap<16>, Cap<64>, Cap<16>>,
+                    batch: &Batch,
+                    tokens: &[Token]| {
+        let inputs = inputs(canary, tokens);
+        let step = canary
+            .plan(&PlanInputs::full(batch, &table))
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&inputs)
+            .unwrap();
+        engine.forward(tokens);
+        step.verify_tail(engine.tail_kv()).unwrap()
+    };
+    let prefill = step(
+        &mut canary,
+        &Batch::from_columns([1], [0], [3]),
+        &[(8, 100, 0), (9, 101, 1), (10, 102, 2)],
+    );
+    assert!(
+        prefill.is_clean(),
+        "no prefix, nothing to verify: {prefill}"
+    );
+    // Corrupt a record the next step should find: the overflowed plan checks nothing.
+    for tag in canary.tags() {
+        let buf = canary.buffer_mut(tag).unwrap();
+        let slot = buf.slot(9).unwrap();
+        buf.set_slot(9, CanarySlot { token: 7, ..slot }).unwrap();
+    }
+    let decode = step(
+        &mut canary,
+        &Batch::from_columns([1], [3], [1]),
+        &[(11, 103, 3)],
+    );
+    assert_eq!(decode.entries_checked(), 0);
+    assert!(!decode.is_clean(), "{decode}");
+    let overflow = PlanOverflow {
+        needed: 3,
+        capacity: 2,
+    };
+    assert_eq!(
+        decode.status(),
+        StepStatus::Unverified {
+            gaps: Unverified {
+                plan_overflow: Some(overflow),
+                abandoned_steps: 0
+            },
+            recorded: 0
+        }
+    );
+    assert_eq!(
+        decode.to_string(),
+        "bs 1, 3 verify entries (DISABLED: over capacity), 1 tokens written; 0 slots checked, \
+         4 stamped; UNVERIFIED: the plan needed 3 verify entries but the verify capacity is 2, \
+         so no slot was checked; 0 violations (0 dropped)"
+    );
+}
+
+#[test]
+fn a_step_that_did_not_run_all_its_launches_makes_the_next_report_unverified() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    assert!(prefill(&mut engine, &mut canary).is_clean());
+    let table = engine.table.clone();
+    let batch = Batch::from_columns([1], [3], [1]);
+    // Abandoned after its head verify: the write and the tail verify never ran.
+    let step = canary.plan(&PlanInputs::full(&batch, &table)).unwrap();
+    drop(step.verify_head().unwrap());
+    assert_eq!(
+        canary.abandoned_steps(),
+        0,
+        "counted when the next step starts"
+    );
+    // A plan that fails (pool row 9 does not exist) is abandoned too.
+    let bad = Batch::from_columns([9], [3], [1]);
+    assert!(canary.plan(&PlanInputs::full(&bad, &table)).is_err());
+    assert_eq!(canary.abandoned_steps(), 2);
+    let report = decode(&mut engine, &mut canary, 3);
+    assert_eq!(report.abandoned_steps, 2);
+    assert_eq!(report.recorded(), 0);
+    assert!(!report.is_clean(), "{report}");
+    assert!(report.to_string().ends_with(
+        "UNVERIFIED: 2 earlier steps did not run all their launches; 0 violations (0 dropped)"
+    ));
+    // The count was delivered once: the next complete step is clean again.
+    assert_eq!(canary.abandoned_steps(), 0);
+    assert!(decode(&mut engine, &mut canary, 4).is_clean());
+}
+
+#[test]
+fn a_reshaped_canary_keeps_verifying_the_requests_in_flight() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    assert!(prefill(&mut engine, &mut canary).is_clean());
+    assert!(decode(&mut engine, &mut canary, 3).is_clean());
+    let counters_before = canary.counters(LaunchTag::TailVFull).unwrap().clone();
+    // The engine's config changes (say a new top-k): 2 requests of up to 3 tokens each.
+    let mut canary = canary.reshape(Shape::<Cap<48>, Cap<2>, Cap<6>>::new());
+    assert_eq!(canary.steps(), 2);
+    assert_eq!(
+        canary.counters(LaunchTag::TailVFull),
+        Some(&counters_before)
+    );
+    let table = engine.table.clone();
+    let mut step = |canary: &mut Canary<Cap<48>, Cap<2>, Cap<6>, Cap<64>, Cap<16>>,
+                    batch: &Batch,
+                    tokens: &[Token]| {
+        let mut inputs = canary.write_inputs();
+        let p = inputs.parts_mut();
+        for (i, &(slot, token, pos)) in tokens.iter().enumerate() {
+            (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (slot, token, pos);
+        }
+        let step = canary
+            .plan(&PlanInputs::full(batch, &table))
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&inputs)
+            .unwrap();
+        engine.forward(tokens);
+        step.verify_tail(engine.tail_kv()).unwrap()
+    };
+    // The request's 4-token prefix, stamped before the change, is still verified clean...
+    let batch = Batch::from_columns([1], [4], [2]);
+    let report = step(&mut canary, &batch, &[(12, 104, 4), (13, 105, 5)]);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.entries_checked(), 4 * 4);
+    // ... and a record corrupted after the change is still found, by every buffer.
+    for tag in canary.tags() {
+        let buf = canary.buffer_mut(tag).unwrap();
+        let slot = buf.slot(10).unwrap();
+        buf.set_slot(10, CanarySlot { token: 7, ..slot }).unwrap();
+    }
+    let report = step(
+        &mut canary,
+        &Batch::from_columns([1], [6], [1]),
+        &[(14, 106, 6)],
+    );
+    let slots: Vec<i64> = report.violations.iter().map(|v| v.slot).collect();
+    assert!(
+        !slots.is_empty() && slots.iter().all(|&s| s == 10 || s == 11),
+        "{slots:?}"
+    );
+    let mut found = tags(&report.violations);
+    found.dedup();
+    assert_eq!(found, canary.tags(), "each of the four buffers reports it");
+    assert_eq!(canary.steps(), 4);
+}
