@@ -402,6 +402,13 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// An allocation that cannot fail (the CPU backend's) converts into any error type.
+impl From<core::convert::Infallible> for Error {
+    fn from(never: core::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -83,6 +83,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod backend;
 pub mod canary;
 pub mod capacity;
 pub mod conformance;

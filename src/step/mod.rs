@@ -111,18 +111,17 @@ mod stage;
 pub use group::{GroupKind, SwaGroup};
 pub use report::{KvPair, PlanOverflow, StepReport, StepStatus, TailKv, Unverified};
 pub use stage::{
-    HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify, ReadyToWrite, Step, Written,
+    FinishedStep, HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify, ReadyToWrite,
+    Reports, Step, StepCanary, Written,
 };
 
-use crate::canary::{
-    CanaryBuffer, ChainPositionAssert, HealthCounters, Launch, LaunchTag, ViolationRing,
-};
+use crate::backend::{Backend, Cpu, PlanWith};
+use crate::canary::{CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
-use crate::cpu;
-use crate::input::{ExpectedTokens, Full, PlanInputs, WriteInputs};
+use crate::error::Error;
+use crate::input::{Full, InputAssertOff, WriteInputs};
 use crate::plan::{VerifyPlan, WritePlan};
-use crate::real_kv::RealKv;
-use crate::{Error, Shape};
+use crate::shape::Shape;
 use core::fmt;
 use core::marker::PhantomData;
 
@@ -134,8 +133,10 @@ use core::marker::PhantomData;
 /// engine passes in are the per-step [`WriteInputs`], whose capacity is checked against the
 /// shape's (allocate them with [`write_inputs`](Canary::write_inputs)).
 ///
-/// `G` is the group: [`Full`] ([`Canary::full`]) or [`SwaGroup`] ([`Canary::swa`]).
-pub struct Canary<V, W, E, S, R, G = Full>
+/// `G` is the group: [`Full`] ([`Canary::full`]) or [`SwaGroup`] ([`Canary::swa`]). `B` is the
+/// [`Backend`] the launches run on and the buffers live in: the CPU reference ([`Cpu`]) unless
+/// built with [`Canary::full_on`] / [`Canary::swa_on`].
+pub struct Canary<V, W, E, S, R, G = Full, B = Cpu>
 where
     V: Capacity,
     W: Capacity,
@@ -143,15 +144,17 @@ where
     S: Capacity,
     R: Capacity,
     G: GroupKind,
+    B: Backend,
 {
+    backend: B,
     shape: Shape<V, W, E>,
-    verify_plan: VerifyPlan<V>,
-    write_plan: WritePlan<W>,
-    head: KvPair<CanaryBuffer<S>>,
-    tail: KvPair<CanaryBuffer<S>>,
-    ring: ViolationRing<R>,
-    head_counters: KvPair<HealthCounters>,
-    tail_counters: KvPair<HealthCounters>,
+    verify_plan: VerifyPlan<V, B::Memory>,
+    write_plan: WritePlan<W, B::Memory>,
+    head: KvPair<CanaryBuffer<S, B::Memory>>,
+    tail: KvPair<CanaryBuffer<S, B::Memory>>,
+    ring: ViolationRing<R, B::Memory>,
+    head_counters: KvPair<HealthCounters<B::Memory>>,
+    tail_counters: KvPair<HealthCounters<B::Memory>>,
     chain_position_assert: ChainPositionAssert,
     steps: u64,
     violations: u64,
@@ -170,10 +173,11 @@ where
     S: Capacity,
     R: Capacity,
 {
-    /// A canary for the FULL group: every buffer allocated from `shape`, canary buffers of
-    /// `slots` slots (the KV pool's size, slot 0 included), a ring of `ring_rows` rows.
+    /// A canary for the FULL group on the CPU: every buffer allocated from `shape`, canary
+    /// buffers of `slots` slots (the KV pool's size, slot 0 included), a ring of `ring_rows`
+    /// rows.
     pub fn full(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
-        Canary::new(shape, slots, ring_rows)
+        Self::cpu(shape, slots, ring_rows)
     }
 }
 
@@ -185,10 +189,10 @@ where
     S: Capacity,
     R: Capacity,
 {
-    /// A canary for the SWA group: as [`Canary::full`], with `slots` the size of the SWA
-    /// sub-pool. Steps are planned with an [`Swa`](crate::Swa) group.
+    /// A canary for the SWA group on the CPU: as [`Canary::full`], with `slots` the size of the
+    /// SWA sub-pool. Steps are planned with an [`Swa`](crate::Swa) group.
     pub fn swa(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
-        Canary::new(shape, slots, ring_rows)
+        Self::cpu(shape, slots, ring_rows)
     }
 }
 
@@ -201,27 +205,121 @@ where
     R: Capacity,
     G: GroupKind,
 {
-    fn new(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
-        let buffers = || KvPair {
-            k: CanaryBuffer::with_capacity(slots),
-            v: CanaryBuffer::with_capacity(slots),
+    /// The CPU canary: host allocations cannot fail short of an allocator abort.
+    fn cpu(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
+        match Canary::on(Cpu, shape, slots, ring_rows) {
+            Ok(canary) => canary,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Per-token write inputs of the shape's write-entry capacity (input assert off).
+    pub fn write_inputs(&self) -> WriteInputs<E> {
+        self.shape.write_inputs()
+    }
+
+    /// The same canary planned with another shape (a new top-k, batch size or verify capacity
+    /// read from the engine's run-time configuration), keeping its state: see
+    /// [`try_reshape`](Canary::try_reshape), which this is for the CPU, whose allocations
+    /// cannot fail.
+    pub fn reshape<V2, W2, E2>(self, shape: Shape<V2, W2, E2>) -> Canary<V2, W2, E2, S, R, G>
+    where
+        V2: Capacity,
+        W2: Capacity,
+        E2: Capacity,
+    {
+        let (verify_plan, write_plan) = (shape.verify_plan(), shape.write_plan());
+        self.with_plans(shape, verify_plan, write_plan)
+    }
+}
+
+impl<V, W, E, S, R, B> Canary<V, W, E, S, R, Full, B>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    B: Backend,
+{
+    /// A canary for the FULL group on `backend`: as [`Canary::full`], every buffer allocated
+    /// by the backend (in its memory).
+    pub fn full_on(
+        backend: B,
+        shape: Shape<V, W, E>,
+        slots: S,
+        ring_rows: R,
+    ) -> Result<Self, Error> {
+        Canary::on(backend, shape, slots, ring_rows).map_err(Into::into)
+    }
+}
+
+impl<V, W, E, S, R, B> Canary<V, W, E, S, R, SwaGroup, B>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    B: Backend,
+{
+    /// A canary for the SWA group on `backend`: as [`Canary::swa`], every buffer allocated by
+    /// the backend (in its memory).
+    pub fn swa_on(
+        backend: B,
+        shape: Shape<V, W, E>,
+        slots: S,
+        ring_rows: R,
+    ) -> Result<Self, Error> {
+        Canary::on(backend, shape, slots, ring_rows).map_err(Into::into)
+    }
+}
+
+impl<V, W, E, S, R, G, B> Canary<V, W, E, S, R, G, B>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+    B: Backend,
+{
+    fn on(
+        backend: B,
+        shape: Shape<V, W, E>,
+        slots: S,
+        ring_rows: R,
+    ) -> Result<Self, B::AllocError> {
+        let buffers = || -> Result<_, B::AllocError> {
+            Ok(KvPair {
+                k: backend.canary_buffer(slots)?,
+                v: backend.canary_buffer(slots)?,
+            })
         };
-        Canary {
-            verify_plan: shape.verify_plan(),
-            write_plan: shape.write_plan(),
+        let counters = || -> Result<_, B::AllocError> {
+            Ok(KvPair {
+                k: backend.health_counters()?,
+                v: backend.health_counters()?,
+            })
+        };
+        Ok(Canary {
+            verify_plan: backend.verify_plan(shape.verify_capacity())?,
+            write_plan: backend.write_plan(shape.write_req_capacity())?,
+            head: buffers()?,
+            tail: buffers()?,
+            ring: backend.violation_ring(ring_rows)?,
+            head_counters: counters()?,
+            tail_counters: counters()?,
             shape,
-            head: buffers(),
-            tail: buffers(),
-            ring: ViolationRing::with_capacity(ring_rows),
-            head_counters: KvPair::default(),
-            tail_counters: KvPair::default(),
+            backend,
             chain_position_assert: ChainPositionAssert::ON,
             steps: 0,
             violations: 0,
             in_flight: false,
             abandoned: 0,
             group: PhantomData,
-        }
+        })
     }
 
     /// The same canary planned with another shape (a new top-k, batch size or verify capacity
@@ -230,16 +328,50 @@ where
     /// request in flight stays verified across the change. Only the plans are allocated anew, for
     /// the new capacities; the write inputs of the old shape no longer fit (allocate new ones with
     /// [`write_inputs`](Canary::write_inputs)).
-    pub fn reshape<V2, W2, E2>(self, shape: Shape<V2, W2, E2>) -> Canary<V2, W2, E2, S, R, G>
+    ///
+    /// On error (the backend could not allocate the new plans) the canary is returned unchanged
+    /// beside the error.
+    #[allow(
+        clippy::type_complexity,
+        clippy::result_large_err,
+        reason = "the error hands the unchanged canary back"
+    )]
+    pub fn try_reshape<V2, W2, E2>(
+        self,
+        shape: Shape<V2, W2, E2>,
+    ) -> Result<Canary<V2, W2, E2, S, R, G, B>, (Self, Error)>
+    where
+        V2: Capacity,
+        W2: Capacity,
+        E2: Capacity,
+    {
+        let plans = self
+            .backend
+            .verify_plan(shape.verify_capacity())
+            .and_then(|v| Ok((v, self.backend.write_plan(shape.write_req_capacity())?)));
+        match plans {
+            Ok((verify_plan, write_plan)) => Ok(self.with_plans(shape, verify_plan, write_plan)),
+            Err(err) => Err((self, err.into())),
+        }
+    }
+
+    /// This canary's state with another shape and its plans.
+    fn with_plans<V2, W2, E2>(
+        self,
+        shape: Shape<V2, W2, E2>,
+        verify_plan: VerifyPlan<V2, B::Memory>,
+        write_plan: WritePlan<W2, B::Memory>,
+    ) -> Canary<V2, W2, E2, S, R, G, B>
     where
         V2: Capacity,
         W2: Capacity,
         E2: Capacity,
     {
         Canary {
-            verify_plan: shape.verify_plan(),
-            write_plan: shape.write_plan(),
+            verify_plan,
+            write_plan,
             shape,
+            backend: self.backend,
             head: self.head,
             tail: self.tail,
             ring: self.ring,
@@ -266,9 +398,19 @@ where
         self.chain_position_assert = flag;
     }
 
-    /// Per-token write inputs of the shape's write-entry capacity (input assert off).
-    pub fn write_inputs(&self) -> WriteInputs<E> {
-        self.shape.write_inputs()
+    /// Per-token write inputs of the shape's write-entry capacity (input assert off), allocated
+    /// by the backend.
+    pub fn allocate_write_inputs(
+        &self,
+    ) -> Result<WriteInputs<E, InputAssertOff, B::Memory>, Error> {
+        self.backend
+            .write_inputs(self.shape.write_entry_capacity())
+            .map_err(Into::into)
+    }
+
+    /// The backend the launches run on.
+    pub fn backend(&self) -> &B {
+        &self.backend
     }
 
     /// The shape every buffer was allocated from.
@@ -277,7 +419,11 @@ where
     }
 
     /// The verify and write plans of the current (or last) step.
-    pub fn plans(&self) -> (&VerifyPlan<V>, &WritePlan<W>) {
+    #[allow(
+        clippy::type_complexity,
+        reason = "two plan types in the backend's memory"
+    )]
+    pub fn plans(&self) -> (&VerifyPlan<V, B::Memory>, &WritePlan<W, B::Memory>) {
         (&self.verify_plan, &self.write_plan)
     }
 
@@ -288,13 +434,13 @@ where
 
     /// The canary buffer the launches tagged `tag` use; `None` for a tag of another group or a
     /// sweep tag.
-    pub fn buffer(&self, tag: LaunchTag) -> Option<&CanaryBuffer<S>> {
+    pub fn buffer(&self, tag: LaunchTag) -> Option<&CanaryBuffer<S, B::Memory>> {
         let i = self.launch_index(tag)?;
         Some([&self.head.k, &self.head.v, &self.tail.k, &self.tail.v][i])
     }
 
     /// The canary buffer of `tag`, mutable: for tests that tamper with a record.
-    pub fn buffer_mut(&mut self, tag: LaunchTag) -> Option<&mut CanaryBuffer<S>> {
+    pub fn buffer_mut(&mut self, tag: LaunchTag) -> Option<&mut CanaryBuffer<S, B::Memory>> {
         let i = self.launch_index(tag)?;
         let (head, tail) = (&mut self.head, &mut self.tail);
         [&mut head.k, &mut head.v, &mut tail.k, &mut tail.v]
@@ -304,14 +450,14 @@ where
 
     /// The health counters of the launches tagged `tag` (cumulative over every step); `None` for
     /// a tag this canary does not launch.
-    pub fn counters(&self, tag: LaunchTag) -> Option<&HealthCounters> {
+    pub fn counters(&self, tag: LaunchTag) -> Option<&HealthCounters<B::Memory>> {
         let i = self.launch_index(tag)?;
         let (head, tail) = (&self.head_counters, &self.tail_counters);
         Some([&head.k, &head.v, &tail.k, &tail.v][i])
     }
 
     /// The violation ring: the rows of the current (or last) step. Each `plan` empties it.
-    pub fn ring(&self) -> &ViolationRing<R> {
+    pub fn ring(&self) -> &ViolationRing<R, B::Memory> {
         &self.ring
     }
 
@@ -340,66 +486,70 @@ where
     }
 
     /// The launch settings of `tag` with `real_kv`.
-    fn launch<'k>(&self, tag: LaunchTag, real_kv: RealKv<'k>) -> Launch<'k> {
-        Launch::new(tag)
-            .with_real_kv(real_kv)
-            .with_chain_position_assert(self.chain_position_assert)
+    fn settings<'k>(&self, tag: LaunchTag, real_kv: B::RealKv<'k>) -> B::Settings<'k> {
+        B::settings(tag, real_kv, self.chain_position_assert)
     }
 
-    /// Fills in the violations of the step that just ended and counts it.
-    fn finish_step(&mut self, mut report: StepReport) -> StepReport {
-        report.violations = self.ring.violations().collect();
-        report.dropped = self.ring.dropped();
-        report.abandoned_steps = core::mem::take(&mut self.abandoned);
-        self.in_flight = false;
-        self.steps += 1;
-        self.violations += report.recorded();
-        report
-    }
-}
-
-impl<V, W, E, S, R, G> Canary<V, W, E, S, R, G>
-where
-    V: SameVerifyCapacity<V>,
-    W: SameWriteReqCapacity<W>,
-    E: Capacity,
-    S: Capacity,
-    R: Capacity,
-    G: GroupKind,
-{
-    /// Starts a step: runs the plan op on `inputs` (a batch planned for this canary's group) and
-    /// empties the ring, so the step's report holds its own rows only.
+    /// Starts a step: runs the plan op on `inputs` (a batch planned for this canary's group:
+    /// [`PlanInputsOf`]) and empties the ring, so the step's report holds its own rows only.
     ///
     /// Tokens are checked by the verify launches exactly when `inputs` carry an expected-token
-    /// pool. On error no buffer is modified, and the step counts as abandoned: the next
-    /// report says that a step went unchecked ([`StepReport::abandoned_steps`]).
+    /// pool. On error no buffer is modified, and the step counts as abandoned: the next report
+    /// says that a step went unchecked ([`StepReport::abandoned_steps`]).
     ///
     /// A step still in flight (planned, never brought to [`Step::verify_tail`]) is counted as
     /// abandoned here.
-    pub fn plan<'a, X: ExpectedTokens>(
-        &mut self,
-        inputs: &PlanInputs<'a, G::Plan<'a>, X>,
-    ) -> Result<Step<'_, Planned, Self>, Error> {
+    pub fn plan<I>(&mut self, inputs: &I) -> Result<Step<'_, Planned, Self>, Error>
+    where
+        I: PlanInputsOf<G> + ?Sized,
+        B: PlanWith<I>,
+        V: SameVerifyCapacity<V>,
+        W: SameWriteReqCapacity<W>,
+    {
         if core::mem::take(&mut self.in_flight) {
             self.abandoned += 1;
         }
-        let summary = cpu::plan(
-            &self.shape,
-            inputs,
-            &mut self.verify_plan,
-            &mut self.write_plan,
-        )
-        .inspect_err(|_| self.abandoned += 1)?;
-        if self.ring.write_index() != 0 {
-            self.ring.clear();
-        }
+        let planned = self
+            .backend
+            .plan(
+                &self.shape,
+                inputs,
+                &mut self.verify_plan,
+                &mut self.write_plan,
+            )
+            .and_then(|summary| {
+                self.backend.clear_ring(&mut self.ring)?;
+                Ok(summary)
+            });
+        let summary = planned.inspect_err(|_| self.abandoned += 1)?;
         self.in_flight = true;
-        let token_check = inputs.expected.pool().is_some();
+        let token_check = inputs.checks_tokens();
         Ok(Step::planned(self, summary, token_check))
     }
 }
 
-impl<V, W, E, S, R, G> fmt::Debug for Canary<V, W, E, S, R, G>
+/// Plan inputs for a canary of group `G`: a FULL canary plans with a [`Full`] group, an SWA
+/// canary with an [`Swa`](crate::Swa) group, on the host or (with the `cuda` feature) on the
+/// device.
+#[diagnostic::on_unimplemented(
+    message = "kv-canary: `{Self}` are not plan inputs for a `{G}` canary",
+    label = "plan inputs of another group",
+    note = "a FULL canary plans `PlanInputs` with the `Full` group, an SWA canary with `.with_group(Swa::window(w).with_lut(&lut))`"
+)]
+pub trait PlanInputsOf<G: GroupKind> {
+    /// Whether the inputs carry an expected-token pool (the verify launches then check tokens).
+    fn checks_tokens(&self) -> bool;
+}
+
+impl<'a, G: GroupKind, X: crate::input::ExpectedTokens> PlanInputsOf<G>
+    for crate::input::PlanInputs<'a, G::Plan<'a>, X>
+{
+    fn checks_tokens(&self) -> bool {
+        self.expected.pool().is_some()
+    }
+}
+
+impl<V, W, E, S, R, G, B> fmt::Debug for Canary<V, W, E, S, R, G, B>
 where
     V: Capacity,
     W: Capacity,
@@ -407,6 +557,7 @@ where
     S: Capacity,
     R: Capacity,
     G: GroupKind,
+    B: Backend,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Canary")

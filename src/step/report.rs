@@ -35,24 +35,18 @@ impl<T> KvPair<T> {
 ///
 /// Every active source must cover every slot of the canary, so that no tail launch can fail
 /// half-way through a step.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TailKv<'a> {
-    /// Fingerprint of the K half's tail buffer.
-    pub k: RealKv<'a>,
-    /// Fingerprint of the V half's tail buffer.
-    pub v: RealKv<'a>,
-}
+pub type TailKv<'a> = KvPair<RealKv<'a>>;
 
-impl<'a> TailKv<'a> {
+impl<'a> KvPair<RealKv<'a>> {
     /// No fingerprint on either half (every expected `real_kv_hash` is 0).
-    pub const NONE: TailKv<'static> = TailKv {
+    pub const NONE: TailKv<'static> = KvPair {
         k: RealKv::NONE,
         v: RealKv::NONE,
     };
 
     /// The K half folds `k`, the V half `v`.
     pub fn new(k: RealKv<'a>, v: RealKv<'a>) -> Self {
-        TailKv { k, v }
+        KvPair { k, v }
     }
 }
 

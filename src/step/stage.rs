@@ -2,16 +2,17 @@
 //! in order: `plan` -> [`verify_head`](Step::verify_head) -> [`write`](Step::write) -> (forward
 //! pass) -> [`verify_tail`](Step::verify_tail).
 
-use super::{Canary, GroupKind, KvPair, StepReport, TailKv};
+use super::{Canary, GroupKind, KvPair, StepReport};
+use crate::backend::{Backend, Cpu};
 use crate::canary::{
-    CanaryBuffer, HealthCounters, Launch, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
+    CanaryBuffer, HealthCounters, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
 };
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
-use crate::cpu::{self, PlanSummary, VerifySummary, WriteSummary};
+use crate::error::Error;
 use crate::input::{WriteInputAssert, WriteInputs};
-use crate::plan::{VerifyPlan, WritePlan};
-use crate::real_kv::RealKv;
-use crate::{Error, Shape};
+use crate::memory::{Host, Memory};
+use crate::plan::WritePlan;
+use crate::shape::Shape;
 use core::fmt;
 
 mod sealed {
@@ -28,11 +29,11 @@ pub struct HeadVerified;
 
 /// Stage of a step whose tokens are stamped into the head buffers: next, the engine's forward
 /// pass, then [`Step::verify_tail`], which stamps the same inputs into the tail buffers.
-pub struct Written<'w, EB: Capacity, A: WriteInputAssert> {
-    inputs: &'w WriteInputs<EB, A>,
+pub struct Written<'w, EB: Capacity, A: WriteInputAssert, M: Memory = Host> {
+    inputs: &'w WriteInputs<EB, A, M>,
 }
 
-impl<EB: Capacity, A: WriteInputAssert> fmt::Debug for Written<'_, EB, A> {
+impl<EB: Capacity, A: WriteInputAssert, M: Memory> fmt::Debug for Written<'_, EB, A, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Written")
             .field("write_entry_capacity", &self.inputs.capacity())
@@ -43,7 +44,7 @@ impl<EB: Capacity, A: WriteInputAssert> fmt::Debug for Written<'_, EB, A> {
 
 impl sealed::Sealed for Planned {}
 impl sealed::Sealed for HeadVerified {}
-impl<EB: Capacity, A: WriteInputAssert> sealed::Sealed for Written<'_, EB, A> {}
+impl<EB: Capacity, A: WriteInputAssert, M: Memory> sealed::Sealed for Written<'_, EB, A, M> {}
 
 /// The stage a step must be at to verify its head buffers: [`Planned`].
 #[diagnostic::on_unimplemented(
@@ -70,47 +71,113 @@ impl ReadyToWrite for HeadVerified {}
     label = "the tail launches stamp the inputs given to `.write(..)`, so they need it first",
     note = "a step runs `canary.plan(..)` -> `.verify_head()` -> `.write(..)` -> forward pass -> `.verify_tail(..)`"
 )]
-pub trait ReadyForTailVerify<E: Capacity>: sealed::Sealed {
+pub trait ReadyForTailVerify<E: Capacity, B: Backend>: sealed::Sealed {
     /// Stamps the write inputs of this stage into one canary buffer (the step API's writes).
     #[doc(hidden)]
+    #[allow(clippy::too_many_arguments, reason = "the write op's own arguments")]
     fn stamp<V: Capacity, W: SameWriteReqCapacity<W>, S: Capacity, R: Capacity>(
         &self,
+        backend: &B,
         shape: &Shape<V, W, E>,
-        plan: &WritePlan<W>,
-        launch: &Launch<'_>,
-        buffer: &mut CanaryBuffer<S>,
-        ring: &mut ViolationRing<R>,
-        counters: &mut HealthCounters,
-    ) -> Result<WriteSummary, Error>;
+        plan: &WritePlan<W, B::Memory>,
+        settings: &B::Settings<'_>,
+        buffer: &mut CanaryBuffer<S, B::Memory>,
+        ring: &mut ViolationRing<R, B::Memory>,
+        counters: &mut HealthCounters<B::Memory>,
+    ) -> Result<B::WriteDone, Error>;
 }
 
-impl<E, EB, A> ReadyForTailVerify<E> for Written<'_, EB, A>
+impl<E, EB, A, B> ReadyForTailVerify<E, B> for Written<'_, EB, A, B::Memory>
 where
     E: SameWriteEntryCapacity<EB>,
     EB: Capacity,
     A: WriteInputAssert,
+    B: Backend,
 {
     fn stamp<V: Capacity, W: SameWriteReqCapacity<W>, S: Capacity, R: Capacity>(
         &self,
+        backend: &B,
         shape: &Shape<V, W, E>,
-        plan: &WritePlan<W>,
-        launch: &Launch<'_>,
-        buffer: &mut CanaryBuffer<S>,
-        ring: &mut ViolationRing<R>,
-        counters: &mut HealthCounters,
-    ) -> Result<WriteSummary, Error> {
-        cpu::write(shape, plan, self.inputs, launch, buffer, ring, counters)
+        plan: &WritePlan<W, B::Memory>,
+        settings: &B::Settings<'_>,
+        buffer: &mut CanaryBuffer<S, B::Memory>,
+        ring: &mut ViolationRing<R, B::Memory>,
+        counters: &mut HealthCounters<B::Memory>,
+    ) -> Result<B::WriteDone, Error> {
+        backend.write(shape, plan, self.inputs, settings, buffer, ring, counters)
+    }
+}
+
+/// A backend whose steps end in a report: reads back what the launches of a step did.
+///
+/// The CPU's report is a [`StepReport`], complete when the tail verify returns.
+pub trait Reports: Backend + Sized {
+    /// What [`Step::verify_tail`] returns.
+    type Report;
+
+    /// The report of the step that just ended.
+    fn report<R: Capacity>(&self, step: &FinishedStep<'_, Self, R>) -> Result<Self::Report, Error>;
+
+    /// Violations `report` holds, stored or dropped (what [`Canary::total_violations`] adds up).
+    fn recorded(report: &Self::Report) -> u64;
+}
+
+/// Everything a step did, handed to [`Reports::report`] when its tail launches have run.
+#[non_exhaustive]
+pub struct FinishedStep<'c, B: Backend, R: Capacity> {
+    /// What the plan launch returned.
+    pub plan: B::PlanDone,
+    /// The shape's verify capacity.
+    pub verify_capacity: usize,
+    /// The head verify launches' returns (K, V).
+    pub head_verify: KvPair<B::VerifyDone>,
+    /// The head write launches' returns.
+    pub head_write: KvPair<B::WriteDone>,
+    /// The tail verify launches' returns.
+    pub tail_verify: KvPair<B::VerifyDone>,
+    /// The tail write launches' returns.
+    pub tail_write: KvPair<B::WriteDone>,
+    /// The head launches' counters (cumulative).
+    pub head_counters: &'c KvPair<HealthCounters<B::Memory>>,
+    /// The tail launches' counters (cumulative).
+    pub tail_counters: &'c KvPair<HealthCounters<B::Memory>>,
+    /// The ring holding this step's rows.
+    pub ring: &'c ViolationRing<R, B::Memory>,
+    /// Steps abandoned before this one since the last report.
+    pub abandoned_steps: u64,
+}
+
+impl Reports for Cpu {
+    type Report = StepReport;
+
+    fn report<R: Capacity>(&self, step: &FinishedStep<'_, Cpu, R>) -> Result<StepReport, Error> {
+        Ok(StepReport {
+            plan: step.plan,
+            verify_capacity: step.verify_capacity,
+            head_verify: step.head_verify,
+            head_write: step.head_write,
+            tail_verify: step.tail_verify,
+            tail_write: step.tail_write,
+            head_counters: step.head_counters.clone(),
+            tail_counters: step.tail_counters.clone(),
+            violations: step.ring.violations().collect(),
+            dropped: step.ring.dropped(),
+            abandoned_steps: step.abandoned_steps,
+        })
+    }
+
+    fn recorded(report: &StepReport) -> u64 {
+        report.recorded()
     }
 }
 
 /// What the launches of a step have done so far.
-#[derive(Clone, Copy, Debug)]
-struct Progress {
-    plan: PlanSummary,
+struct Progress<B: Backend> {
+    plan: B::PlanDone,
     /// Whether the plan had an expected-token pool (verify then checks tokens).
     token_check: bool,
-    head_verify: KvPair<VerifySummary>,
-    head_write: KvPair<WriteSummary>,
+    head_verify: KvPair<B::VerifyDone>,
+    head_write: KvPair<B::WriteDone>,
 }
 
 /// One forward step in progress on a [`Canary`], at stage `St` ([`Planned`], [`HeadVerified`],
@@ -124,15 +191,21 @@ struct Progress {
 ///
 /// An error ends the step. The launch that failed modified nothing; launches before it stand, as
 /// they would on a device. A step dropped before [`verify_tail`](Step::verify_tail) leaves its
-/// rows in the ring ([`Canary::ring`]) until the next `plan`.
+/// rows in the ring ([`Canary::ring`]) until the next `plan`, which counts it as abandoned.
 #[must_use = "a step checks nothing until it runs `.verify_head()`, `.write(..)` and `.verify_tail(..)`"]
-pub struct Step<'c, St, C> {
+pub struct Step<'c, St, C: StepCanary> {
     canary: &'c mut C,
     stage: St,
-    progress: Progress,
+    progress: Progress<C::Backend>,
 }
 
-impl<'c, V, W, E, S, R, G> Step<'c, Planned, Canary<V, W, E, S, R, G>>
+/// The canary a [`Step`] runs on: names its backend.
+pub trait StepCanary: sealed::Sealed {
+    /// The backend of the canary.
+    type Backend: Backend;
+}
+
+impl<V, W, E, S, R, G, B> sealed::Sealed for Canary<V, W, E, S, R, G, B>
 where
     V: Capacity,
     W: Capacity,
@@ -140,11 +213,40 @@ where
     S: Capacity,
     R: Capacity,
     G: GroupKind,
+    B: Backend,
+{
+}
+
+impl<V, W, E, S, R, G, B> StepCanary for Canary<V, W, E, S, R, G, B>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+    B: Backend,
+{
+    type Backend = B;
+}
+
+/// A canary of capacities `V, W, E, S, R`, group `G` and backend `B`.
+type CanaryOf<V, W, E, S, R, G, B> = Canary<V, W, E, S, R, G, B>;
+
+impl<'c, V, W, E, S, R, G, B> Step<'c, Planned, CanaryOf<V, W, E, S, R, G, B>>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+    B: Backend,
 {
     /// Starts a step (called by [`Canary::plan`]).
     pub(super) fn planned(
-        canary: &'c mut Canary<V, W, E, S, R, G>,
-        plan: PlanSummary,
+        canary: &'c mut CanaryOf<V, W, E, S, R, G, B>,
+        plan: B::PlanDone,
         token_check: bool,
     ) -> Self {
         Step {
@@ -160,7 +262,24 @@ where
     }
 }
 
-impl<'c, St, V, W, E, S, R, G> Step<'c, St, Canary<V, W, E, S, R, G>>
+impl<'c, St, V, W, E, S, R, G> Step<'c, St, Canary<V, W, E, S, R, G, Cpu>>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+{
+    /// The violations recorded so far in this step, decoded. After
+    /// [`verify_head`](Step::verify_head) these are the head verify's findings: an engine can
+    /// stop before its forward pass reads a corrupted KV cache.
+    pub fn violations(&self) -> impl ExactSizeIterator<Item = Violation> + '_ {
+        self.canary.ring.violations()
+    }
+}
+
+impl<'c, St, V, W, E, S, R, G, B> Step<'c, St, CanaryOf<V, W, E, S, R, G, B>>
 where
     V: SameVerifyCapacity<V>,
     W: SameWriteReqCapacity<W>,
@@ -168,26 +287,20 @@ where
     S: Capacity,
     R: Capacity,
     G: GroupKind,
+    B: Backend,
 {
     /// What the plan op produced for this step.
-    pub fn plan_summary(&self) -> PlanSummary {
+    pub fn plan_summary(&self) -> B::PlanDone {
         self.progress.plan
-    }
-
-    /// The violations recorded so far in this step, decoded. After
-    /// [`verify_head`](Step::verify_head) these are the head verify's findings: an engine can
-    /// stop before its forward pass reads a corrupted KV cache.
-    pub fn violations(&self) -> impl ExactSizeIterator<Item = Violation> + '_ {
-        self.canary.ring.violations()
     }
 
     /// Checks every planned prefix slot against the head buffers (K, then V): tags `HEAD_K_*` and
     /// `HEAD_V_*`, no real-KV fold. Tokens are checked when the plan had an expected-token pool.
     #[allow(
         clippy::type_complexity,
-        reason = "the next stage's type spells out the canary's six parameters"
+        reason = "the next stage's type spells out the canary's seven parameters"
     )]
-    pub fn verify_head(self) -> Result<Step<'c, HeadVerified, Canary<V, W, E, S, R, G>>, Error>
+    pub fn verify_head(self) -> Result<Step<'c, HeadVerified, CanaryOf<V, W, E, S, R, G, B>>, Error>
     where
         St: ReadyForHeadVerify,
     {
@@ -196,8 +309,8 @@ where
             mut progress,
             ..
         } = self;
-        let launches = G::HEAD.map(|tag| c.launch(tag, RealKv::NONE));
-        progress.head_verify = verify_both(c, End::Head, &launches, progress.token_check)?;
+        let settings = G::HEAD.map(|tag| c.settings(tag, B::no_real_kv()));
+        progress.head_verify = verify_both(c, End::Head, &settings, progress.token_check)?;
         Ok(Step {
             canary: c,
             stage: HeadVerified,
@@ -210,15 +323,15 @@ where
     /// after the forward pass.
     ///
     /// `inputs` must be allocated from the canary's shape ([`Canary::write_inputs`]): the
-    /// write-entry capacities are compared as in [`cpu::write`].
+    /// write-entry capacities are compared as in [`cpu::write`](crate::cpu::write).
     #[allow(
         clippy::type_complexity,
-        reason = "the next stage's type spells out the canary's six parameters"
+        reason = "the next stage's type spells out the canary's seven parameters"
     )]
     pub fn write<'w, EB, A>(
         self,
-        inputs: &'w WriteInputs<EB, A>,
-    ) -> Result<Step<'c, Written<'w, EB, A>, Canary<V, W, E, S, R, G>>, Error>
+        inputs: &'w WriteInputs<EB, A, B::Memory>,
+    ) -> Result<Step<'c, Written<'w, EB, A, B::Memory>, CanaryOf<V, W, E, S, R, G, B>>, Error>
     where
         St: ReadyToWrite,
         E: SameWriteEntryCapacity<EB>,
@@ -230,9 +343,9 @@ where
             mut progress,
             ..
         } = self;
-        let launches = G::HEAD.map(|tag| c.launch(tag, RealKv::NONE));
+        let settings = G::HEAD.map(|tag| c.settings(tag, B::no_real_kv()));
         let stage = Written { inputs };
-        progress.head_write = write_both(c, End::Head, &launches, &stage)?;
+        progress.head_write = write_both(c, End::Head, &settings, &stage)?;
         Ok(Step {
             canary: c,
             stage,
@@ -247,9 +360,10 @@ where
     ///
     /// Every active source of `real_kv` must cover all the canary's slots; otherwise
     /// [`Error::RealKvSlotOutOfRange`] is returned before any tail launch runs.
-    pub fn verify_tail(self, real_kv: TailKv<'_>) -> Result<StepReport, Error>
+    pub fn verify_tail(self, real_kv: KvPair<B::RealKv<'_>>) -> Result<B::Report, Error>
     where
-        St: ReadyForTailVerify<E>,
+        St: ReadyForTailVerify<E, B>,
+        B: Reports,
     {
         let Step {
             canary: c,
@@ -257,27 +371,31 @@ where
             progress,
         } = self;
         let slots = c.head.k.num_slots();
-        covers_every_slot(&real_kv.k, slots)?;
-        covers_every_slot(&real_kv.v, slots)?;
-        let launches = KvPair {
-            k: c.launch(G::TAIL.k, real_kv.k),
-            v: c.launch(G::TAIL.v, real_kv.v),
+        B::check_real_kv_covers(&real_kv.k, slots)?;
+        B::check_real_kv_covers(&real_kv.v, slots)?;
+        let settings = KvPair {
+            k: c.settings(G::TAIL.k, real_kv.k),
+            v: c.settings(G::TAIL.v, real_kv.v),
         };
-        let tail_verify = verify_both(c, End::Tail, &launches, progress.token_check)?;
-        let tail_write = write_both(c, End::Tail, &launches, &stage)?;
-        Ok(c.finish_step(StepReport {
+        let tail_verify = verify_both(c, End::Tail, &settings, progress.token_check)?;
+        let tail_write = write_both(c, End::Tail, &settings, &stage)?;
+        let abandoned_steps = core::mem::take(&mut c.abandoned);
+        c.in_flight = false;
+        let report = c.backend.report(&FinishedStep {
             plan: progress.plan,
             verify_capacity: c.shape.verify_capacity().get(),
             head_verify: progress.head_verify,
             head_write: progress.head_write,
             tail_verify,
             tail_write,
-            head_counters: c.head_counters.clone(),
-            tail_counters: c.tail_counters.clone(),
-            violations: Vec::new(),
-            dropped: 0,
-            abandoned_steps: 0,
-        }))
+            head_counters: &c.head_counters,
+            tail_counters: &c.tail_counters,
+            ring: &c.ring,
+            abandoned_steps,
+        })?;
+        c.steps += 1;
+        c.violations += B::recorded(&report);
+        Ok(report)
     }
 }
 
@@ -289,12 +407,12 @@ enum End {
 }
 
 /// Verifies the K and then the V buffer of one end.
-fn verify_both<V, W, E, S, R, G>(
-    c: &mut Canary<V, W, E, S, R, G>,
+fn verify_both<V, W, E, S, R, G, B>(
+    c: &mut Canary<V, W, E, S, R, G, B>,
     end: End,
-    launches: &KvPair<Launch<'_>>,
+    settings: &KvPair<B::Settings<'_>>,
     token_check: bool,
-) -> Result<KvPair<VerifySummary>, Error>
+) -> Result<KvPair<B::VerifyDone>, Error>
 where
     V: SameVerifyCapacity<V>,
     W: Capacity,
@@ -302,28 +420,34 @@ where
     S: Capacity,
     R: Capacity,
     G: GroupKind,
+    B: Backend,
 {
     let (buffers, counters) = match end {
         End::Head => (&c.head, &mut c.head_counters),
         End::Tail => (&c.tail, &mut c.tail_counters),
     };
-    let (shape, plan, ring) = (&c.shape, &c.verify_plan, &mut c.ring);
-    let mut one =
-        |launch, buffer, counters| verify(token_check, shape, plan, launch, buffer, ring, counters);
+    let (backend, shape, plan, ring) = (&c.backend, &c.shape, &c.verify_plan, &mut c.ring);
+    let mut one = |settings, buffer, counters| {
+        if token_check {
+            backend.verify(shape, plan, TokenCheckOn, settings, buffer, ring, counters)
+        } else {
+            backend.verify(shape, plan, TokenCheckOff, settings, buffer, ring, counters)
+        }
+    };
     Ok(KvPair {
-        k: one(&launches.k, &buffers.k, &mut counters.k)?,
-        v: one(&launches.v, &buffers.v, &mut counters.v)?,
+        k: one(&settings.k, &buffers.k, &mut counters.k)?,
+        v: one(&settings.v, &buffers.v, &mut counters.v)?,
     })
 }
 
 /// Stamps the write inputs held by a [`Written`] stage into the K and then the V buffer of
 /// one end.
-fn write_both<V, W, E, S, R, G, T>(
-    c: &mut Canary<V, W, E, S, R, G>,
+fn write_both<V, W, E, S, R, G, B, T>(
+    c: &mut Canary<V, W, E, S, R, G, B>,
     end: End,
-    launches: &KvPair<Launch<'_>>,
+    settings: &KvPair<B::Settings<'_>>,
     inputs: &T,
-) -> Result<KvPair<WriteSummary>, Error>
+) -> Result<KvPair<B::WriteDone>, Error>
 where
     V: Capacity,
     W: SameWriteReqCapacity<W>,
@@ -331,60 +455,19 @@ where
     S: Capacity,
     R: Capacity,
     G: GroupKind,
-    T: ReadyForTailVerify<E>,
+    B: Backend,
+    T: ReadyForTailVerify<E, B>,
 {
     let (buffers, counters) = match end {
         End::Head => (&mut c.head, &mut c.head_counters),
         End::Tail => (&mut c.tail, &mut c.tail_counters),
     };
-    let (shape, plan, ring) = (&c.shape, &c.write_plan, &mut c.ring);
-    let mut one =
-        |launch, buffer, counters| inputs.stamp(shape, plan, launch, buffer, ring, counters);
+    let (backend, shape, plan, ring) = (&c.backend, &c.shape, &c.write_plan, &mut c.ring);
+    let mut one = |settings, buffer, counters| {
+        inputs.stamp(backend, shape, plan, settings, buffer, ring, counters)
+    };
     Ok(KvPair {
-        k: one(&launches.k, &mut buffers.k, &mut counters.k)?,
-        v: one(&launches.v, &mut buffers.v, &mut counters.v)?,
+        k: one(&settings.k, &mut buffers.k, &mut counters.k)?,
+        v: one(&settings.v, &mut buffers.v, &mut counters.v)?,
     })
-}
-
-/// The verify op with the token check chosen at run time from the plan's inputs.
-fn verify<V, W, E, S, R>(
-    token_check: bool,
-    shape: &Shape<V, W, E>,
-    plan: &VerifyPlan<V>,
-    launch: &Launch<'_>,
-    buffer: &CanaryBuffer<S>,
-    ring: &mut ViolationRing<R>,
-    counters: &mut HealthCounters,
-) -> Result<VerifySummary, Error>
-where
-    V: SameVerifyCapacity<V>,
-    W: Capacity,
-    E: Capacity,
-    S: Capacity,
-    R: Capacity,
-{
-    if token_check {
-        cpu::verify(shape, plan, TokenCheckOn, launch, buffer, ring, counters)
-    } else {
-        cpu::verify(shape, plan, TokenCheckOff, launch, buffer, ring, counters)
-    }
-}
-
-/// Every active source must reach the last slot of the canary.
-fn covers_every_slot(real_kv: &RealKv<'_>, slots: usize) -> Result<(), Error> {
-    if !real_kv.is_active() {
-        return Ok(());
-    }
-    for (source, src) in real_kv.sources().as_slice().iter().enumerate() {
-        if src.num_slots() < slots {
-            let last = slots - 1;
-            return Err(Error::RealKvSlotOutOfRange {
-                source,
-                slot: last as i64,
-                row: last / src.page_size(),
-                num_rows: src.num_rows(),
-            });
-        }
-    }
-    Ok(())
 }

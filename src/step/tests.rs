@@ -4,8 +4,8 @@
 use super::*;
 use crate::canary::{CanarySlot, FailReason, Violation};
 use crate::hash::fold_words;
-use crate::input::{Batch, ExpectedTokenTable, ReqToToken, Swa};
-use crate::real_kv::{RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
+use crate::input::{Batch, ExpectedTokenTable, PlanInputs, ReqToToken, Swa};
+use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 use crate::Cap;
 
 type Spec = Shape<Cap<64>, Cap<4>, Cap<16>>;

@@ -1,0 +1,321 @@
+//! The backend seam: one trait, [`Backend`], that every place the ops can run implements — the
+//! CPU reference ([`Cpu`]) and, with the `cuda` feature, a CUDA stream — so that code driving
+//! the ops (the step API, the conformance runner, an engine's own loop) is written once, generic
+//! over the backend.
+//!
+//! A backend fixes where buffers live ([`Backend::Memory`]), allocates them, and runs the write
+//! and verify ops on them; [`PlanWith`] runs the plan op on the plan inputs a backend accepts.
+//! Every op keeps the contract of its CPU reference: capacities are compared by the types
+//! (the same `Same*Capacity` bounds as [`cpu::plan`], [`cpu::write`] and [`cpu::verify`]), and an
+//! op that returns an error has modified none of its outputs.
+//!
+//! What an op reports back differs by backend: the CPU ops return their summaries at once; a
+//! device op only queues work. Each backend names what it returns ([`Backend::VerifyDone`],
+//! [`Backend::WriteDone`], [`Backend::PlanDone`]).
+//!
+//! ```
+//! use kv_canary::backend::{Backend, Cpu, PlanWith};
+//! use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape};
+//!
+//! // Written once, for any backend that plans host inputs.
+//! fn plan_on<'a, B: PlanWith<PlanInputs<'a, kv_canary::Full, kv_canary::NoExpectedTokens>>>(
+//!     backend: &B,
+//!     inputs: &PlanInputs<'a, kv_canary::Full, kv_canary::NoExpectedTokens>,
+//! ) -> Result<B::PlanDone, kv_canary::Error> {
+//!     let shape = Shape::<Cap<8>, Cap<4>, Cap<16>>::new();
+//!     let mut verify = backend.verify_plan(shape.verify_capacity()).map_err(Into::into)?;
+//!     let mut write = backend.write_plan(shape.write_req_capacity()).map_err(Into::into)?;
+//!     backend.plan(&shape, inputs, &mut verify, &mut write)
+//! }
+//!
+//! let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;
+//! let batch = Batch::from_columns([2], [3], [1]);
+//! let summary = plan_on(&Cpu, &PlanInputs::full(&batch, &table))?;
+//! assert_eq!(summary.verify_num_valid, 3);
+//! # Ok::<(), kv_canary::Error>(())
+//! ```
+
+use crate::canary::{
+    CanaryBuffer, ChainPositionAssert, HealthCounters, Launch, LaunchTag, TokenCheck, ViolationRing,
+};
+use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
+use crate::cpu::{self, PlanSummary, VerifySummary, WriteSummary};
+use crate::error::Error;
+use crate::input::{ExpectedTokens, Group, PlanInputs, WriteInputAssert, WriteInputs};
+use crate::memory::{Host, Memory};
+use crate::plan::{VerifyPlan, WritePlan};
+use crate::real_kv::RealKv;
+use crate::shape::Shape;
+use core::convert::Infallible;
+
+/// A place the canary ops run: allocates buffers in its [`Memory`] and runs write and verify on
+/// them (the plan op: [`PlanWith`]).
+pub trait Backend {
+    /// Where this backend's buffers live: [`Host`] for the CPU, `Device` for CUDA.
+    type Memory: Memory;
+    /// The real-KV sources a launch of this backend folds (host byte slices for the CPU).
+    type RealKv<'k>: Copy;
+    /// The per-launch settings of this backend's write and verify ops.
+    type Settings<'k>: Copy;
+    /// What a verify launch returns (the CPU: its [`VerifySummary`]).
+    type VerifyDone: Copy + Default + core::fmt::Debug;
+    /// What a write launch returns (the CPU: its [`WriteSummary`]).
+    type WriteDone: Copy + Default + core::fmt::Debug;
+    /// What a plan launch returns (the CPU: its [`PlanSummary`]).
+    type PlanDone: Copy + core::fmt::Debug;
+    /// Why an allocation failed ([`Infallible`] where it cannot).
+    type AllocError: Into<Error> + core::fmt::Debug;
+
+    /// No real-KV fingerprint (head launches, sweeps).
+    fn no_real_kv() -> Self::RealKv<'static>;
+
+    /// The settings of one launch: its tag, the real-KV sources it folds, the chain-position
+    /// assert flag (read by write only).
+    fn settings<'k>(
+        tag: LaunchTag,
+        real_kv: Self::RealKv<'k>,
+        chain_position_assert: ChainPositionAssert,
+    ) -> Self::Settings<'k>;
+
+    /// `Ok` when every active source of `real_kv` covers slots `[0, slots)`, so that no launch
+    /// over a canary of `slots` slots can fail on a real-KV read half-way through a step;
+    /// otherwise [`Error::RealKvSlotOutOfRange`] naming the first source that falls short.
+    fn check_real_kv_covers(real_kv: &Self::RealKv<'_>, slots: usize) -> Result<(), Error>;
+
+    /// A verify plan of `capacity` entries (disabled, empty).
+    fn verify_plan<C: Capacity>(
+        &self,
+        capacity: C,
+    ) -> Result<VerifyPlan<C, Self::Memory>, Self::AllocError>;
+    /// A write plan of `capacity` requests (no request).
+    fn write_plan<C: Capacity>(
+        &self,
+        capacity: C,
+    ) -> Result<WritePlan<C, Self::Memory>, Self::AllocError>;
+    /// A canary buffer of `slots` slots, every record zero.
+    fn canary_buffer<S: Capacity>(
+        &self,
+        slots: S,
+    ) -> Result<CanaryBuffer<S, Self::Memory>, Self::AllocError>;
+    /// An empty violation ring of `rows` rows.
+    fn violation_ring<R: Capacity>(
+        &self,
+        rows: R,
+    ) -> Result<ViolationRing<R, Self::Memory>, Self::AllocError>;
+    /// A pair of health counters at 0.
+    fn health_counters(&self) -> Result<HealthCounters<Self::Memory>, Self::AllocError>;
+    /// Per-token write inputs of `capacity` entries, input assert off, all zero.
+    fn write_inputs<E: Capacity>(
+        &self,
+        capacity: E,
+    ) -> Result<WriteInputs<E, crate::input::InputAssertOff, Self::Memory>, Self::AllocError>;
+    /// Empties `ring` (its write index back to 0).
+    fn clear_ring<R: Capacity>(
+        &self,
+        ring: &mut ViolationRing<R, Self::Memory>,
+    ) -> Result<(), Error>;
+
+    /// The verify op (spec §5): checks the active entries of `plan` against `canary`, records
+    /// mismatches into `ring` and counts into `counters`. Contract of [`cpu::verify`].
+    #[allow(clippy::too_many_arguments, reason = "the verify op's own arguments")]
+    fn verify<V, W, E, VB, K, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &VerifyPlan<VB, Self::Memory>,
+        check: K,
+        settings: &Self::Settings<'_>,
+        canary: &CanaryBuffer<S, Self::Memory>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: &mut HealthCounters<Self::Memory>,
+    ) -> Result<Self::VerifyDone, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: Capacity,
+        E: Capacity,
+        VB: Capacity,
+        K: TokenCheck,
+        S: Capacity,
+        R: Capacity;
+
+    /// The write op (spec §4): stamps the planned tokens of `inputs` into `canary`, extending
+    /// each request's hash chain. Contract of [`cpu::write`].
+    #[allow(clippy::too_many_arguments, reason = "the write op's own arguments")]
+    fn write<V, W, E, WB, EB, A, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Self::Memory>,
+        inputs: &WriteInputs<EB, A, Self::Memory>,
+        settings: &Self::Settings<'_>,
+        canary: &mut CanaryBuffer<S, Self::Memory>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: &mut HealthCounters<Self::Memory>,
+    ) -> Result<Self::WriteDone, Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        EB: Capacity,
+        A: WriteInputAssert,
+        S: Capacity,
+        R: Capacity;
+}
+
+/// A backend that runs the plan op on inputs `I` (spec §3): the CPU on host [`PlanInputs`].
+pub trait PlanWith<I: ?Sized>: Backend {
+    /// Plans `inputs` into `verify` and `write`. Contract of [`cpu::plan`].
+    fn plan<V, W, E, VB, WB>(
+        &self,
+        shape: &Shape<V, W, E>,
+        inputs: &I,
+        verify: &mut VerifyPlan<VB, Self::Memory>,
+        write: &mut WritePlan<WB, Self::Memory>,
+    ) -> Result<Self::PlanDone, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: SameWriteReqCapacity<WB>,
+        E: Capacity,
+        VB: Capacity,
+        WB: Capacity;
+}
+
+/// The CPU reference backend: host buffers, the ops of [`cpu`], which return their summaries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Cpu;
+
+impl Backend for Cpu {
+    type Memory = Host;
+    type RealKv<'k> = RealKv<'k>;
+    type Settings<'k> = Launch<'k>;
+    type VerifyDone = VerifySummary;
+    type WriteDone = WriteSummary;
+    type PlanDone = PlanSummary;
+    type AllocError = Infallible;
+
+    fn no_real_kv() -> RealKv<'static> {
+        RealKv::NONE
+    }
+
+    fn settings<'k>(
+        tag: LaunchTag,
+        real_kv: Self::RealKv<'k>,
+        chain_position_assert: ChainPositionAssert,
+    ) -> Self::Settings<'k> {
+        Launch::new(tag)
+            .with_real_kv(real_kv)
+            .with_chain_position_assert(chain_position_assert)
+    }
+
+    fn check_real_kv_covers(real_kv: &RealKv<'_>, slots: usize) -> Result<(), Error> {
+        if !real_kv.is_active() || slots == 0 {
+            return Ok(());
+        }
+        for (source, src) in real_kv.sources().as_slice().iter().enumerate() {
+            if src.num_slots() < slots {
+                let last = slots - 1;
+                return Err(Error::RealKvSlotOutOfRange {
+                    source,
+                    slot: last as i64,
+                    row: last / src.page_size(),
+                    num_rows: src.num_rows(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn verify_plan<C: Capacity>(&self, capacity: C) -> Result<VerifyPlan<C>, Infallible> {
+        Ok(VerifyPlan::with_capacity(capacity))
+    }
+
+    fn write_plan<C: Capacity>(&self, capacity: C) -> Result<WritePlan<C>, Infallible> {
+        Ok(WritePlan::with_capacity(capacity))
+    }
+
+    fn canary_buffer<S: Capacity>(&self, slots: S) -> Result<CanaryBuffer<S>, Infallible> {
+        Ok(CanaryBuffer::with_capacity(slots))
+    }
+
+    fn violation_ring<R: Capacity>(&self, rows: R) -> Result<ViolationRing<R>, Infallible> {
+        Ok(ViolationRing::with_capacity(rows))
+    }
+
+    fn health_counters(&self) -> Result<HealthCounters, Infallible> {
+        Ok(HealthCounters::new())
+    }
+
+    fn write_inputs<E: Capacity>(&self, capacity: E) -> Result<WriteInputs<E>, Infallible> {
+        Ok(WriteInputs::with_capacity(capacity))
+    }
+
+    fn clear_ring<R: Capacity>(&self, ring: &mut ViolationRing<R>) -> Result<(), Error> {
+        if ring.write_index() != 0 {
+            ring.clear();
+        }
+        Ok(())
+    }
+
+    fn verify<V, W, E, VB, K, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &VerifyPlan<VB>,
+        check: K,
+        settings: &Launch<'_>,
+        canary: &CanaryBuffer<S>,
+        ring: &mut ViolationRing<R>,
+        counters: &mut HealthCounters,
+    ) -> Result<VerifySummary, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: Capacity,
+        E: Capacity,
+        VB: Capacity,
+        K: TokenCheck,
+        S: Capacity,
+        R: Capacity,
+    {
+        cpu::verify(shape, plan, check, settings, canary, ring, counters)
+    }
+
+    fn write<V, W, E, WB, EB, A, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB>,
+        inputs: &WriteInputs<EB, A>,
+        settings: &Launch<'_>,
+        canary: &mut CanaryBuffer<S>,
+        ring: &mut ViolationRing<R>,
+        counters: &mut HealthCounters,
+    ) -> Result<WriteSummary, Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        EB: Capacity,
+        A: WriteInputAssert,
+        S: Capacity,
+        R: Capacity,
+    {
+        cpu::write(shape, plan, inputs, settings, canary, ring, counters)
+    }
+}
+
+impl<'a, G: Group, X: ExpectedTokens> PlanWith<PlanInputs<'a, G, X>> for Cpu {
+    fn plan<V, W, E, VB, WB>(
+        &self,
+        shape: &Shape<V, W, E>,
+        inputs: &PlanInputs<'a, G, X>,
+        verify: &mut VerifyPlan<VB>,
+        write: &mut WritePlan<WB>,
+    ) -> Result<PlanSummary, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: SameWriteReqCapacity<WB>,
+        E: Capacity,
+        VB: Capacity,
+        WB: Capacity,
+    {
+        cpu::plan(shape, inputs, verify, write)
+    }
+}
