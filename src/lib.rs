@@ -122,7 +122,7 @@ pub use memory::{Element, Host, Memory};
 pub use plan::{VerifyEntry, VerifyPlan, WritePlan};
 pub use real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 pub use shape::{
-    BrandedShape, EngineKnobs, PoolShape, Shape, SpeculativeShape, StaticShape, UncheckedShape,
-    VerifyCapacityRule,
+    BrandedShape, EngineKnobs, NamedShape, PoolShape, Shape, SpeculativeShape, StaticShape,
+    UncheckedShape, VerifyCapacityRule,
 };
 pub use step::{Canary, StepReport, TailKv};

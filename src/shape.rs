@@ -18,7 +18,8 @@
 //! * run-time numbers, unchecked: [`Shape::unchecked`] (mismatches are run-time errors).
 
 use crate::capacity::{
-    Brand, Cap, Capacity, Derived, ToCap, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
+    Brand, Cap, Capacity, Derived, NamedVerifyCapacity, NamedWriteEntryCapacity,
+    NamedWriteReqCapacity, ToCap, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
     WriteReqCapacity,
 };
 use crate::input::WriteInputs;
@@ -279,6 +280,24 @@ fn positive(what: &'static str, n: Option<usize>) -> Result<usize, Error> {
 pub type BrandedShape<'id> =
     Shape<VerifyCapacity<'id>, WriteReqCapacity<'id>, WriteEntryCapacity<'id>>;
 
+/// A shape whose capacities were computed at run time and named by the engine's type `T`
+/// ([`capacity::named`](crate::capacity::NamedVerifyCapacity)): storable in an engine struct, and
+/// a buffer of another name is a compile error.
+pub type NamedShape<T> =
+    Shape<NamedVerifyCapacity<T>, NamedWriteReqCapacity<T>, NamedWriteEntryCapacity<T>>;
+
+impl<T> NamedShape<T> {
+    /// Derives the shape of the configuration named `T` from run-time `knobs`. Errors only when
+    /// a capacity comes out zero or overflows.
+    pub fn named(knobs: &EngineKnobs) -> Result<Self, Error> {
+        Ok(Shape {
+            verify: NamedVerifyCapacity::mint(knobs.verify_capacity()?),
+            write_reqs: NamedWriteReqCapacity::mint(knobs.write_req_capacity()?),
+            write_entries: NamedWriteEntryCapacity::mint(knobs.write_entry_capacity()?),
+        })
+    }
+}
+
 /// A shape whose capacities were computed at run time and are compared at each call.
 pub type UncheckedShape = Shape<UncheckedCapacity, UncheckedCapacity, UncheckedCapacity>;
 
@@ -401,5 +420,42 @@ mod tests {
         assert_eq!(n, (6, 4));
         let u = Shape::unchecked(&k).unwrap();
         assert_eq!(u.verify_capacity().get(), 6);
+    }
+}
+
+#[cfg(test)]
+mod named_tests {
+    use super::*;
+    use crate::cpu;
+    use crate::input::{Batch, PlanInputs, ReqToToken};
+
+    #[derive(Clone, Copy, Debug)]
+    struct Draft;
+
+    #[test]
+    fn named_shapes_plan_and_compare_equal_names_at_run_time() {
+        let table = ReqToToken::from_vec(4, 8, (0..32).collect()).unwrap();
+        let batch = Batch::from_columns([2], [3], [1]);
+        let shape = NamedShape::<Draft>::named(&EngineKnobs::speculative(4, 1, 8)).unwrap();
+        assert_eq!(
+            format!("{:?}", shape.verify_capacity()),
+            "NamedVerifyCapacity<Draft>(24)"
+        );
+        let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+        let inputs = PlanInputs::full(&batch, &table);
+        let summary = cpu::plan(&shape, &inputs, &mut verify, &mut write).unwrap();
+        assert_eq!(summary.verify_num_valid, 3);
+        // The same name from other numbers: compared at the call, both numbers named.
+        let other = NamedShape::<Draft>::named(&EngineKnobs::speculative(4, 1, 4)).unwrap();
+        let mut stale = other.verify_plan();
+        let err = cpu::plan(&shape, &inputs, &mut stale, &mut write).unwrap_err();
+        assert_eq!(
+            err,
+            Error::CapacityMismatch {
+                what: "verify_capacity",
+                expected: 24,
+                found: 12
+            }
+        );
     }
 }

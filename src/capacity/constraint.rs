@@ -12,14 +12,15 @@
 //! one partner) and then report the real buffer as a bare "mismatched types" (E0308). With two
 //! candidate partners it cannot guess, takes the buffer's capacity from the buffer, and reports
 //! the unmet bound with the message below (`ui-tests/fail/verify_capacity_static.rs`).
-//! `NoBuffer` cannot be constructed or named outside this module.
+//! `NoBuffer` cannot be constructed or named outside this module. Named capacities
+//! ([`NamedVerifyCapacity<T>`] and friends) get the same second partner, for the same reason.
 //!
 //! The `Cap<N>` impls are written out rather than generated, so that the compiler's "the trait is
 //! implemented for `Cap<N>`" hint quotes one line instead of a macro invocation.
 
 use super::{
-    check_equal, Cap, Capacity, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
-    WriteReqCapacity,
+    check_equal, Cap, Capacity, NamedVerifyCapacity, NamedWriteEntryCapacity,
+    NamedWriteReqCapacity, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity, WriteReqCapacity,
 };
 use crate::Error;
 use core::fmt;
@@ -45,7 +46,7 @@ impl Capacity for NoBuffer {
 macro_rules! same_capacity_trait {
     (
         $(#[$doc:meta])*
-        $name:ident, $branded:ident, $what:literal,
+        $name:ident, $branded:ident, $named:ident, $what:literal,
         message = $message:literal,
         label = $label:literal,
         note = $note:literal $(,)?
@@ -72,6 +73,20 @@ macro_rules! same_capacity_trait {
             }
         }
 
+        #[diagnostic::do_not_recommend]
+        impl<T> $name<NoBuffer> for $named<T> {
+            fn check(self, buffer: NoBuffer) -> Result<(), Error> {
+                match buffer {}
+            }
+        }
+
+        impl<T> $name<$named<T>> for $named<T> {
+            #[inline]
+            fn check(self, buffer: $named<T>) -> Result<(), Error> {
+                check_equal($what, self.get(), buffer.get())
+            }
+        }
+
         impl $name<UncheckedCapacity> for UncheckedCapacity {
             #[inline]
             fn check(self, buffer: UncheckedCapacity) -> Result<(), Error> {
@@ -83,7 +98,7 @@ macro_rules! same_capacity_trait {
 
 same_capacity_trait!(
     /// The shape's verify capacity (`Self`) equals a verify plan's capacity (`Buffer`).
-    SameVerifyCapacity, VerifyCapacity, "verify_capacity",
+    SameVerifyCapacity, VerifyCapacity, NamedVerifyCapacity, "verify_capacity",
     message = "kv-canary: verify capacity mismatch: the shape derives `{Self}` but the verify plan holds `{Buffer}`",
     label = "the shape's verify capacity is `{Self}`, the verify plan's `{Buffer}`",
     note = "allocate plan buffers from the shape you launch with (`shape.verify_plan()`), so both come from one expression",
@@ -91,7 +106,7 @@ same_capacity_trait!(
 
 same_capacity_trait!(
     /// The shape's write-request capacity (`Self`) equals a write plan's capacity (`Buffer`).
-    SameWriteReqCapacity, WriteReqCapacity, "write_req_capacity",
+    SameWriteReqCapacity, WriteReqCapacity, NamedWriteReqCapacity, "write_req_capacity",
     message = "kv-canary: write-request capacity mismatch: the shape derives `{Self}` but the write plan holds `{Buffer}`",
     label = "the shape's write-request capacity is `{Self}`, the write plan's `{Buffer}`",
     note = "allocate plan buffers from the shape you launch with (`shape.write_plan()`), so both come from one expression",
@@ -99,7 +114,7 @@ same_capacity_trait!(
 
 same_capacity_trait!(
     /// The shape's write-entry capacity (`Self`) equals a per-token input buffer's (`Buffer`).
-    SameWriteEntryCapacity, WriteEntryCapacity, "write_entry_capacity",
+    SameWriteEntryCapacity, WriteEntryCapacity, NamedWriteEntryCapacity, "write_entry_capacity",
     message = "kv-canary: write-entry capacity mismatch: the shape derives `{Self}` but the write inputs hold `{Buffer}`",
     label = "the shape's write-entry capacity is `{Self}`, the write inputs' `{Buffer}`",
     note = "allocate write inputs from the shape you launch with (`shape.write_inputs()`), so both come from one expression",

@@ -8,6 +8,7 @@
 //! | static | [`Cap<N>`] | capacities known when the engine is compiled | a compile error that reads in decimal (`Cap<40>` vs `Cap<32>`) |
 //! | derived | [`Derived<T>`] = `Cap<N>` | arithmetic over generic parameters (typenum) | the same decimal compile error |
 //! | branded | [`VerifyCapacity<'id>`], [`WriteReqCapacity<'id>`], [`WriteEntryCapacity<'id>`] | read from a config at start-up | a compile (borrow-check) error: two brands never unify |
+//! | named | [`NamedVerifyCapacity<T>`], [`NamedWriteReqCapacity<T>`], [`NamedWriteEntryCapacity<T>`] | read from a config, held in an engine struct | a compile error naming both configurations' types (equal names: compared at run time) |
 //! | unchecked | [`UncheckedCapacity`] | FFI, quick experiments | a run-time [`Error::CapacityMismatch`] naming both numbers |
 //!
 //! Capacities are always positive: `Cap<0>` is rejected when a buffer of it is built (a
@@ -15,10 +16,12 @@
 
 mod brand;
 mod constraint;
+mod named;
 mod typenum_bridge;
 
 pub use brand::{Brand, VerifyCapacity, WriteEntryCapacity, WriteReqCapacity};
 pub use constraint::{SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
+pub use named::{NamedVerifyCapacity, NamedWriteEntryCapacity, NamedWriteReqCapacity};
 
 use crate::Error;
 use core::fmt;

@@ -30,7 +30,7 @@
 //! All launches share one [`ViolationRing`] of `R` rows. An engine with a FULL and an SWA group
 //! runs one `Canary` per group. Sweep launches (verify-only passes over idle requests,
 //! `SWEEP_*` tags) are not modelled: build a [`VerifyPlan`] with
-//! [`VerifyPlan::set_entries`] and call [`cpu::verify`] on [`Canary::buffer`] with
+//! [`VerifyPlan::set_entries`] and call [`cpu::verify`](crate::cpu::verify) on [`Canary::buffer`] with
 //! [`Canary::shape`] and a ring of its own.
 //!
 //! # Not checked is not clean

@@ -1,0 +1,114 @@
+//! Named run-time capacities: numbers read from the engine's configuration at start-up, named
+//! by a type of the engine's, so that an engine struct can hold a canary of run-time capacities
+//! and still get a compile error when buffers of two configurations meet.
+//!
+//! Branded capacities ([`Shape::branded`](crate::Shape::branded)) need a closure: their brand
+//! is a lifetime that cannot be named outside it. A named capacity is branded by a type instead,
+//! which an engine names in its structs:
+//!
+//! ```
+//! use kv_canary::capacity::{Capacity, NamedVerifyCapacity, UncheckedCapacity};
+//! use kv_canary::{Canary, EngineKnobs, NamedShape};
+//!
+//! /// The draft model's canary configuration (a marker type of the engine's).
+//! #[derive(Clone, Copy, Debug)]
+//! struct Draft;
+//!
+//! struct Engine {
+//!     canary: Canary<
+//!         NamedVerifyCapacity<Draft>,
+//!         kv_canary::capacity::NamedWriteReqCapacity<Draft>,
+//!         kv_canary::capacity::NamedWriteEntryCapacity<Draft>,
+//!         UncheckedCapacity,
+//!         UncheckedCapacity,
+//!     >,
+//! }
+//!
+//! let knobs = EngineKnobs::speculative(8, 3, 1024); // read from the config file
+//! let shape = NamedShape::<Draft>::named(&knobs)?;
+//! let slots = UncheckedCapacity::new("slots", 1024)?;
+//! let rows = UncheckedCapacity::new("ring rows", 64)?;
+//! let engine = Engine { canary: Canary::full(shape, slots, rows) };
+//! assert_eq!(engine.canary.shape().verify_capacity().get(), 3 * 1024);
+//! # Ok::<(), kv_canary::Error>(())
+//! ```
+//!
+//! A verify plan of another configuration's shape does not compile: `NamedVerifyCapacity<Draft>`
+//! and `NamedVerifyCapacity<Target>` are different types, and the error names both
+//! (`ui-tests/fail/verify_capacity_named.rs`). Two shapes of the *same* name made from different
+//! numbers are compared at each launch, like [`UncheckedCapacity`](super::UncheckedCapacity)
+//! ([`Error::CapacityMismatch`](crate::Error::CapacityMismatch) naming both): give each
+//! configuration its own name.
+
+use super::{Capacity, Sealed};
+use core::fmt;
+use core::marker::PhantomData;
+
+macro_rules! named_capacity {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        ///
+        /// `T` is the engine's marker type naming the configuration; it is never stored, so the
+        /// capacity is `Copy`, `Send` and `Sync` whatever `T` is.
+        pub struct $name<T> {
+            value: usize,
+            name: PhantomData<fn() -> T>,
+        }
+
+        impl<T> $name<T> {
+            /// Only a named shape mints these, after checking `value > 0`.
+            pub(crate) fn mint(value: usize) -> Self {
+                debug_assert!(value > 0);
+                Self {
+                    value,
+                    name: PhantomData,
+                }
+            }
+        }
+
+        impl<T> Clone for $name<T> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+
+        impl<T> Copy for $name<T> {}
+
+        impl<T> PartialEq for $name<T> {
+            fn eq(&self, other: &Self) -> bool {
+                self.value == other.value
+            }
+        }
+
+        impl<T> Eq for $name<T> {}
+
+        impl<T> fmt::Debug for $name<T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let name = core::any::type_name::<T>();
+                let short = name.rsplit("::").next().unwrap_or(name);
+                write!(f, concat!(stringify!($name), "<{}>({})"), short, self.value)
+            }
+        }
+
+        impl<T> Sealed for $name<T> {}
+        impl<T> Capacity for $name<T> {
+            #[inline]
+            fn get(self) -> usize {
+                self.value
+            }
+        }
+    };
+}
+
+named_capacity!(
+    /// The verify capacity of the configuration named `T`, read at run time.
+    NamedVerifyCapacity
+);
+named_capacity!(
+    /// The write-request capacity of the configuration named `T`, read at run time.
+    NamedWriteReqCapacity
+);
+named_capacity!(
+    /// The write-entry capacity of the configuration named `T`, read at run time.
+    NamedWriteEntryCapacity
+);
