@@ -249,6 +249,31 @@ mod tests {
     }
 
     #[test]
+    fn case_problems_name_the_line() {
+        let no_op = FILE.replacen(r#""op":"plan","#, "", 1);
+        let err = GoldenFile::parse("demo.json", &no_op)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("kv-canary: demo.json: JSON missing field `op` at line 2"),
+            "{err}"
+        );
+        let bad_tag = FILE.replacen(r#""tags":["plan"]"#, r#""tags":[1]"#, 1);
+        let err = GoldenFile::parse("demo.json", &bad_tag)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("expected a string at line 2"), "{err}");
+        let both = FILE.replacen(r#""outputs":null"#, r#""outputs":{}"#, 1);
+        let err = GoldenFile::parse("demo.json", &both)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "kv-canary: golden demo/b: a case has exactly one of `outputs` and `error`"
+        );
+    }
+
+    #[test]
     fn field_errors_name_case_and_key() {
         let f = GoldenFile::parse("demo.json", FILE).unwrap();
         let inputs = f.cases[0].inputs();

@@ -2,15 +2,15 @@
 //!
 //! The dump is decoded into the same values an engine would build: an [`UncheckedShape`] whose
 //! verify capacity is the call's `verify_capacity` argument, plan buffers whose capacities are
-//! their array lengths (so a mismatched argument is [`Error::CapacityMismatch`] from the op),
+//! their array lengths (so a mismatched argument is [`CapacityMismatch`](kv_canary::Error::CapacityMismatch) from the op),
 //! [`Batch`], [`ReqToToken`], the group, the expected-token pool and the offset. Whatever the
 //! types cannot express becomes a typed error here, before the op runs:
 //!
 //! * an expected-token pool without valid lengths: [`Error::MissingInput`];
 //! * `swa_window_size > 0` without a LUT: [`Error::MissingInput`]; a negative window:
-//!   [`Error::OutOfRange`] (a window of 0 *with* a LUT is `Swa` with window 0, which translates);
+//!   [`OutOfRange`](kv_canary::Error::OutOfRange) (a window of 0 *with* a LUT is `Swa` with window 0, which translates);
 //! * a tensor of the wrong element type: [`Error::WrongElementType`];
-//! * an offset other than 0 or 1: [`Error::InvalidEnumValue`].
+//! * an offset other than 0 or 1: [`InvalidEnumValue`](kv_canary::Error::InvalidEnumValue).
 //!
 //! Valid lengths without a pool are ignored, as by the reference (no expected tokens).
 

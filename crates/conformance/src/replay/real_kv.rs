@@ -1,5 +1,5 @@
 //! Replay of `real_kv_source_new` cases (golden README §5.7): building a
-//! [`RealKvSource`](kv_canary::RealKvSource) from a dumped byte tensor of any rank and its three
+//! [`RealKvSource`] from a dumped byte tensor of any rank and its three
 //! parameters. The golden files hold only failing constructions; a successful one produces no
 //! outputs to compare.
 

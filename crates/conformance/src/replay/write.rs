@@ -7,7 +7,7 @@
 //! * the input assert on without both expected tensors: [`Error::MissingInput`] (SGLang:
 //!   "expected input tensors are required when enable_write_input_assert=True");
 //! * the input assert off with expected tensors: [`Error::Malformed`] (SGLang: "must be None");
-//! * more than four real-KV sources: [`Error::TooManyRealKvSources`].
+//! * more than four real-KV sources: [`TooManyRealKvSources`](kv_canary::Error::TooManyRealKvSources).
 
 use super::context::{self, State};
 use super::{capacity, Replayed};
