@@ -7,7 +7,9 @@
 //! error cases, the error. The runner
 //!
 //! 1. parses each file with serde_json (integers are parsed straight into `i64`, never through
-//!    `f64`; objects keep their file order) and decodes tensors ([`tensor`]);
+//!    `f64`; objects keep their file order; a key written twice keeps its last value, serde_json's
+//!    rule, where the hand-written parser this replaced rejected it — the golden files repeat no
+//!    key) and decodes tensors ([`tensor`]);
 //! 2. replays each case through the typed API on a chosen [`Backend`] (one replay function per
 //!    op, dispatched by the case's `op`);
 //! 3. compares every output tensor in full, untouched tails included, reporting the first
