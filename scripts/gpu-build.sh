@@ -4,10 +4,11 @@
 #
 #   scripts/gpu-build.sh [DEST]        # DEST defaults to .device-run in the repository root
 #
-# Builds with `--features cuda` (release): the GPU test binary (`cargo test --no-run
-# --message-format=json` names it), the `cuda_step` and `conformance` examples and the `cuda`
-# and `cuda_host` benchmarks, then copies into DEST:
-#   cuda_gpu  cuda_step  conformance  cuda_bench  cuda_host   the binaries (PTX embedded)
+# Builds with `--features cuda` (release): the GPU test binaries (`cuda_gpu` of the library,
+# `golden_gpu` of crates/conformance; `cargo test --no-run --message-format=json` names them),
+# the `cuda_step` example, the conformance runner (`kv-canary-conformance`, staged as
+# `conformance`) and the `cuda` and `cuda_host` benchmarks, then copies into DEST:
+#   cuda_gpu  golden_gpu  cuda_step  conformance  cuda_bench  cuda_host   the binaries (PTX embedded)
 #   ptx/*.ptx                                       the kernels as built (for cuobjdump/ncu)
 #   golden/                                         tests/golden (the conformance vectors)
 #   gpu-run-remote.sh  bench-plot.py                what runs there
@@ -36,10 +37,12 @@ for line in sys.stdin:
 ' "$@"
 }
 
-echo "[gpu-build] cargo test --no-run (cuda_gpu)"
+echo "[gpu-build] cargo test --no-run (cuda_gpu, golden_gpu)"
 tests=$(cargo test --release --features cuda --test cuda_gpu --no-run --message-format=json | executables cuda_gpu)
-echo "[gpu-build] cargo build examples (cuda_step, conformance)"
-examples=$(cargo build --release --features cuda --example cuda_step --example conformance --message-format=json | executables cuda_step conformance)
+tests+=$'\n'$(cargo test --release -p kv-canary-conformance --features cuda --test golden_gpu --no-run --message-format=json | executables golden_gpu)
+echo "[gpu-build] cargo build the cuda_step example and the conformance runner"
+examples=$(cargo build --release --features cuda --example cuda_step --message-format=json | executables cuda_step)
+examples+=$'\n'$(cargo build --release -p kv-canary-conformance --features cuda --bin kv-canary-conformance --message-format=json | executables kv-canary-conformance)
 echo "[gpu-build] cargo bench --no-run (cuda, cuda_host)"
 benches=$(cargo bench --features cuda --bench cuda --bench cuda_host --no-run --message-format=json | executables cuda cuda_host)
 
@@ -47,13 +50,13 @@ rm -rf "$dest"
 mkdir -p "$dest/ptx"
 while read -r name path; do
   [[ -n "$name" ]] || continue
-  case $name in cuda) target=cuda_bench ;; *) target=$name ;; esac
+  case $name in cuda) target=cuda_bench ;; kv-canary-conformance) target=conformance ;; *) target=$name ;; esac
   cp "$path" "$dest/$target"
   echo "[gpu-build] $dest/$target <- $path"
 done <<<"$tests
 $examples
 $benches"
-for bin in cuda_gpu cuda_step conformance cuda_bench cuda_host; do
+for bin in cuda_gpu golden_gpu cuda_step conformance cuda_bench cuda_host; do
   [[ -x "$dest/$bin" ]] || { echo "[gpu-build] ERROR: $bin was not built" >&2; exit 1; }
 done
 ptx_dir=$(dirname "$(ls -t target/release/build/kv-canary-*/out/plan.ptx | sed -n 1p)")

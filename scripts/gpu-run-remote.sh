@@ -5,7 +5,8 @@
 #
 # Run from the repository root of the copy on the GPU machine, after scripts/gpu-build.sh
 # staged .device-run/ here and it was carried there. With no argument it runs `all`: the GPU
-# tests, the golden vectors through the conformance runner on the GPU, compute-sanitizer
+# tests (the library's and the conformance runner's golden_gpu), the golden vectors through the
+# conformance runner's command line on the GPU, compute-sanitizer
 # memcheck and racecheck over the GPU tests (reduced case counts), the cuda_step example and
 # the benchmark (with its plot) and the host-cost benchmark (criterion: a typed launch against
 # the raw driver launch). `profile` (not in `all`) runs Nsight Compute on a few kernels of the
@@ -40,6 +41,7 @@ want_only() { local p; for p in "${parts[@]}"; do [[ $p == "$1" ]] && return 0; 
 note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 if want tests; then
   run_part "gpu tests" "$OUT/tests.log" "$here/cuda_gpu"
+  run_part "golden gpu test" "$OUT/tests.log" "$here/golden_gpu"
   run_part "conformance --backend cuda" "$OUT/tests.log" "$here/conformance" "$here/golden" --backend cuda
 fi
 if want sanitize; then

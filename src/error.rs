@@ -204,31 +204,8 @@ pub enum Error {
         /// The limit (4).
         max: usize,
     },
-    /// An element of the wrong type (conformance input only; the typed API cannot express it).
-    WrongElementType {
-        /// Which input.
-        what: &'static str,
-        /// The required element type.
-        expected: &'static str,
-        /// The element type given.
-        found: String,
-    },
-    /// An input that another input requires is absent (conformance input only: the typed API
-    /// pairs them, for example [`ExpectedTokenTable::with_valid_lens`](crate::ExpectedTokenTable::with_valid_lens)).
-    MissingInput {
-        /// The absent input.
-        what: &'static str,
-        /// The input (or setting) that requires it.
-        required_by: &'static str,
-    },
-    /// A file or directory could not be read (conformance runner).
-    Io {
-        /// The path.
-        path: String,
-        /// The operating system's error text.
-        detail: String,
-    },
-    /// A malformed input that the typed API cannot express (conformance input only).
+    /// Malformed data that no other variant describes: a table cell outside the table, a CUDA
+    /// table row outside its rows, an unknown device status code.
     Malformed {
         /// What is wrong, with the offending values.
         detail: String,
@@ -386,13 +363,6 @@ impl fmt::Display for Error {
                 f,
                 "at most {max} RealKvSource entries supported by the CUDA ABI, got {count}"
             ),
-            WrongElementType {
-                what,
-                expected,
-                found,
-            } => write!(f, "{what} must be {expected}, got {found}"),
-            MissingInput { what, required_by } => write!(f, "{required_by} requires {what}"),
-            Io { path, detail } => write!(f, "cannot read {path}: {detail}"),
             Malformed { detail } => f.write_str(detail),
             NoCudaDevice { detail } => write!(f, "no CUDA device: {detail}"),
             Cuda { what, detail } => write!(f, "CUDA {what} failed: {detail}"),
@@ -428,9 +398,8 @@ mod tests {
                 slot: 18,
                 lut_len: 18,
             },
-            Error::MissingInput {
-                what: "req_to_verify_expected_tokens_valid_lens",
-                required_by: "req_to_verify_expected_tokens",
+            Error::Malformed {
+                detail: "unknown device status code 9".into(),
             },
         ];
         for e in samples {

@@ -75,8 +75,8 @@
 //! [`consts`] (spec §2), [`canary`] (canary buffer, violation ring, counters, launch settings),
 //! [`real_kv`] (real-KV fingerprints), [`cpu`] (the reference ops: plan, write, verify, scatter),
 //! [`step`] (the per-step API engines call: a [`Canary`] that runs plan, head verify, write and
-//! tail verify in order), [`conformance`] (the golden-vector runner), and with the `cuda`
-//! feature `cuda` (the same ops as CUDA kernels on typed device buffers).
+//! tail verify in order), and with the `cuda` feature `cuda` (the same ops as CUDA kernels on
+//! typed device buffers).
 // `unsafe` is denied everywhere; only the CUDA backend (driver calls) allows it, with a
 // `// SAFETY:` comment on every block.
 #![deny(unsafe_code)]
@@ -86,7 +86,6 @@
 pub mod backend;
 pub mod canary;
 pub mod capacity;
-pub mod conformance;
 pub mod consts;
 pub mod cpu;
 #[cfg(feature = "cuda")]

@@ -3,8 +3,7 @@
 //! different requests or entries come in any order).
 
 use crate::rng::Rng;
-use crate::{ensure, fail};
-use kv_canary::conformance::Backend;
+use crate::{ensure, fail, Backend};
 use kv_canary::cuda::{Gpu, Offload};
 use kv_canary::{
     cpu, CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,

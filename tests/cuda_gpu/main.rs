@@ -1,12 +1,11 @@
-//! GPU tests of the CUDA backend (feature `cuda`): golden vectors through the GPU path,
-//! GPU-vs-CPU differential tests, graph capture and replay, malformed device data.
+//! GPU tests of the CUDA backend (feature `cuda`): GPU-vs-CPU differential tests, graph capture
+//! and replay, malformed device data. The golden vectors through the GPU path are the
+//! conformance runner's GPU test (`cargo test -p kv-canary-conformance --features cuda --test
+//! golden_gpu`).
 //!
 //! A harness of its own (`harness = false`), so that without a CUDA device every test prints
 //! `SKIPPED` on the console instead of passing silently. Arguments: an optional name filter;
 //! `--list` lists the tests; other `--flags` of libtest are accepted and ignored.
-//!
-//! The golden vectors are read from `$KV_CANARY_GOLDEN_DIR`, else `tests/golden` under the
-//! current directory, else under the crate root this was built from.
 
 mod canary;
 mod graph;
@@ -23,7 +22,6 @@ use std::time::Instant;
 pub type TestFn = fn(&Gpu) -> Result<(), String>;
 
 const TESTS: &[(&str, TestFn)] = &[
-    ("golden_vectors_on_the_gpu", plan::golden_vectors),
     ("worked_examples_write_verify", canary::worked_example),
     ("plan_differential_vs_cpu", plan::differential),
     ("plan_large_batches_vs_cpu", plan::large_batches),
@@ -43,6 +41,15 @@ const TESTS: &[(&str, TestFn)] = &[
     ("plan_checked_lut_graph_replay", graph::plan_lut_replay),
     ("step_graph_capture_and_replay", graph::step_replay),
 ];
+
+/// Which side of a differential test runs an op: the CPU reference or the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The CPU reference ops (`kv_canary::cpu`).
+    Cpu,
+    /// The CUDA kernels, through `kv_canary::cuda::Offload`.
+    Cuda,
+}
 
 /// `Err(message)` unless `cond`.
 #[macro_export]

@@ -1,59 +1,17 @@
-//! The plan op on the GPU: golden vectors, random cases against the CPU reference, large
-//! batches, malformed rows.
+//! The plan op on the GPU: random cases against the CPU reference, large batches, malformed
+//! rows. (The golden vectors on the GPU are `crates/conformance`'s `golden_gpu` test.)
 
 use crate::rng::Rng;
-use crate::{ensure, fail};
-use kv_canary::conformance::{run_dir, Backend, Outcome, RunOptions};
+use crate::{ensure, fail, Backend};
 use kv_canary::cuda::{Gpu, LaunchConfig, Offload, PlanKernel};
 use kv_canary::input::{ExpectedTokens, Group};
 use kv_canary::{
     cpu, Batch, BatchRow, Error, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa,
     UncheckedCapacity, UncheckedShape, VerifyPlan, WritePlan,
 };
-use std::path::PathBuf;
 
 type Verify = VerifyPlan<UncheckedCapacity>;
 type Write = WritePlan<UncheckedCapacity>;
-
-/// Where the golden vectors are (see the harness docs).
-pub fn golden_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KV_CANARY_GOLDEN_DIR") {
-        return dir.into();
-    }
-    let here = PathBuf::from("tests/golden");
-    if here.is_dir() {
-        return here;
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
-}
-
-/// Every golden case (plan, write, verify, scatter and their errors) through the GPU path,
-/// outputs compared in full (new violation rows as a multiset).
-pub fn golden_vectors(_: &Gpu) -> Result<(), String> {
-    let options = RunOptions {
-        backend: Backend::Cuda,
-    };
-    let report = run_dir(golden_dir(), &options).map_err(fail("golden vectors"))?;
-    let plan: Vec<_> = report.results.iter().filter(|r| r.op == "plan").collect();
-    let failures: Vec<String> = report
-        .results
-        .iter()
-        .filter(|r| matches!(r.outcome, Outcome::Fail(_)))
-        .map(|r| r.to_string())
-        .collect();
-    println!("    golden on the GPU: {}", report.summary());
-    ensure!(failures.is_empty(), "{}", failures.join("\n    "));
-    ensure!(
-        plan.len() >= 39 + 17 + 5,
-        "only {} plan cases ran",
-        plan.len()
-    );
-    ensure!(
-        plan.iter().all(|r| r.outcome == Outcome::Pass),
-        "a plan case did not pass"
-    );
-    Ok(())
-}
 
 /// One plan call's inputs and initial buffers.
 pub struct Case {

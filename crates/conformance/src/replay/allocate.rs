@@ -1,11 +1,11 @@
 //! Replay of `verify_plan_allocate` / `write_plan_allocate`: building a plan buffer of a
 //! run-time capacity. The golden files hold only failing allocations (capacity 0, which
-//! [`UncheckedCapacity::new`](crate::UncheckedCapacity::new) rejects); a successful allocation
+//! [`UncheckedCapacity::new`](kv_canary::UncheckedCapacity::new) rejects); a successful allocation
 //! produces no outputs to compare.
 
 use super::{capacity, Replayed};
-use crate::conformance::case::Case;
-use crate::{VerifyPlan, WritePlan};
+use crate::case::Case;
+use kv_canary::{VerifyPlan, WritePlan};
 
 /// `VerifyPlan.allocate(verify_capacity)`.
 pub(super) fn replay_verify_plan(case: &Case) -> Replayed {

@@ -3,11 +3,12 @@
 //! [`Error::WrongElementType`]); everything else is checked by the op.
 
 use super::Replayed;
-use crate::conformance::case::Case;
-use crate::conformance::compare::Produced;
-use crate::conformance::tensor::Tensor;
-use crate::conformance::Backend;
-use crate::{cpu, Error, ExpectedTokenTable};
+use crate::case::Case;
+use crate::compare::Produced;
+use crate::tensor::Tensor;
+use crate::Backend;
+use crate::Error;
+use kv_canary::{cpu, ExpectedTokenTable};
 
 /// Replays one `scatter_req_token_ids` case on `backend`.
 pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
@@ -33,17 +34,17 @@ pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
             cpu::scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool).map(drop)
         }
         #[cfg(feature = "cuda")]
-        Backend::Cuda => crate::cuda::Offload::with_default(|gpu| {
+        Backend::Cuda => kv_canary::cuda::Offload::with_default(|gpu| {
             gpu.scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool)
         }),
     };
     match launched {
         Ok(_) => Replayed::Outputs(outputs(&pool)),
         Err(error) if pool != before => Replayed::MutatedThenFailed {
-            error,
+            error: error.into(),
             buffer: "pool_out",
         },
-        Err(error) => Replayed::Error(error),
+        Err(error) => Replayed::Error(error.into()),
     }
 }
 

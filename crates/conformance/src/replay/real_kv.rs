@@ -1,11 +1,12 @@
 //! Replay of `real_kv_source_new` cases (golden README §5.7): building a
-//! [`RealKvSource`](crate::RealKvSource) from a dumped byte tensor of any rank and its three
+//! [`RealKvSource`] from a dumped byte tensor of any rank and its three
 //! parameters. The golden files hold only failing constructions; a successful one produces no
 //! outputs to compare.
 
 use super::Replayed;
-use crate::conformance::case::Case;
-use crate::{Error, RealKvParams, RealKvSource};
+use crate::case::Case;
+use crate::Error;
+use kv_canary::{RealKvParams, RealKvSource};
 
 /// `RealKvSource(tensor, page_size, num_bytes_per_token, read_bytes)`.
 pub(super) fn replay(case: &Case) -> Replayed {

@@ -1,12 +1,15 @@
-//! The golden-vector conformance runner: replays SGLang's recorded calls through this crate and
-//! compares every output, element for element.
+//! The golden-vector conformance runner of kv-canary: replays SGLang's recorded calls through
+//! the library and compares every output, element for element.
 //!
-//! The golden files (`tests/golden/*.json`, format described in `tests/golden/README.md`) record
-//! one call per case: its complete inputs, including the initial contents of every buffer it
-//! writes, and the complete contents afterwards — or, for error cases, the error. The runner
+//! The golden files (`tests/golden/*.json` at the workspace root, format described in
+//! `tests/golden/README.md`) record one call per case: its complete inputs, including the
+//! initial contents of every buffer it writes, and the complete contents afterwards — or, for
+//! error cases, the error. The runner
 //!
-//! 1. parses each file with a small exact JSON parser ([`json`]; integers never pass through
-//!    `f64`) and decodes tensors ([`tensor`]);
+//! 1. parses each file with serde_json (integers are parsed straight into `i64`, never through
+//!    `f64`; objects keep their file order; a key written twice keeps its last value, serde_json's
+//!    rule, where the hand-written parser this replaced rejected it — the golden files repeat no
+//!    key) and decodes tensors ([`tensor`]);
 //! 2. replays each case through the typed API on a chosen [`Backend`] (one replay function per
 //!    op, dispatched by the case's `op`);
 //! 3. compares every output tensor in full, untouched tails included, reporting the first
@@ -14,38 +17,43 @@
 //!    the values the error names ([`expected_error`]);
 //! 4. skips, and says so, ops it cannot replay yet — a skip is never a pass.
 //!
+//! The command line (`cargo run -p kv-canary-conformance -- DIR [--backend cuda]`) prints one
+//! line per case and `N passed, M failed, K skipped`; as a library:
+//!
 //! ```no_run
-//! use kv_canary::conformance::{run_dir, RunOptions};
+//! use kv_canary_conformance::{run_dir, RunOptions};
 //! let report = run_dir("tests/golden", &RunOptions::default())?;
 //! println!("{report}"); // one line per case, then `N passed, M failed, K skipped`
 //! assert_eq!(report.failed(), 0);
-//! # Ok::<(), kv_canary::Error>(())
+//! # Ok::<(), kv_canary_conformance::Error>(())
 //! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 mod case;
 mod compare;
+mod error;
 pub mod expected_error;
-pub mod json;
 mod replay;
 mod report;
 pub mod tensor;
 
 pub use case::{Case, Fields, GoldenError, GoldenFile, FORMAT, FORMAT_VERSION};
 pub use compare::{compare_outputs, compare_tensor, Produced};
+pub use error::Error;
 pub use replay::{judge, replay, replay_case, Replayed, UNSUPPORTED_OP};
 pub use report::{CaseResult, Outcome, Report};
 
-use crate::Error;
 use std::path::Path;
 
 /// Which implementation replays the cases.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// The CPU reference ops ([`crate::cpu`]).
+    /// The CPU reference ops ([`kv_canary::cpu`]).
     #[default]
     Cpu,
-    /// The CUDA kernels ([`crate::cuda`]) on this thread's default GPU, through
-    /// [`Offload`](crate::cuda::Offload) (feature `cuda`).
+    /// The CUDA kernels (`kv_canary::cuda`) on this thread's default GPU, through
+    /// `kv_canary::cuda::Offload` (feature `cuda`).
     #[cfg(feature = "cuda")]
     Cuda,
 }

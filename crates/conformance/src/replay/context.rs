@@ -5,15 +5,16 @@
 //! both ops share around their one launch.
 
 use super::{capacity, Replayed};
-use crate::conformance::case::{Case, Fields};
-use crate::conformance::compare::Produced;
-use crate::conformance::tensor::{Tensor, TensorData};
-use crate::conformance::Backend;
-use crate::consts::VIOLATION_FIELDS;
-use crate::Capacity;
-use crate::{
-    CanaryBuffer, ChainPositionAssert, Error, HealthCounters, Launch, LaunchTag, RealKv,
-    RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, UncheckedCapacity, ViolationRing,
+use crate::case::{Case, Fields};
+use crate::compare::Produced;
+use crate::tensor::{Tensor, TensorData};
+use crate::Backend;
+use crate::Error;
+use kv_canary::consts::VIOLATION_FIELDS;
+use kv_canary::Capacity;
+use kv_canary::{
+    CanaryBuffer, ChainPositionAssert, HealthCounters, Launch, LaunchTag, RealKv, RealKvHashMode,
+    RealKvParams, RealKvSource, RealKvSources, UncheckedCapacity, ViolationRing,
 };
 
 /// What a launch mutates.
@@ -41,13 +42,13 @@ struct Settings {
 
 impl Settings {
     /// The typed launch: every source validated, at most four of them
-    /// ([`Error::TooManyRealKvSources`] otherwise).
+    /// ([`TooManyRealKvSources`](kv_canary::Error::TooManyRealKvSources) otherwise).
     pub fn launch(&self) -> Result<Launch<'_>, Error> {
         let sources = self
             .sources
             .iter()
             .map(|s| RealKvSource::from_shape(&s.bytes, &s.shape, s.params))
-            .collect::<Result<Vec<_>, Error>>()?;
+            .collect::<Result<Vec<_>, kv_canary::Error>>()?;
         let real_kv = RealKv::new(self.mode, RealKvSources::try_from_slice(&sources)?);
         Ok(Launch::new(self.tag)
             .with_real_kv(real_kv)
@@ -96,11 +97,12 @@ fn decode(inputs: &Fields<'_>) -> Result<(State, Settings), Error> {
         .required_tensor("violation_ring")?
         .into_i64_table("violation_ring")?;
     if cols != VIOLATION_FIELDS {
-        return Err(Error::LengthMismatch {
+        return Err(kv_canary::Error::LengthMismatch {
             what: "violation_ring row",
             expected: VIOLATION_FIELDS,
             found: cols,
-        });
+        }
+        .into());
     }
     let index = ctx
         .required_tensor("violation_write_index")?
@@ -193,10 +195,8 @@ fn align_new_rows(expected_ring: Option<&[i64]>, initial_index: i32, state: &mut
     let start = usize::try_from(initial_index).unwrap_or(0).min(cap);
     let end = state.ring.stored_len();
     let span = start * VIOLATION_FIELDS..end * VIOLATION_FIELDS;
-    let (Some(want), Some(have)) = (
-        expected.get(span.clone()),
-        state.ring.rows.get(span.clone()),
-    ) else {
+    let mut rows = state.ring.rows_flat().to_vec();
+    let (Some(want), Some(have)) = (expected.get(span.clone()), rows.get(span.clone())) else {
         return;
     };
     let sorted = |rows: &[i64]| {
@@ -205,7 +205,13 @@ fn align_new_rows(expected_ring: Option<&[i64]>, initial_index: i32, state: &mut
         v.concat()
     };
     if sorted(want) == sorted(have) {
-        state.ring.rows[span].copy_from_slice(want);
+        rows[span].copy_from_slice(want);
+        // The same capacity, length and write index as the ring had: rebuilding cannot fail.
+        if let Ok(ring) =
+            ViolationRing::from_parts(state.ring.capacity(), rows, state.ring.write_index())
+        {
+            state.ring = ring;
+        }
     }
 }
 

@@ -8,9 +8,23 @@
 //! The accessors ([`Tensor::into_i64`], ...) turn a wrong element type into
 //! [`Error::WrongElementType`] and a wrong rank into [`Error::Malformed`], naming the input.
 
-use super::json::Json;
 use crate::Error;
 use core::fmt;
+use serde_json::Value;
+
+/// A short name of a JSON value's type, for error messages (`"integer"` for a number that fits
+/// in `i64`, `"number"` for any other number, which no golden field holds).
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
 
 /// A tensor's element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,7 +100,7 @@ impl Tensor {
     }
 
     /// Decodes one golden tensor; `null` is `Ok(None)`. `what` names it in errors.
-    pub fn decode(what: &str, json: &Json) -> Result<Option<Tensor>, Error> {
+    pub fn decode(what: &str, json: &Value) -> Result<Option<Tensor>, Error> {
         if json.is_null() {
             return Ok(None);
         }
@@ -96,10 +110,10 @@ impl Tensor {
         if json.as_object().is_none() {
             return Err(bad(format!(
                 "expected an object or null, got {}",
-                json.type_name()
+                type_name(json)
             )));
         }
-        let dtype = match json.get("dtype").and_then(Json::as_str) {
+        let dtype = match json.get("dtype").and_then(Value::as_str) {
             Some("i64") => Dtype::I64,
             Some("i32") => Dtype::I32,
             Some("u8") => Dtype::U8,
@@ -107,7 +121,7 @@ impl Tensor {
         };
         let shape = json
             .get("shape")
-            .and_then(Json::as_array)
+            .and_then(Value::as_array)
             .ok_or_else(|| bad("missing shape".into()))?
             .iter()
             .map(|d| d.as_i64().and_then(|d| usize::try_from(d).ok()))
@@ -121,14 +135,14 @@ impl Tensor {
             Dtype::U8 => {
                 let hex = json
                     .get("hex")
-                    .and_then(Json::as_str)
+                    .and_then(Value::as_str)
                     .ok_or_else(|| bad("u8 tensor without a hex string".into()))?;
                 TensorData::U8(decode_hex(hex, len).map_err(bad)?)
             }
             Dtype::I64 | Dtype::I32 => {
                 let items = json
                     .get("data")
-                    .and_then(Json::as_array)
+                    .and_then(Value::as_array)
                     .ok_or_else(|| bad("integer tensor without a data array".into()))?;
                 if items.len() != len {
                     return Err(bad(format!(
@@ -141,7 +155,7 @@ impl Tensor {
                     .enumerate()
                     .map(|(i, v)| {
                         v.as_i64()
-                            .ok_or_else(|| bad(format!("data[{i}] is a {}", v.type_name())))
+                            .ok_or_else(|| bad(format!("data[{i}] is a {}", type_name(v))))
                     })
                     .collect::<Result<Vec<i64>, Error>>()?;
                 if dtype == Dtype::I64 {
@@ -281,15 +295,17 @@ impl Tensor {
     }
 }
 
-/// The one element of `v` (a tensor of shape `[1]`), else [`Error::LengthMismatch`] naming `what`.
+/// The one element of `v` (a tensor of shape `[1]`), else the library's
+/// [`LengthMismatch`](kv_canary::Error::LengthMismatch) naming `what`.
 fn single<T: Copy>(what: &'static str, v: Vec<T>) -> Result<T, Error> {
     match v.as_slice() {
         [x] => Ok(*x),
-        _ => Err(Error::LengthMismatch {
+        _ => Err(kv_canary::Error::LengthMismatch {
             what,
             expected: 1,
             found: v.len(),
-        }),
+        }
+        .into()),
     }
 }
 
@@ -322,7 +338,7 @@ mod tests {
     use super::*;
 
     fn decode(s: &str) -> Result<Option<Tensor>, Error> {
-        Tensor::decode("t", &Json::parse(s).unwrap())
+        Tensor::decode("t", &serde_json::from_str(s).unwrap())
     }
 
     #[test]
@@ -345,6 +361,42 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(scalar.into_i32_scalar("s").unwrap(), -7);
+    }
+
+    /// serde_json parses integers into `i64` exactly: the extremes, and values that `f64`
+    /// cannot hold, come back unchanged; anything outside `i64` or with a fraction or exponent
+    /// is no integer and is rejected by the decoder, never rounded.
+    #[test]
+    fn integers_are_exact_over_the_whole_i64_range() {
+        let values = [
+            i64::MIN,
+            i64::MIN + 1,
+            -2414019407054260458,
+            -9007199254740993, // -(2^53 + 1): not representable in f64
+            -1,
+            0,
+            1,
+            9007199254740993,
+            i64::MAX - 1,
+            i64::MAX,
+        ];
+        let text = format!(
+            r#"{{"dtype":"i64","shape":[{}],"data":{values:?}}}"#,
+            values.len()
+        );
+        let t = decode(&text).unwrap().unwrap();
+        assert_eq!(t.into_i64("t").unwrap(), values);
+        for (number, kind) in [
+            ("9223372036854775808", "data[0] is a number"), // i64::MAX + 1
+            ("-9223372036854775809", "data[0] is a number"), // i64::MIN - 1
+            ("1.5", "data[0] is a number"),
+            ("1e3", "data[0] is a number"),
+            ("-0.0", "data[0] is a number"),
+        ] {
+            let text = format!(r#"{{"dtype":"i64","shape":[1],"data":[{number}]}}"#);
+            let err = decode(&text).unwrap_err().to_string();
+            assert!(err.contains(kind), "{number}: {err}");
+        }
     }
 
     #[test]

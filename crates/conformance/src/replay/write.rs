@@ -7,13 +7,14 @@
 //! * the input assert on without both expected tensors: [`Error::MissingInput`] (SGLang:
 //!   "expected input tensors are required when enable_write_input_assert=True");
 //! * the input assert off with expected tensors: [`Error::Malformed`] (SGLang: "must be None");
-//! * more than four real-KV sources: [`Error::TooManyRealKvSources`].
+//! * more than four real-KV sources: [`TooManyRealKvSources`](kv_canary::Error::TooManyRealKvSources).
 
 use super::context::{self, State};
 use super::{capacity, Replayed};
-use crate::conformance::case::{Case, Fields};
-use crate::conformance::Backend;
-use crate::{cpu, Error, Launch, UncheckedCapacity, UncheckedShape, WriteInputs, WritePlan};
+use crate::case::{Case, Fields};
+use crate::Backend;
+use crate::Error;
+use kv_canary::{cpu, Launch, UncheckedCapacity, UncheckedShape, WriteInputs, WritePlan};
 
 /// Replays one `write` case on `backend`.
 pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
@@ -31,7 +32,7 @@ pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
 /// The per-token inputs, with the input assert off or on.
 enum Inputs {
     Off(WriteInputs<UncheckedCapacity>),
-    On(WriteInputs<UncheckedCapacity, crate::InputAssertOn>),
+    On(WriteInputs<UncheckedCapacity, kv_canary::InputAssertOn>),
 }
 
 fn decode_plan_and_inputs(
@@ -91,13 +92,13 @@ fn decode_plan_and_inputs(
 /// The input-assert states every compiled-in backend can run (with `cuda`, those the device
 /// launch supports: both).
 #[cfg(feature = "cuda")]
-trait ReplayAssert: crate::cuda::DeviceInputAssert {}
+trait ReplayAssert: kv_canary::cuda::DeviceInputAssert {}
 #[cfg(feature = "cuda")]
-impl<A: crate::cuda::DeviceInputAssert> ReplayAssert for A {}
+impl<A: kv_canary::cuda::DeviceInputAssert> ReplayAssert for A {}
 #[cfg(not(feature = "cuda"))]
-trait ReplayAssert: crate::input::WriteInputAssert {}
+trait ReplayAssert: kv_canary::input::WriteInputAssert {}
 #[cfg(not(feature = "cuda"))]
-impl<A: crate::input::WriteInputAssert> ReplayAssert for A {}
+impl<A: kv_canary::input::WriteInputAssert> ReplayAssert for A {}
 
 /// One write launch on `backend`. A new backend adds its arm here.
 fn launch_write<A: ReplayAssert>(
@@ -123,9 +124,9 @@ fn launch_write<A: ReplayAssert>(
             &mut st.ring,
             &mut st.counters,
         )
-        .map(drop),
+        .map(drop)?,
         #[cfg(feature = "cuda")]
-        Backend::Cuda => crate::cuda::Offload::with_default(|gpu| {
+        Backend::Cuda => kv_canary::cuda::Offload::with_default(|gpu| {
             gpu.write(
                 &shape,
                 plan,
@@ -135,6 +136,7 @@ fn launch_write<A: ReplayAssert>(
                 &mut st.ring,
                 &mut st.counters,
             )
-        }),
+        })?,
     }
+    Ok(())
 }

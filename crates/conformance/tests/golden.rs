@@ -1,10 +1,11 @@
-//! The golden vectors of `tests/golden/` (SGLang's reference outputs) replayed through the
-//! conformance runner — the same code as `cargo run --example conformance -- tests/golden`.
+//! The golden vectors of the workspace's `tests/golden/` (SGLang's reference outputs) replayed
+//! through the conformance runner — the same code as
+//! `cargo run -p kv-canary-conformance -- tests/golden`.
 
-use kv_canary::conformance::json::Json;
-use kv_canary::conformance::{
+use kv_canary_conformance::{
     load_dir, replay_case, run_files, Backend, Case, GoldenFile, Outcome, Report, RunOptions,
 };
+use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -13,8 +14,13 @@ use std::sync::OnceLock;
 /// Shrink this list when adding a replay.
 const NOT_YET_SUPPORTED: &[&str] = &[];
 
+/// The workspace root, where the golden vectors live (the published library excludes them).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+    workspace_root().join("tests/golden")
 }
 
 fn load() -> Vec<GoldenFile> {
@@ -82,15 +88,10 @@ fn every_write_verify_and_scatter_case_actually_runs() {
 fn a_changed_canary_tail_byte_is_reported() {
     let files = load();
     let mut case = find(&files, "write/anchor_chain_5_stride64");
-    let Some(Json::Object(outputs)) = case.outputs.as_mut() else {
-        panic!("outputs")
+    let outputs = case.outputs.as_mut().expect("outputs");
+    let Some(Value::String(h)) = outputs.pointer_mut("/canary_buf/hex") else {
+        panic!("canary_buf.hex")
     };
-    let (_, buf) = outputs.iter_mut().find(|(k, _)| k == "canary_buf").unwrap();
-    let Json::Object(members) = buf else {
-        panic!("canary_buf")
-    };
-    let (_, hex) = members.iter_mut().find(|(k, _)| k == "hex").unwrap();
-    let Json::Str(h) = hex else { panic!("hex") };
     // slot 3, byte 40: a tail byte (pre-filled with 0xa5)
     let at = 2 * (3 * 64 + 40);
     assert_eq!(&h[at..at + 2], "a5");
@@ -108,7 +109,7 @@ fn violation_rows_are_compared_in_order_on_the_cpu() {
     let files = load();
     let mut case = find(&files, "verify/token_flip_check_on");
     let rows = data_mut(case.outputs.as_mut().unwrap(), &["violation_ring"]);
-    let (first, second): (Vec<Json>, Vec<Json>) = (rows[..8].to_vec(), rows[8..16].to_vec());
+    let (first, second): (Vec<Value>, Vec<Value>) = (rows[..8].to_vec(), rows[8..16].to_vec());
     assert_ne!(first, second);
     rows[..8].clone_from_slice(&second);
     rows[8..16].clone_from_slice(&first);
@@ -149,17 +150,15 @@ fn find(files: &[GoldenFile], name: &str) -> Case {
 }
 
 /// The `data` array of the tensor at `path` inside `json`.
-fn data_mut<'a>(json: &'a mut Json, path: &[&str]) -> &'a mut Vec<Json> {
-    let mut at = json;
-    for key in path.iter().copied().chain(["data"]) {
-        let Json::Object(members) = at else {
-            panic!("{key}: not an object")
-        };
-        at = &mut members.iter_mut().find(|(k, _)| k == key).expect(key).1;
-    }
-    match at {
-        Json::Array(items) => items,
-        _ => panic!("not an array"),
+fn data_mut<'a>(json: &'a mut Value, path: &[&str]) -> &'a mut Vec<Value> {
+    let pointer: String = path
+        .iter()
+        .chain(&["data"])
+        .map(|k| format!("/{k}"))
+        .collect();
+    match json.pointer_mut(&pointer) {
+        Some(Value::Array(items)) => items,
+        _ => panic!("{pointer}: not an array"),
     }
 }
 
@@ -171,8 +170,8 @@ fn a_changed_untouched_tail_is_reported_with_its_index() {
         case.outputs.as_mut().unwrap(),
         &["verify_plan", "verify_slot_indices"],
     );
-    assert_eq!(slots[7], Json::Int(-7));
-    slots[7] = Json::Int(-8);
+    assert_eq!(slots[7], Value::from(-7));
+    slots[7] = Value::from(-8);
     assert_eq!(
         replay_case(&case, Backend::Cpu),
         Outcome::Fail("verify_plan.verify_slot_indices[7] expected -8 got -7".into())
@@ -184,7 +183,7 @@ fn a_changed_initial_buffer_is_caught_in_the_outputs() {
     let files = load();
     let mut case = find(&files, "plan/spec_3_6_worked_example");
     // Seeds at index >= bs are left untouched, so a different initial value shows up there.
-    data_mut(&mut case.inputs, &["write_plan", "write_seed_slot_indices"])[3] = Json::Int(5);
+    data_mut(&mut case.inputs, &["write_plan", "write_seed_slot_indices"])[3] = Value::from(5);
     assert_eq!(
         replay_case(&case, Backend::Cpu),
         Outcome::Fail("write_plan.write_seed_slot_indices[3] expected -7 got 5".into())
@@ -195,10 +194,10 @@ fn a_changed_initial_buffer_is_caught_in_the_outputs() {
 fn error_cases_check_kind_and_values() {
     let files = load();
     let mut case = find(&files, "errors/plan_swa_slot_outside_lut");
-    let Some(Json::Object(values)) = case.offending_values.as_mut() else {
+    let Some(Value::Object(values)) = case.offending_values.as_mut() else {
         panic!("offending_values")
     };
-    values[0].1 = Json::Int(19);
+    *values.values_mut().next().expect("an offending value") = Value::from(19);
     let Outcome::Fail(why) = replay_case(&case, Backend::Cpu) else {
         panic!("a wrong offending value must fail")
     };
@@ -218,7 +217,7 @@ fn error_cases_check_kind_and_values() {
 /// `tests/golden/` must stay a byte-identical copy of the shared golden folder when it exists.
 #[test]
 fn golden_copy_is_in_sync_with_shared() {
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/golden");
+    let shared = workspace_root().join("../shared/golden");
     if !shared.is_dir() {
         println!("sync check skipped: {} does not exist", shared.display());
         return;
@@ -239,4 +238,81 @@ fn golden_copy_is_in_sync_with_shared() {
             "{name} differs between shared/golden and tests/golden"
         );
     }
+}
+
+/// Every integer of every golden file survives parsing exactly: the decimal integers of the
+/// file's text (outside strings), in file order, are the integers serde_json decoded, all in
+/// `i64` (the files hold hashes near the `i64` extremes; a detour through `f64` would round
+/// them). Needs `preserve_order`, so that objects are walked in file order.
+#[test]
+fn every_golden_integer_round_trips_exactly() {
+    let mut checked = 0;
+    let mut extremes = (0i64, 0i64);
+    for entry in std::fs::read_dir(golden_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap();
+        let mut decoded = Vec::new();
+        integers(&value, &mut decoded);
+        let written = integer_tokens(&text);
+        assert_eq!(decoded.len(), written.len(), "{}", path.display());
+        for (i, (got, want)) in decoded.iter().zip(&written).enumerate() {
+            let got =
+                got.unwrap_or_else(|| panic!("{}: integer {i} is not an i64", path.display()));
+            assert_eq!(got.to_string(), *want, "{}: integer {i}", path.display());
+            extremes = (extremes.0.min(got), extremes.1.max(got));
+        }
+        checked += written.len();
+    }
+    assert!(checked > 100_000, "only {checked} integers checked");
+    // Values past 2^53 occur, so the check covers integers an f64 cannot hold.
+    assert!(
+        extremes.0 < -(1 << 53) && extremes.1 > 1 << 53,
+        "{extremes:?}"
+    );
+}
+
+/// Every number in `value`, depth first in document order: `Some` when it is an `i64`.
+fn integers(value: &Value, out: &mut Vec<Option<i64>>) {
+    match value {
+        Value::Number(n) => out.push(n.as_i64()),
+        Value::Array(items) => items.iter().for_each(|v| integers(v, out)),
+        Value::Object(members) => members.values().for_each(|v| integers(v, out)),
+        _ => {}
+    }
+}
+
+/// The number tokens of JSON `text` outside strings, as written.
+fn integer_tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => {
+                while let Some((_, c)) = chars.next() {
+                    match c {
+                        '\\' => drop(chars.next()),
+                        '"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            '-' | '0'..='9' => {
+                let mut end = at + c.len_utf8();
+                while let Some(&(i, c)) = chars.peek() {
+                    if !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-')) {
+                        break;
+                    }
+                    end = i + c.len_utf8();
+                    chars.next();
+                }
+                out.push(text[at..end].to_string());
+            }
+            _ => {}
+        }
+    }
+    out
 }

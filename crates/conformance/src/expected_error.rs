@@ -1,8 +1,10 @@
-//! Error cases: which [`Error`] variant each golden error maps to, and the values it must name.
+//! Error cases: which error variant each golden error maps to, and the values it must name.
 //!
 //! Golden error messages are the reference's wording (function names, dtype spellings), so they
-//! are compared by **kind**: each golden error is mapped to the `Error` variant(s) a conforming
-//! Rust call returns, and our message must contain every offending value the golden case lists
+//! are compared by **kind**: each golden error is mapped to the variant(s) a conforming Rust
+//! call returns ([`Error::variant_name`]: a [`kv_canary::Error`] variant, or for what the typed
+//! API cannot express — `MissingInput`, `WrongElementType`, `Malformed` — one of this runner's
+//! [`Error`]), and our message must contain every offending value the golden case lists
 //! (`offending_values`, golden README §5.7). Numbers must appear as whole numbers (`8` does not
 //! match inside `18`); string markers such as `"present"` / `"absent"` stand for an input, so
 //! the input's *name* must appear instead.
@@ -29,9 +31,9 @@
 //!
 //! Ops gain rows here when their replay is added; an error case with no row fails (never passes).
 
-use super::case::Case;
-use super::json::Json;
+use crate::case::Case;
 use crate::Error;
+use serde_json::{Map, Value};
 
 /// What an error case requires of our error.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,14 +63,14 @@ pub fn expected_error(case: &Case) -> Result<ExpectedError, String> {
     let offending = case
         .offending_values
         .as_ref()
-        .and_then(Json::as_object)
+        .and_then(Value::as_object)
         .ok_or_else(|| "error case without offending_values".to_string())?;
-    let value = |key: &str| offending.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    let value = |key: &str| offending.get(key);
     let all = || needles(offending);
     let message = golden.message.as_str();
     let (variants, values): (&'static [&'static str], Vec<Needle>) = match case.op.as_str() {
         "plan" if message.contains("does not match") => {
-            if value("verify_capacity").and_then(Json::as_i64) == Some(0) {
+            if value("verify_capacity").and_then(Value::as_i64) == Some(0) {
                 (&["ZeroCapacity"], vec![Needle::Number(0)])
             } else {
                 (&["CapacityMismatch"], all())
@@ -122,35 +124,28 @@ pub fn expected_error(case: &Case) -> Result<ExpectedError, String> {
 /// Every offending value as a needle: integers (also inside arrays) as numbers, the presence
 /// markers `"present"` / `"absent"` and non-strings (flags) as the key's name, and any other
 /// string (a dtype such as `"i64"`) as itself.
-fn needles(offending: &[(String, Json)]) -> Vec<Needle> {
+fn needles(offending: &Map<String, Value>) -> Vec<Needle> {
     let mut out = Vec::new();
     for (key, value) in offending {
         match value {
-            Json::Int(v) => out.push(Needle::Number(*v)),
-            Json::Array(items) if items.iter().all(|i| i.as_i64().is_some()) => {
-                out.extend(items.iter().filter_map(Json::as_i64).map(Needle::Number));
+            Value::Number(n) if n.is_i64() => out.extend(n.as_i64().map(Needle::Number)),
+            Value::Array(items) if items.iter().all(|i| i.as_i64().is_some()) => {
+                out.extend(items.iter().filter_map(Value::as_i64).map(Needle::Number));
             }
-            Json::Str(s) if s != "present" && s != "absent" => out.push(Needle::Name(s.clone())),
+            Value::String(s) if s != "present" && s != "absent" => {
+                out.push(Needle::Name(s.clone()))
+            }
             _ => out.push(Needle::Name(key.clone())),
         }
     }
     out
 }
 
-/// The variant name of an error (`CapacityMismatch`, ...), read from its `Debug` form so that
-/// new variants need no update here.
-pub fn variant_name(error: &Error) -> String {
-    format!("{error:?}")
-        .chars()
-        .take_while(char::is_ascii_alphanumeric)
-        .collect()
-}
-
 /// Checks our error against an error case: `Ok` when the variant is one of the expected ones
 /// and the message names every offending value.
 pub fn check_error(case: &Case, error: &Error) -> Result<(), String> {
     let expected = expected_error(case)?;
-    let variant = variant_name(error);
+    let variant = error.variant_name();
     if !expected.variants.contains(&variant.as_str()) {
         return Err(format!(
             "error expected {} got {variant}: {error}",
@@ -194,8 +189,8 @@ fn contains_number(text: &str, n: i64) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::case::GoldenError;
     use super::*;
+    use crate::case::GoldenError;
 
     fn case(op: &str, message: &str, offending: &str) -> Case {
         Case {
@@ -204,14 +199,14 @@ mod tests {
             flow: None,
             step: None,
             tags: vec![],
-            inputs: Json::Object(vec![]),
+            inputs: Value::Object(Map::new()),
             outputs: None,
             error: Some(GoldenError {
                 kind: "ValueError".into(),
                 message: message.into(),
                 raised_by: "ref".into(),
             }),
-            offending_values: Some(Json::parse(offending).unwrap()),
+            offending_values: Some(serde_json::from_str(offending).unwrap()),
         }
     }
 
@@ -232,24 +227,24 @@ mod tests {
             "kv-canary: f verify_capacity=5 does not match verify_slot_indices.shape[0]=4",
             r#"{"verify_capacity": 5, "verify_slot_indices_len": 4}"#,
         );
-        let good = Error::CapacityMismatch {
+        let good = Error::from(kv_canary::Error::CapacityMismatch {
             what: "verify_capacity",
             expected: 5,
             found: 4,
-        };
+        });
         assert_eq!(check_error(&c, &good), Ok(()));
-        let wrong_value = Error::CapacityMismatch {
+        let wrong_value = Error::from(kv_canary::Error::CapacityMismatch {
             what: "verify_capacity",
             expected: 5,
             found: 3,
-        };
+        });
         assert!(check_error(&c, &wrong_value)
             .unwrap_err()
             .contains("offending value 4"));
-        let wrong_kind = Error::ZeroCapacity {
+        let wrong_kind = Error::from(kv_canary::Error::ZeroCapacity {
             what: "verify_capacity",
             value: 0,
-        };
+        });
         assert!(check_error(&c, &wrong_kind)
             .unwrap_err()
             .starts_with("error expected CapacityMismatch got ZeroCapacity"));
@@ -262,10 +257,10 @@ mod tests {
             "kv-canary: f verify_capacity=0 does not match verify_slot_indices.shape[0]=8",
             r#"{"verify_capacity": 0, "verify_slot_indices_len": 8}"#,
         );
-        let e = Error::ZeroCapacity {
+        let e = Error::from(kv_canary::Error::ZeroCapacity {
             what: "verify_capacity",
             value: 0,
-        };
+        });
         assert_eq!(check_error(&c, &e), Ok(()));
     }
 
@@ -291,10 +286,10 @@ mod tests {
     #[test]
     fn unmapped_errors_fail() {
         let c = case("defragment", "kv-canary: something", r#"{"x": 1}"#);
-        let e = Error::ZeroCapacity {
+        let e = Error::from(kv_canary::Error::ZeroCapacity {
             what: "x",
             value: 1,
-        };
+        });
         assert!(check_error(&c, &e)
             .unwrap_err()
             .starts_with("no Error mapping"));
@@ -302,10 +297,10 @@ mod tests {
 
     #[test]
     fn variant_names_come_from_debug() {
-        let e = Error::LutIndexOutOfRange {
+        let e = Error::from(kv_canary::Error::LutIndexOutOfRange {
             slot: 1,
             lut_len: 1,
-        };
-        assert_eq!(variant_name(&e), "LutIndexOutOfRange");
+        });
+        assert_eq!(e.variant_name(), "LutIndexOutOfRange");
     }
 }

@@ -1,8 +1,9 @@
 //! The golden file and case model (golden README §1, §3) and typed access to a case's fields.
 
-use super::json::Json;
-use super::tensor::Tensor;
+use crate::tensor::{type_name, Tensor};
 use crate::Error;
+use serde::Deserialize;
+use serde_json::Value;
 
 /// The `format` every golden file declares.
 pub const FORMAT: &str = "kv-canary-golden";
@@ -20,10 +21,22 @@ pub struct GoldenFile {
     pub cases: Vec<Case>,
 }
 
+/// A golden file as written: the header's fields and the cases (unknown fields are ignored).
+#[derive(Deserialize)]
+struct RawFile {
+    format: String,
+    format_version: i64,
+    file: String,
+    marker: i64,
+    count: i64,
+    cases: Vec<Case>,
+}
+
 /// The reference's error for an error case (`errors.json`, golden README §5.7).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct GoldenError {
     /// `ValueError` or `TypeError`.
+    #[serde(rename = "type")]
     pub kind: String,
     /// The reference's exact message (wording differs from ours; values must agree).
     pub message: String,
@@ -31,8 +44,9 @@ pub struct GoldenError {
     pub raised_by: String,
 }
 
-/// One recorded call of one op.
-#[derive(Clone, Debug)]
+/// One recorded call of one op (unknown fields such as `description` are ignored; `null` is
+/// the same as absent).
+#[derive(Clone, Debug, Deserialize)]
 pub struct Case {
     /// Unique name across all files, e.g. `plan/random_005_bs17`.
     pub name: String,
@@ -46,13 +60,13 @@ pub struct Case {
     /// Sorted labels.
     pub tags: Vec<String>,
     /// Every argument and initial buffer content.
-    pub inputs: Json,
+    pub inputs: Value,
     /// Every buffer after the call; `None` for error cases.
-    pub outputs: Option<Json>,
+    pub outputs: Option<Value>,
     /// The expected error (error cases only).
     pub error: Option<GoldenError>,
     /// The values the expected error names (error cases only).
-    pub offending_values: Option<Json>,
+    pub offending_values: Option<Value>,
 }
 
 impl GoldenFile {
@@ -61,82 +75,44 @@ impl GoldenFile {
         let bad = |detail: String| Error::Malformed {
             detail: format!("{source}: {detail}"),
         };
-        let root = Json::parse(text).map_err(|e| match e {
-            Error::Malformed { detail } => bad(detail),
-            other => other,
-        })?;
-        let header = Fields::new(source, &root);
-        let format = header.str("format")?;
-        if format != FORMAT {
-            return Err(bad(format!("format is {format:?}, expected {FORMAT:?}")));
-        }
-        let version = header.int("format_version")?;
-        if version != FORMAT_VERSION {
+        let raw: RawFile = serde_json::from_str(text).map_err(|e| bad(format!("JSON {e}")))?;
+        if raw.format != FORMAT {
             return Err(bad(format!(
-                "format_version is {version}, this runner reads {FORMAT_VERSION}"
+                "format is {:?}, expected {FORMAT:?}",
+                raw.format
             )));
         }
-        let items = header.array("cases")?;
-        let count = header.int("count")?;
-        if usize::try_from(count) != Ok(items.len()) {
+        if raw.format_version != FORMAT_VERSION {
             return Err(bad(format!(
-                "count is {count} but there are {} cases",
-                items.len()
+                "format_version is {}, this runner reads {FORMAT_VERSION}",
+                raw.format_version
             )));
         }
-        let cases = items
+        if usize::try_from(raw.count) != Ok(raw.cases.len()) {
+            return Err(bad(format!(
+                "count is {} but there are {} cases",
+                raw.count,
+                raw.cases.len()
+            )));
+        }
+        if let Some(c) = raw
+            .cases
             .iter()
-            .enumerate()
-            .map(|(i, c)| Case::parse(&format!("{source} case {i}"), c))
-            .collect::<Result<_, _>>()?;
+            .find(|c| c.error.is_some() == c.outputs.is_some())
+        {
+            return Err(c
+                .inputs()
+                .malformed("a case has exactly one of `outputs` and `error`"));
+        }
         Ok(GoldenFile {
-            file: header.str("file")?.to_string(),
-            marker: header.int("marker")?,
-            cases,
+            file: raw.file,
+            marker: raw.marker,
+            cases: raw.cases,
         })
     }
 }
 
 impl Case {
-    fn parse(source: &str, json: &Json) -> Result<Case, Error> {
-        let f = Fields::new(source, json);
-        let name = f.str("name")?.to_string();
-        let f = Fields::new(&name, json);
-        let optional = |key: &str| json.get(key).filter(|v| !v.is_null());
-        let tags = f
-            .array("tags")?
-            .iter()
-            .map(|t| t.as_str().map(str::to_string))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| f.malformed("tags must be strings"))?;
-        let error = match optional("error") {
-            None => None,
-            Some(e) => {
-                let e = Fields::new(&name, e);
-                Some(GoldenError {
-                    kind: e.str("type")?.to_string(),
-                    message: e.str("message")?.to_string(),
-                    raised_by: e.str("raised_by")?.to_string(),
-                })
-            }
-        };
-        let outputs = optional("outputs").cloned();
-        if error.is_some() == outputs.is_some() {
-            return Err(f.malformed("a case has exactly one of `outputs` and `error`"));
-        }
-        Ok(Case {
-            op: f.str("op")?.to_string(),
-            flow: optional("flow").and_then(Json::as_str).map(str::to_string),
-            step: optional("step").and_then(Json::as_i64),
-            tags,
-            inputs: f.get("inputs")?.clone(),
-            outputs,
-            error,
-            offending_values: optional("offending_values").cloned(),
-            name,
-        })
-    }
-
     /// Typed access to `inputs`.
     pub fn inputs(&self) -> Fields<'_> {
         Fields::new(&self.name, &self.inputs)
@@ -147,12 +123,12 @@ impl Case {
 #[derive(Clone, Copy, Debug)]
 pub struct Fields<'a> {
     context: &'a str,
-    json: &'a Json,
+    json: &'a Value,
 }
 
 impl<'a> Fields<'a> {
     /// Wraps `json`; `context` (a case name) prefixes errors.
-    pub fn new(context: &'a str, json: &'a Json) -> Self {
+    pub fn new(context: &'a str, json: &'a Value) -> Self {
         Fields { context, json }
     }
 
@@ -164,7 +140,7 @@ impl<'a> Fields<'a> {
     }
 
     /// The member `key`; a missing key is an error.
-    pub fn get(&self, key: &str) -> Result<&'a Json, Error> {
+    pub fn get(&self, key: &str) -> Result<&'a Value, Error> {
         self.json
             .get(key)
             .ok_or_else(|| self.malformed(&format!("missing field `{key}`")))
@@ -174,38 +150,35 @@ impl<'a> Fields<'a> {
         &self,
         key: &str,
         kind: &str,
-        f: impl FnOnce(&'a Json) -> Option<T>,
+        f: impl FnOnce(&'a Value) -> Option<T>,
     ) -> Result<T, Error> {
         let v = self.get(key)?;
         f(v).ok_or_else(|| {
             self.malformed(&format!(
                 "field `{key}` must be {kind}, got {}",
-                v.type_name()
+                type_name(v)
             ))
         })
     }
 
     /// The integer member `key`.
     pub fn int(&self, key: &str) -> Result<i64, Error> {
-        self.typed(key, "an integer", Json::as_i64)
+        self.typed(key, "an integer", Value::as_i64)
     }
 
     /// The boolean member `key`.
     pub fn bool(&self, key: &str) -> Result<bool, Error> {
-        self.typed(key, "a boolean", |v| match v {
-            Json::Bool(b) => Some(*b),
-            _ => None,
-        })
+        self.typed(key, "a boolean", Value::as_bool)
     }
 
     /// The string member `key`.
     pub fn str(&self, key: &str) -> Result<&'a str, Error> {
-        self.typed(key, "a string", Json::as_str)
+        self.typed(key, "a string", Value::as_str)
     }
 
     /// The array member `key`.
-    pub fn array(&self, key: &str) -> Result<&'a [Json], Error> {
-        self.typed(key, "an array", Json::as_array)
+    pub fn array(&self, key: &str) -> Result<&'a [Value], Error> {
+        self.typed(key, "an array", |v| v.as_array().map(Vec::as_slice))
     }
 
     /// The object member `key`, as fields.
@@ -272,6 +245,31 @@ mod tests {
         assert!(
             err.to_string().starts_with("kv-canary: demo.json: JSON"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn case_problems_name_the_line() {
+        let no_op = FILE.replacen(r#""op":"plan","#, "", 1);
+        let err = GoldenFile::parse("demo.json", &no_op)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("kv-canary: demo.json: JSON missing field `op` at line 2"),
+            "{err}"
+        );
+        let bad_tag = FILE.replacen(r#""tags":["plan"]"#, r#""tags":[1]"#, 1);
+        let err = GoldenFile::parse("demo.json", &bad_tag)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("expected a string at line 2"), "{err}");
+        let both = FILE.replacen(r#""outputs":null"#, r#""outputs":{}"#, 1);
+        let err = GoldenFile::parse("demo.json", &both)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "kv-canary: golden demo/b: a case has exactly one of `outputs` and `error`"
         );
     }
 

@@ -13,12 +13,13 @@ mod scatter;
 mod verify;
 mod write;
 
-use super::case::Case;
-use super::compare::{compare_outputs, Produced};
-use super::expected_error::check_error;
-use super::report::Outcome;
-use super::Backend;
-use crate::{Error, UncheckedCapacity};
+use crate::case::Case;
+use crate::compare::{compare_outputs, Produced};
+use crate::expected_error::check_error;
+use crate::report::Outcome;
+use crate::Backend;
+use crate::Error;
+use kv_canary::UncheckedCapacity;
 
 /// The skip reason of a case whose op has no replay here.
 pub const UNSUPPORTED_OP: &str = "op not supported by this runner yet";
@@ -96,18 +97,22 @@ pub fn judge(case: &Case, replayed: Replayed) -> Outcome {
     }
 }
 
-/// A run-time capacity from a golden integer: positive, else [`Error::ZeroCapacity`] naming it.
-pub(crate) fn capacity(what: &'static str, value: i64) -> Result<UncheckedCapacity, Error> {
+/// A run-time capacity from a golden integer: positive, else the library's
+/// [`ZeroCapacity`](kv_canary::Error::ZeroCapacity) naming it.
+pub(crate) fn capacity(
+    what: &'static str,
+    value: i64,
+) -> Result<UncheckedCapacity, kv_canary::Error> {
     match usize::try_from(value) {
         Ok(n) if n > 0 => UncheckedCapacity::new(what, n),
-        _ => Err(Error::ZeroCapacity { what, value }),
+        _ => Err(kv_canary::Error::ZeroCapacity { what, value }),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::json::Json;
+    use serde_json::{Map, Value};
 
     fn case(op: &str) -> Case {
         Case {
@@ -116,8 +121,8 @@ mod tests {
             flow: None,
             step: None,
             tags: vec![],
-            inputs: Json::Object(vec![]),
-            outputs: Some(Json::Object(vec![])),
+            inputs: Value::Object(Map::new()),
+            outputs: Some(Value::Object(Map::new())),
             error: None,
             offending_values: None,
         }
@@ -134,10 +139,10 @@ mod tests {
     #[test]
     fn an_error_after_mutation_always_fails() {
         let replayed = Replayed::MutatedThenFailed {
-            error: Error::ZeroCapacity {
+            error: Error::from(kv_canary::Error::ZeroCapacity {
                 what: "x",
                 value: 0,
-            },
+            }),
             buffer: "verify_plan",
         };
         let Outcome::Fail(why) = judge(&case("plan"), replayed) else {
@@ -148,10 +153,10 @@ mod tests {
 
     #[test]
     fn an_unexpected_error_fails_and_names_it() {
-        let replayed = Replayed::Error(Error::ZeroCapacity {
+        let replayed = Replayed::Error(Error::from(kv_canary::Error::ZeroCapacity {
             what: "x",
             value: 0,
-        });
+        }));
         assert_eq!(
             judge(&case("plan"), replayed),
             Outcome::Fail("unexpected error: kv-canary: x must be positive, got 0".into())

@@ -5,8 +5,8 @@
 //! produced must appear in the golden outputs. The first difference is reported as
 //! `path[index] expected X got Y`.
 
-use super::json::Json;
-use super::tensor::{Tensor, TensorData};
+use crate::tensor::{Tensor, TensorData};
+use serde_json::Value;
 
 /// One output of a replay: its path in the golden `outputs` object (members joined by `.`,
 /// e.g. `verify_plan.verify_slot_indices`) and its contents.
@@ -14,7 +14,7 @@ pub type Produced = Vec<(String, Tensor)>;
 
 /// `Ok` when `got` holds exactly the tensors of `expected`, element for element; otherwise the
 /// first difference in golden order.
-pub fn compare_outputs(expected: &Json, got: &Produced) -> Result<(), String> {
+pub fn compare_outputs(expected: &Value, got: &Produced) -> Result<(), String> {
     let mut leaves = Vec::new();
     collect_leaves("", expected, &mut leaves)?;
     for (path, want) in &leaves {
@@ -38,7 +38,7 @@ pub fn compare_outputs(expected: &Json, got: &Produced) -> Result<(), String> {
     Ok(())
 }
 
-fn collect_leaves(path: &str, json: &Json, out: &mut Vec<(String, Tensor)>) -> Result<(), String> {
+fn collect_leaves(path: &str, json: &Value, out: &mut Vec<(String, Tensor)>) -> Result<(), String> {
     let is_tensor = json.get("dtype").is_some();
     match json.as_object() {
         Some(members) if !is_tensor => {
@@ -125,8 +125,8 @@ fn index_string(shape: &[usize], flat: usize) -> String {
 mod tests {
     use super::*;
 
-    fn golden(text: &str) -> Json {
-        Json::parse(text).unwrap()
+    fn golden(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
     }
 
     const PLAN: &str = r#"{"verify_plan":{"verify_slot_indices":{"dtype":"i64","shape":[3],"data":[16,-7,-7]},

@@ -2,27 +2,28 @@
 //!
 //! The dump is decoded into the same values an engine would build: an [`UncheckedShape`] whose
 //! verify capacity is the call's `verify_capacity` argument, plan buffers whose capacities are
-//! their array lengths (so a mismatched argument is [`Error::CapacityMismatch`] from the op),
+//! their array lengths (so a mismatched argument is [`CapacityMismatch`](kv_canary::Error::CapacityMismatch) from the op),
 //! [`Batch`], [`ReqToToken`], the group, the expected-token pool and the offset. Whatever the
 //! types cannot express becomes a typed error here, before the op runs:
 //!
 //! * an expected-token pool without valid lengths: [`Error::MissingInput`];
 //! * `swa_window_size > 0` without a LUT: [`Error::MissingInput`]; a negative window:
-//!   [`Error::OutOfRange`] (a window of 0 *with* a LUT is `Swa` with window 0, which translates);
+//!   [`OutOfRange`](kv_canary::Error::OutOfRange) (a window of 0 *with* a LUT is `Swa` with window 0, which translates);
 //! * a tensor of the wrong element type: [`Error::WrongElementType`];
-//! * an offset other than 0 or 1: [`Error::InvalidEnumValue`].
+//! * an offset other than 0 or 1: [`InvalidEnumValue`](kv_canary::Error::InvalidEnumValue).
 //!
 //! Valid lengths without a pool are ignored, as by the reference (no expected tokens).
 
 use super::{capacity, Replayed};
-use crate::conformance::case::{Case, Fields};
-use crate::conformance::compare::Produced;
-use crate::conformance::tensor::Tensor;
-use crate::conformance::Backend;
-use crate::input::{ExpectedTokens, Group};
-use crate::{
-    cpu, Batch, Error, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa,
-    UncheckedCapacity, UncheckedShape, VerifyPlan, WritePlan,
+use crate::case::{Case, Fields};
+use crate::compare::Produced;
+use crate::tensor::Tensor;
+use crate::Backend;
+use crate::Error;
+use kv_canary::input::{ExpectedTokens, Group};
+use kv_canary::{
+    cpu, Batch, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa, UncheckedCapacity,
+    UncheckedShape, VerifyPlan, WritePlan,
 };
 
 type Verify = VerifyPlan<UncheckedCapacity>;
@@ -105,7 +106,7 @@ fn decode(inputs: &Fields<'_>) -> Result<Decoded, Error> {
     let table = ReqToToken::from_vec(rows, cols, cells)?;
 
     let window_value = inputs.int("swa_window_size")?;
-    let window = u64::try_from(window_value).map_err(|_| Error::OutOfRange {
+    let window = u64::try_from(window_value).map_err(|_| kv_canary::Error::OutOfRange {
         what: "swa_window_size",
         value: window_value,
         allowed: "[0, i64::MAX]",
@@ -186,12 +187,13 @@ fn launch<G: Group, X: ExpectedTokens>(
     write: &mut Write,
 ) -> Result<(), Error> {
     match backend {
-        Backend::Cpu => cpu::plan(shape, inputs, verify, write).map(drop),
+        Backend::Cpu => cpu::plan(shape, inputs, verify, write).map(drop)?,
         #[cfg(feature = "cuda")]
         Backend::Cuda => {
-            crate::cuda::Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))
+            kv_canary::cuda::Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))?
         }
     }
+    Ok(())
 }
 
 fn outputs(verify: &Verify, write: &Write) -> Produced {
@@ -234,9 +236,9 @@ fn outputs(verify: &Verify, write: &Write) -> Produced {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::case::GoldenFile;
-    use crate::conformance::replay::replay_case;
-    use crate::conformance::report::Outcome;
+    use crate::case::GoldenFile;
+    use crate::replay::replay_case;
+    use crate::report::Outcome;
 
     /// The §3.6 worked example without the pool, as a one-case golden file; `{EXTRA}` adds or
     /// overrides inputs.
@@ -322,18 +324,18 @@ mod tests {
         );
         assert_eq!(
             error_of(&case("i32", "0", "null", "2")),
-            Error::InvalidEnumValue {
+            Error::Canary(kv_canary::Error::InvalidEnumValue {
                 what: "kv_token_id_vs_position_offset",
                 value: 2,
-            }
+            })
         );
         assert!(matches!(
             error_of(&case("i32", "-1", "null", "0")),
-            Error::OutOfRange {
+            Error::Canary(kv_canary::Error::OutOfRange {
                 what: "swa_window_size",
                 value: -1,
                 ..
-            }
+            })
         ));
     }
 }

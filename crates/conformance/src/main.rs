@@ -1,18 +1,22 @@
-//! Replays every golden case in a directory and prints one line per case, then
-//! `N passed, M failed, K skipped`.
+//! The conformance runner's command line: replays every golden case in a directory and prints
+//! one line per case, then `N passed, M failed, K skipped`.
 //!
 //! ```text
-//! cargo run --release --example conformance -- tests/golden [--backend cpu]
+//! cargo run --release -p kv-canary-conformance -- tests/golden [--backend cpu]
+//! cargo run --release -p kv-canary-conformance --features cuda -- tests/golden --backend cuda
 //! ```
 //!
 //! Exits with 1 when a case failed or the directory holds no cases, 2 on a usage error.
 
-use kv_canary::conformance::{run_dir, Backend, RunOptions};
+use kv_canary_conformance::{run_dir, Backend, RunOptions};
 use std::process::ExitCode;
 
 fn usage() -> String {
     let names: Vec<_> = Backend::all().iter().map(|b| b.name()).collect();
-    format!("usage: conformance DIR [--backend {}]", names.join("|"))
+    format!(
+        "usage: kv-canary-conformance DIR [--backend {}]",
+        names.join("|")
+    )
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<(String, RunOptions), String> {

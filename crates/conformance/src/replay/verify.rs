@@ -4,11 +4,12 @@
 
 use super::context::{self, State};
 use super::{capacity, Replayed};
-use crate::canary::TokenCheck;
-use crate::conformance::case::{Case, Fields};
-use crate::conformance::Backend;
-use crate::{
-    cpu, Error, Launch, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan,
+use crate::case::{Case, Fields};
+use crate::Backend;
+use crate::Error;
+use kv_canary::canary::TokenCheck;
+use kv_canary::{
+    cpu, Launch, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan,
 };
 
 /// Replays one `verify` case on `backend`.
@@ -31,7 +32,7 @@ fn decode_plan(inputs: &Fields<'_>) -> Result<VerifyPlan<UncheckedCapacity>, Err
     let i64s = |key: &'static str| vp.required_tensor(key)?.into_i64(key);
     let scalar = |key: &'static str| vp.required_tensor(key)?.into_i32_scalar(key);
     let slots = i64s("verify_slot_indices")?;
-    VerifyPlan::from_parts(
+    let plan = VerifyPlan::from_parts(
         capacity("verify_capacity", slots.len() as i64)?,
         slots,
         i64s("verify_expected_tokens")?,
@@ -39,7 +40,8 @@ fn decode_plan(inputs: &Fields<'_>) -> Result<VerifyPlan<UncheckedCapacity>, Err
         i64s("verify_prev_slot_indices")?,
         scalar("verify_num_valid")?,
         scalar("enable")?,
-    )
+    )?;
+    Ok(plan)
 }
 
 /// One verify launch on `backend`. A new backend adds its arm here.
@@ -63,9 +65,9 @@ fn launch_verify<K: TokenCheck>(
             &mut st.ring,
             &mut st.counters,
         )
-        .map(drop),
+        .map(drop)?,
         #[cfg(feature = "cuda")]
-        Backend::Cuda => crate::cuda::Offload::with_default(|gpu| {
+        Backend::Cuda => kv_canary::cuda::Offload::with_default(|gpu| {
             gpu.verify(
                 &shape,
                 plan,
@@ -75,6 +77,7 @@ fn launch_verify<K: TokenCheck>(
                 &mut st.ring,
                 &mut st.counters,
             )
-        }),
+        })?,
     }
+    Ok(())
 }
