@@ -21,7 +21,15 @@ use typenum::{NonZero, UInt, UTerm, Unsigned, B0, B1};
 /// extended by one more bit, once per `_` left in the second list.
 macro_rules! numbers_up_to_bits {
     (@impls $([($($t:tt)*) $n:tt])*) => {
-        $(#[diagnostic::do_not_recommend] impl ToCap for $($t)* { type Cap = Cap<$n>; })*
+        $(
+            #[diagnostic::do_not_recommend]
+            impl ToCap for $($t)* {
+                type Cap = Cap<$n>;
+            }
+            // The test build checks every impl against typenum's own value of the type.
+            #[cfg(test)]
+            const _: () = assert!(<$($t)* as Unsigned>::USIZE == $n);
+        )*
     };
     ([$($pair:tt)*] []) => {
         numbers_up_to_bits!(@impls $($pair)*);
