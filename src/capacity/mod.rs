@@ -150,6 +150,9 @@ impl<T> PartialEq for TypenumCap<T> {
     }
 }
 impl<T> Eq for TypenumCap<T> {}
+impl<T> core::hash::Hash for TypenumCap<T> {
+    fn hash<H: core::hash::Hasher>(&self, _: &mut H) {}
+}
 
 impl<T: Unsigned + NonZero> fmt::Debug for TypenumCap<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
