@@ -20,14 +20,13 @@ use kv_canary::{
     cpu, Batch, Cap, Capacity, EngineKnobs, ExpectedTokenTable, PlanInputs, PositionOffset,
     ReqToToken, Shape, SpeculativeShape,
 };
-use typenum::{U3, U4};
 
 /// Requests per batch.
 const BS: usize = 4;
 /// Draft tokens per request.
 const TOPK: usize = 3;
-/// The same two knobs as types, for `SpeculativeShape`.
-type Draft = SpeculativeShape<U4, U3>;
+/// The same two knobs as a `SpeculativeShape`, which does the arithmetic in types.
+type Draft = SpeculativeShape<Cap<BS>, Cap<TOPK>>;
 /// Width of `req_to_token` and of the expected-token pool.
 const MAX_SEQ_LEN: usize = 16;
 

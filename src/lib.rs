@@ -106,8 +106,8 @@ pub use canary::{
     SlotStride, TokenCheck, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
 };
 pub use capacity::{
-    Cap, Capacity, Derived, ToCap, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
-    WriteReqCapacity,
+    Cap, Capacity, Derived, StaticCapacity, ToCap, ToTypenum, TypenumCap, UncheckedCapacity,
+    VerifyCapacity, WriteEntryCapacity, WriteReqCapacity,
 };
 pub use error::Error;
 pub use input::{

@@ -19,8 +19,8 @@
 
 use crate::capacity::{
     Brand, Cap, Capacity, Derived, NamedVerifyCapacity, NamedWriteEntryCapacity,
-    NamedWriteReqCapacity, ToCap, UncheckedCapacity, VerifyCapacity, WriteEntryCapacity,
-    WriteReqCapacity,
+    NamedWriteReqCapacity, StaticCapacity, ToCap, ToTypenum, UncheckedCapacity, VerifyCapacity,
+    WriteEntryCapacity, WriteReqCapacity,
 };
 use crate::input::WriteInputs;
 use crate::plan::{VerifyPlan, WritePlan};
@@ -91,15 +91,6 @@ impl<const V: usize, const W: usize, const E: usize> Default for Shape<Cap<V>, C
     }
 }
 
-/// A static capacity that can be made from nothing: [`Cap<N>`] (and so every [`Derived`]).
-pub trait StaticCapacity: Capacity {
-    /// The capacity value.
-    const VALUE: Self;
-}
-impl<const N: usize> StaticCapacity for Cap<N> {
-    const VALUE: Self = Cap;
-}
-
 /// A shape computed entirely at compile time, typically by typenum arithmetic over the shape's
 /// generic parameters (see [`SpeculativeShape`], [`PoolShape`]).
 pub trait StaticShape {
@@ -133,16 +124,24 @@ impl Shape<Cap<1>, Cap<1>, Cap<1>> {
 ///
 /// verify capacity = write-entry capacity = `MaxBs x (TopK + 1)`; write-request capacity =
 /// `MaxBs`. Caching a plan of `MaxBs x TopK` entries (the bug this type removes) no longer
-/// compiles against this shape.
+/// compiles against this shape. The parameters are typenum numbers or static capacities, so
+/// `SpeculativeShape<U8, U4>` and `SpeculativeShape<Cap<8>, Cap<4>>` are the same shape (see
+/// [`ToTypenum`] for the `Cap<N>` it takes).
+///
+/// ```
+/// use kv_canary::{Cap, Shape, SpeculativeShape};
+/// let shape = Shape::of::<SpeculativeShape<Cap<8>, Cap<4>>>();
+/// let _: Shape<Cap<40>, Cap<8>, Cap<40>> = shape;
+/// ```
 pub struct SpeculativeShape<MaxBs, TopK>(PhantomData<(MaxBs, TopK)>);
 
-impl<B, K> StaticShape for SpeculativeShape<B, K>
+impl<MaxBs, TopK, B, K> StaticShape for SpeculativeShape<MaxBs, TopK>
 where
+    MaxBs: ToTypenum<Typenum = B>,
+    TopK: ToTypenum<Typenum = K>,
     K: Add<B1>,
     B: Mul<Add1<K>> + ToCap,
     Prod<B, Add1<K>>: ToCap,
-    Derived<B>: StaticCapacity,
-    Derived<Prod<B, Add1<K>>>: StaticCapacity,
 {
     type Verify = Derived<Prod<B, Add1<K>>>;
     type WriteReqs = Derived<B>;
@@ -151,21 +150,24 @@ where
 
 /// SGLang's per-forward sizing from the KV pool: verify capacity = `3 x PoolSlots`,
 /// write-request capacity = `MaxBs`, write-entry capacity =
-/// `max(MaxBs x TokensPerReq, MaxExtendTokens)`.
+/// `max(MaxBs x TokensPerReq, MaxExtendTokens)`. The parameters are typenum numbers or static
+/// capacities ([`ToTypenum`]).
 pub struct PoolShape<MaxBs, PoolSlots, TokensPerReq, MaxExtendTokens>(
     PhantomData<(MaxBs, PoolSlots, TokensPerReq, MaxExtendTokens)>,
 );
 
-impl<B, P, T, X> StaticShape for PoolShape<B, P, T, X>
+impl<MaxBs, PoolSlots, TokensPerReq, MaxExtendTokens, B, P, T, X> StaticShape
+    for PoolShape<MaxBs, PoolSlots, TokensPerReq, MaxExtendTokens>
 where
+    MaxBs: ToTypenum<Typenum = B>,
+    PoolSlots: ToTypenum<Typenum = P>,
+    TokensPerReq: ToTypenum<Typenum = T>,
+    MaxExtendTokens: ToTypenum<Typenum = X>,
     U3: Mul<P>,
     Prod<U3, P>: ToCap,
     B: Mul<T> + ToCap,
     Prod<B, T>: Max<X>,
     Maximum<Prod<B, T>, X>: ToCap,
-    Derived<Prod<U3, P>>: StaticCapacity,
-    Derived<B>: StaticCapacity,
-    Derived<Maximum<Prod<B, T>, X>>: StaticCapacity,
 {
     type Verify = Derived<Prod<U3, P>>;
     type WriteReqs = Derived<B>;
@@ -371,6 +373,29 @@ mod tests {
     fn speculative_shape_is_bs_times_topk_plus_one() {
         let s = Shape::of::<SpeculativeShape<U8, U4>>();
         let _: Shape<Cap<40>, Cap<8>, Cap<40>> = s;
+    }
+
+    #[test]
+    fn speculative_shape_takes_static_capacities() {
+        let s = Shape::of::<SpeculativeShape<Cap<8>, Cap<4>>>();
+        let _: Shape<Cap<40>, Cap<8>, Cap<40>> = s;
+        let mixed = Shape::of::<SpeculativeShape<Cap<8>, U4>>();
+        let _: Shape<Cap<40>, Cap<8>, Cap<40>> = mixed;
+    }
+
+    #[test]
+    fn large_derived_shapes_allocate_their_numbers() {
+        use crate::capacity::TypenumCap;
+        use typenum::{Prod, U1000, U300, U5};
+        // 300 x (4 + 1) = 1500 verify entries: a `TypenumCap`, compared by value.
+        let s = Shape::of::<SpeculativeShape<U300, U4>>();
+        type Entries = TypenumCap<Prod<U300, U5>>;
+        let _: Shape<Entries, Cap<300>, Entries> = s;
+        assert_eq!(s.verify_plan().slot_indices().len(), 1500);
+        assert_eq!(s.write_inputs().capacity().get(), 1500);
+        let pool = Shape::of::<PoolShape<U16, U1000, U1, Cap<256>>>();
+        assert_eq!(pool.verify_capacity().get(), 3000);
+        assert_eq!(pool.write_entry_capacity(), Cap::<256>);
     }
 
     #[test]
