@@ -6,6 +6,7 @@ use crate::hash::{chain_step, CHAIN_HEAD};
 use crate::memory::{Host, Memory};
 use crate::Error;
 use core::fmt;
+use derive_where::derive_where;
 
 /// Bytes per canary slot: at least 32 and a multiple of 8, checked once at construction.
 ///
@@ -92,7 +93,12 @@ impl CanarySlot {
 /// Slot `s` occupies bytes `[s * stride, (s + 1) * stride)`; its first 32 bytes hold a
 /// [`CanarySlot`], the rest are never touched. The raw bytes are kept, so a buffer read back from
 /// a device or a dump keeps its tail bytes. Only the write op mutates it; verify reads it.
+///
+/// `Clone` and `PartialEq` hold for host buffers; equality compares stride and bytes (the
+/// capacity follows from them).
+#[derive_where(Clone, PartialEq; M::Array<u8>)]
 pub struct CanaryBuffer<S: Capacity, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: S,
     pub(crate) stride: SlotStride,
     pub(crate) bytes: M::Array<u8>,
@@ -247,22 +253,8 @@ impl<S: Capacity, M: Memory> CanaryBuffer<S, M> {
 
 const _: () = assert!(CANARY_FIELDS_PER_SLOT * 8 == CANARY_SLOT_BYTES);
 
-impl<S: Capacity> Clone for CanaryBuffer<S> {
-    fn clone(&self) -> Self {
-        CanaryBuffer {
-            capacity: self.capacity,
-            stride: self.stride,
-            bytes: self.bytes.clone(),
-        }
-    }
-}
-
-impl<S: Capacity> PartialEq for CanaryBuffer<S> {
-    fn eq(&self, other: &Self) -> bool {
-        self.stride == other.stride && self.bytes == other.bytes
-    }
-}
-
+// Written out, not derived: it leaves out the bytes (megabytes in an engine), which a derive
+// would print.
 impl<S: Capacity> fmt::Debug for CanaryBuffer<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CanaryBuffer")

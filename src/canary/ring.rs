@@ -6,6 +6,7 @@ use crate::consts::VIOLATION_FIELDS;
 use crate::memory::{Host, Memory};
 use crate::Error;
 use core::fmt;
+use derive_where::derive_where;
 
 /// The violation ring of spec §2.6: `R` rows (its capacity, in the type) of 8 `i64` fields, and
 /// the `i32` write index counting every violation recorded since the last clear.
@@ -14,7 +15,12 @@ use core::fmt;
 /// stored at `seq` only if `seq < R`, otherwise dropped. The index keeps counting past the
 /// capacity, so `write_index - R` rows were lost once it exceeds `R`. There is no wrap-around;
 /// the host clears the ring with [`clear`](ViolationRing::clear).
+///
+/// `Clone` and `PartialEq` hold for host rings; equality compares rows and write index (the
+/// capacity follows from the rows' length).
+#[derive_where(Clone, PartialEq; M::Array<i64>, M::Scalar<i32>)]
 pub struct ViolationRing<R: Capacity, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: R,
     pub(crate) rows: M::Array<i64>,
     pub(crate) write_index: M::Scalar<i32>,
@@ -134,22 +140,7 @@ impl<R: Capacity, M: Memory> ViolationRing<R, M> {
     }
 }
 
-impl<R: Capacity> Clone for ViolationRing<R> {
-    fn clone(&self) -> Self {
-        ViolationRing {
-            capacity: self.capacity,
-            rows: self.rows.clone(),
-            write_index: self.write_index,
-        }
-    }
-}
-
-impl<R: Capacity> PartialEq for ViolationRing<R> {
-    fn eq(&self, other: &Self) -> bool {
-        self.rows == other.rows && self.write_index == other.write_index
-    }
-}
-
+// Written out, not derived: it prints the rows as 8-field rows, a derive the flat array.
 impl<R: Capacity> fmt::Debug for ViolationRing<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ViolationRing")

@@ -5,6 +5,7 @@ use crate::capacity::{Cap, Capacity};
 use crate::memory::{Host, Memory};
 use crate::Error;
 use core::fmt;
+use derive_where::derive_where;
 
 mod sealed {
     pub trait Sealed {}
@@ -72,26 +73,14 @@ impl WriteInputAssert for InputAssertOn {
 
 /// `expected_input_tokens` and `expected_input_positions`: what an independent oracle says the
 /// model was fed, one per flat token.
+#[derive_where(Clone, PartialEq; M::Array<i64>)]
 pub struct ExpectedWriteInputs<M: Memory = Host> {
     pub(crate) tokens: M::Array<i64>,
     pub(crate) positions: M::Array<i64>,
 }
 
-impl Clone for ExpectedWriteInputs {
-    fn clone(&self) -> Self {
-        ExpectedWriteInputs {
-            tokens: self.tokens.clone(),
-            positions: self.positions.clone(),
-        }
-    }
-}
-
-impl PartialEq for ExpectedWriteInputs {
-    fn eq(&self, other: &Self) -> bool {
-        self.tokens == other.tokens && self.positions == other.positions
-    }
-}
-
+// Written out, not derived: it prints SGLang's tensor names (`expected_input_tokens`, ...),
+// which a derive cannot.
 impl fmt::Debug for ExpectedWriteInputs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExpectedWriteInputs")
@@ -111,7 +100,12 @@ impl fmt::Debug for ExpectedWriteInputs {
 /// total (CUDA-graph padding) are never read.
 ///
 /// Allocate them from the shape you launch with (`shape.write_inputs()`), so that `E` matches.
+///
+/// `Clone`, `PartialEq` and `Debug` hold for host inputs; equality compares the arrays (the
+/// capacity follows from their lengths).
+#[derive_where(Clone, PartialEq, Debug; M::Array<i64>, A::Expected<M>)]
 pub struct WriteInputs<E: Capacity, A: WriteInputAssert = InputAssertOff, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: E,
     pub(crate) input_ids: M::Array<i64>,
     pub(crate) positions: M::Array<i64>,
@@ -304,48 +298,6 @@ impl<E: Capacity, A: WriteInputAssert, M: Memory> WriteInputs<E, A, M> {
     /// The write-entry capacity (the length of every array).
     pub fn capacity(&self) -> E {
         self.capacity
-    }
-}
-
-impl<E: Capacity, A: WriteInputAssert> Clone for WriteInputs<E, A>
-where
-    A::Expected<Host>: Clone,
-{
-    fn clone(&self) -> Self {
-        WriteInputs {
-            capacity: self.capacity,
-            input_ids: self.input_ids.clone(),
-            positions: self.positions.clone(),
-            out_cache_loc: self.out_cache_loc.clone(),
-            expected: self.expected.clone(),
-        }
-    }
-}
-
-impl<E: Capacity, A: WriteInputAssert> PartialEq for WriteInputs<E, A>
-where
-    A::Expected<Host>: PartialEq,
-{
-    fn eq(&self, other: &Self) -> bool {
-        self.input_ids == other.input_ids
-            && self.positions == other.positions
-            && self.out_cache_loc == other.out_cache_loc
-            && self.expected == other.expected
-    }
-}
-
-impl<E: Capacity, A: WriteInputAssert> fmt::Debug for WriteInputs<E, A>
-where
-    A::Expected<Host>: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WriteInputs")
-            .field("capacity", &self.capacity)
-            .field("input_ids", &self.input_ids)
-            .field("positions", &self.positions)
-            .field("out_cache_loc", &self.out_cache_loc)
-            .field("expected", &self.expected)
-            .finish()
     }
 }
 

@@ -4,13 +4,20 @@ use crate::capacity::{Cap, Capacity};
 use crate::memory::{Host, Memory};
 use crate::Error;
 use core::fmt;
+use derive_where::derive_where;
 
 /// The flat verify work list of spec §2.4, with its capacity `C` in the type.
 ///
 /// Four `i64` arrays of exactly `C` entries (slot, expected token, expected position, predecessor
 /// slot), the number of valid entries and the `enable` flag (`i32` each). The plan op writes it;
 /// the verify op reads it. Entries at index `>= verify_num_valid` are stale and never read.
+///
+/// `Clone` and `PartialEq` hold for every memory whose arrays and scalars have them (host plans;
+/// device buffers are copied through the CUDA transfers instead). Equality compares the contents:
+/// the capacity follows from the arrays' lengths.
+#[derive_where(Clone, PartialEq; M::Array<i64>, M::Scalar<i32>)]
 pub struct VerifyPlan<C: Capacity, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: C,
     pub(crate) slot_indices: M::Array<i64>,
     pub(crate) expected_tokens: M::Array<i64>,
@@ -213,31 +220,8 @@ impl<C: Capacity, M: Memory> VerifyPlan<C, M> {
     }
 }
 
-impl<C: Capacity> Clone for VerifyPlan<C> {
-    fn clone(&self) -> Self {
-        VerifyPlan {
-            capacity: self.capacity,
-            slot_indices: self.slot_indices.clone(),
-            expected_tokens: self.expected_tokens.clone(),
-            expected_positions: self.expected_positions.clone(),
-            prev_slot_indices: self.prev_slot_indices.clone(),
-            num_valid: self.num_valid,
-            enable: self.enable,
-        }
-    }
-}
-
-impl<C: Capacity> PartialEq for VerifyPlan<C> {
-    fn eq(&self, other: &Self) -> bool {
-        self.slot_indices == other.slot_indices
-            && self.expected_tokens == other.expected_tokens
-            && self.expected_positions == other.expected_positions
-            && self.prev_slot_indices == other.prev_slot_indices
-            && self.num_valid == other.num_valid
-            && self.enable == other.enable
-    }
-}
-
+// Written out, not derived: it prints SGLang's tensor names (`verify_num_valid`, ...), which
+// a derive cannot (it prints the Rust field names).
 impl<C: Capacity> fmt::Debug for VerifyPlan<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VerifyPlan")

@@ -5,6 +5,7 @@ use crate::memory::{Host, Memory};
 use crate::Error;
 use core::fmt;
 use core::ops::Range;
+use derive_where::derive_where;
 
 /// Per-request write metadata of spec §2.5, with the write-request capacity `C` in the type.
 ///
@@ -12,7 +13,12 @@ use core::ops::Range;
 /// indices `[offsets[r], offsets[r + 1])`), `write_seed_slot_indices` holds `C` (the slot of the
 /// token just before request `r`'s first new token, or -1 for a chain head), and
 /// `write_num_valid_reqs` the batch size, padding rows included.
+///
+/// `Clone` and `PartialEq` hold for host plans (device buffers are copied through the CUDA
+/// transfers instead); equality compares the contents, the capacity follows from their lengths.
+#[derive_where(Clone, PartialEq; M::Array<i64>, M::Scalar<i32>)]
 pub struct WritePlan<C: Capacity, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: C,
     pub(crate) offsets: M::Array<i64>,
     pub(crate) seed_slot_indices: M::Array<i64>,
@@ -148,25 +154,8 @@ impl<C: Capacity, M: Memory> WritePlan<C, M> {
     }
 }
 
-impl<C: Capacity> Clone for WritePlan<C> {
-    fn clone(&self) -> Self {
-        WritePlan {
-            capacity: self.capacity,
-            offsets: self.offsets.clone(),
-            seed_slot_indices: self.seed_slot_indices.clone(),
-            num_valid_reqs: self.num_valid_reqs,
-        }
-    }
-}
-
-impl<C: Capacity> PartialEq for WritePlan<C> {
-    fn eq(&self, other: &Self) -> bool {
-        self.offsets == other.offsets
-            && self.seed_slot_indices == other.seed_slot_indices
-            && self.num_valid_reqs == other.num_valid_reqs
-    }
-}
-
+// Written out, not derived: it prints SGLang's tensor names (`write_offsets`, ...), which a
+// derive cannot (it prints the Rust field names).
 impl<C: Capacity> fmt::Debug for WritePlan<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WritePlan")
