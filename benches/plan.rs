@@ -17,6 +17,7 @@ use kv_canary::{
     cpu, Batch, ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, ReqToToken, Shape, Swa,
     UncheckedCapacity,
 };
+use rand::seq::SliceRandom as _;
 use std::hint::black_box;
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -47,7 +48,7 @@ fn decode_step(rng: &mut Rng, bs: usize, prefix: RangeInclusive<usize>) -> Step 
 /// permutation of SWA slots `1..`, and a trailing -1, as SGLang lays it out.
 fn lut(rng: &mut Rng, pool_slots: usize) -> Vec<i64> {
     let mut lut: Vec<i64> = (0..=pool_slots as i64).collect();
-    rng.shuffle(&mut lut[1..]);
+    lut[1..].shuffle(rng);
     lut.push(-1);
     lut
 }
@@ -126,7 +127,7 @@ fn plan_vs_copy<G: Group, X: ExpectedTokens>(
 }
 
 fn benches(c: &mut Criterion) {
-    let mut rng = Rng(common::SEED);
+    let mut rng = common::rng();
 
     // Decode: bs 256, prefixes around 2048 (about 0.5 M entries).
     let decode = decode_step(&mut rng, 256, 1792..=2304);

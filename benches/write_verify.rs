@@ -23,7 +23,7 @@
 
 mod common;
 
-use common::{Rng, Timing, SEED};
+use common::{Rng, Timing};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kv_canary::hash::{chain_step, CHAIN_HEAD};
 use kv_canary::{
@@ -32,6 +32,7 @@ use kv_canary::{
     TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing,
     WriteInputs, WritePlan,
 };
+use rand::Rng as _;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -75,7 +76,7 @@ fn kv_memory(rng: &mut Rng) -> Vec<Vec<u8>> {
     (0..4)
         .map(|_| {
             let mut kv = vec![0u8; NUM_SLOTS * KV_BYTES_PER_TOKEN];
-            rng.fill(&mut kv);
+            rng.fill_bytes(&mut kv);
             kv
         })
         .collect()
@@ -498,7 +499,7 @@ fn write_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
 }
 
 fn benches(c: &mut Criterion) {
-    let mut rng = Rng(SEED);
+    let mut rng = common::rng();
     let kv = kv_memory(&mut rng);
     verify_benches(c, &mut rng, &kv);
     write_benches(c, &mut rng, &kv);

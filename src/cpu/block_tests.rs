@@ -12,18 +12,21 @@ use crate::plan::{VerifyPlan, WritePlan};
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 use crate::shape::UncheckedShape;
 use crate::{ChainPositionAssert, TokenCheckOff, TokenCheckOn};
+use rand::{RngExt as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng;
 
 const SLOTS: usize = 160;
 const ANCHOR: i64 = 0xDE7F_AE23_A9A1_B716_u64 as i64;
 
-struct Rng(u64);
+/// `rand_chacha`'s ChaCha8 with the draws these cases use.
+struct Rng(ChaCha8Rng);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(ChaCha8Rng::seed_from_u64(seed))
+    }
     fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
+        self.0.random_range(0..n)
     }
     fn slot(&mut self) -> i64 {
         self.below(SLOTS) as i64
@@ -127,7 +130,7 @@ fn canary(rng: &mut Rng) -> CanaryBuffer<UncheckedCapacity> {
 
 #[test]
 fn blocked_verify_matches_the_entry_model() {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let kv = kv_memory(&mut rng);
     for case in 0..300 {
         let buf = canary(&mut rng);
@@ -246,7 +249,7 @@ fn blocked_verify_matches_the_entry_model() {
 
 #[test]
 fn blocked_write_matches_the_entry_model() {
-    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let mut rng = Rng::new(0x2545_F491_4F6C_DD1D);
     let kv = kv_memory(&mut rng);
     for case in 0..300 {
         let mut buf = canary(&mut rng);

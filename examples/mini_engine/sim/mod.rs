@@ -15,7 +15,6 @@
 mod engine;
 mod kv_pool;
 mod requests;
-mod rng;
 
 pub use engine::{BugState, Engine, Stats};
 
