@@ -22,6 +22,17 @@ use std::hint::black_box;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
+/// The host plans of a run-time `shape` (bench sizes always allocate).
+fn plans(
+    shape: &kv_canary::UncheckedShape,
+) -> (
+    kv_canary::VerifyPlan<UncheckedCapacity>,
+    kv_canary::WritePlan<UncheckedCapacity>,
+) {
+    let verify = shape.try_verify_plan().expect("bench plan buffers");
+    (verify, shape.try_write_plan().expect("bench plan buffers"))
+}
+
 /// One decode step: the batch, its `req_to_token` table and the number of pool slots in use.
 struct Step {
     batch: Batch,
@@ -90,7 +101,7 @@ fn plan_vs_copy<G: Group, X: ExpectedTokens>(
         cap("write_req_capacity", bs),
         cap("write_entry_capacity", bs),
     );
-    let (mut v, mut w) = (probe.verify_plan(), probe.write_plan());
+    let (mut v, mut w) = plans(&probe);
     let entries = cpu::plan(&probe, inputs, &mut v, &mut w)
         .expect("valid workload")
         .verify_num_valid;
@@ -100,7 +111,7 @@ fn plan_vs_copy<G: Group, X: ExpectedTokens>(
         cap("write_req_capacity", bs),
         cap("write_entry_capacity", bs),
     );
-    let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+    let (mut verify, mut write) = plans(&shape);
 
     let mut group = c.benchmark_group(name);
     timing.apply(&mut group);

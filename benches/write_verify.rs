@@ -64,11 +64,11 @@ fn cap(what: &'static str, n: usize) -> Unchecked {
 }
 
 fn canary() -> Canary {
-    CanaryBuffer::with_capacity(cap("num_slots", NUM_SLOTS))
+    CanaryBuffer::try_with_capacity(cap("num_slots", NUM_SLOTS)).expect("bench buffers allocate")
 }
 
 fn ring(rows: usize) -> Ring {
-    ViolationRing::with_capacity(cap("ring_capacity", rows))
+    ViolationRing::try_with_capacity(cap("ring_capacity", rows)).expect("bench buffers allocate")
 }
 
 /// Four dense real-KV sources of `NUM_SLOTS` rows (page size 1) of random bytes.
@@ -118,12 +118,16 @@ fn step(batch: &Batch, table: &ReqToToken, tokens: &ExpectedTokenTable) -> Step 
         cap("write_req_capacity", batch.len()),
         cap("write_entry_capacity", write_entries),
     );
-    let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+    let verify = shape.try_verify_plan().expect("bench buffers allocate");
+    let (mut verify, mut write) = (
+        verify,
+        shape.try_write_plan().expect("bench buffers allocate"),
+    );
     let valid = batch.prefix_lens();
     let inputs = PlanInputs::full(batch, table).with_expected(tokens.with_valid_lens(valid));
     let summary = cpu::plan(&shape, &inputs, &mut verify, &mut write).expect("valid workload");
     assert_eq!(summary.verify_num_valid, verify_entries);
-    let mut inputs = shape.write_inputs();
+    let mut inputs = shape.try_write_inputs().expect("bench buffers allocate");
     let p = inputs.parts_mut();
     let mut i = 0;
     for row in batch.rows() {
@@ -409,8 +413,11 @@ fn write_group(
         })
     });
     if assert_on {
-        let mut inputs: WriteInputs<Unchecked, InputAssertOn> =
-            step.inputs.clone().with_input_assert();
+        let mut inputs: WriteInputs<Unchecked, InputAssertOn> = step
+            .inputs
+            .clone()
+            .try_with_input_assert()
+            .expect("bench buffers allocate");
         let e = inputs.expected_mut();
         e.tokens.copy_from_slice(step.inputs.input_ids());
         e.positions.copy_from_slice(step.inputs.positions());

@@ -265,7 +265,9 @@ fn blocked_write_matches_the_entry_model() {
             .collect();
         let plan =
             WritePlan::from_parts(cap(reqs), offsets.clone(), seeds.clone(), reqs as i32).unwrap();
-        let mut inputs = WriteInputs::with_capacity(cap(n)).with_input_assert();
+        let mut inputs = WriteInputs::try_with_capacity(cap(n))
+            .and_then(WriteInputs::try_with_input_assert)
+            .unwrap();
         let p = inputs.parts_mut();
         for i in 0..n {
             // Seeds of later requests are often written by earlier ones.

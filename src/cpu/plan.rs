@@ -161,10 +161,12 @@ fn validate<G: Group, X: ExpectedTokens>(
                 }
             }
             totals.verify_entries += plan.verify_len as u64;
-            totals.write_tokens = totals
-                .write_tokens
-                .checked_add(plan.write_len)
-                .ok_or(Error::WriteTokenCountOverflow { row: r })?;
+            totals.write_tokens = totals.write_tokens.checked_add(plan.write_len).ok_or(
+                Error::WriteTokenCountOverflow {
+                    row: r,
+                    lengths: Some((totals.write_tokens, plan.write_len)),
+                },
+            )?;
         }
         rows.push(plan);
     }

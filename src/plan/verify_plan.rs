@@ -1,7 +1,7 @@
 //! [`VerifyPlan`]: the flat verify work list (spec §2.4).
 
 use crate::capacity::{Cap, Capacity};
-use crate::memory::{Host, Memory};
+use crate::memory::{host_array, static_size, Host, Memory};
 use crate::Error;
 use core::fmt;
 use derive_where::derive_where;
@@ -60,8 +60,13 @@ pub struct VerifyPlanMut<'a> {
 
 impl<const N: usize> VerifyPlan<Cap<N>> {
     /// A host verify plan of `N` entries (zeroed, `enable = 1`).
+    ///
+    /// # Panics
+    ///
+    /// If the `N` entries cannot be allocated (a size fixed at compile time, as for a
+    /// `Box<[i64; N]>`); run-time capacities use [`try_with_capacity`](Self::try_with_capacity).
     pub fn new() -> Self {
-        Self::with_capacity(Cap)
+        static_size(Self::try_with_capacity(Cap))
     }
 }
 
@@ -75,19 +80,28 @@ impl<C: Capacity> VerifyPlan<C> {
     /// A host verify plan of `capacity` entries: arrays zeroed, `verify_num_valid = 0`,
     /// `enable = 1` (SGLang leaves the arrays uninitialised; Rust gives them a value).
     ///
-    /// Capacities come from a [`Shape`](crate::Shape) (`shape.verify_plan()`); this is the
-    /// primitive it calls.
-    pub fn with_capacity(capacity: C) -> Self {
+    /// Capacities come from a [`Shape`](crate::Shape) (`shape.try_verify_plan()`); this is the
+    /// primitive it calls. A capacity whose arrays cannot be allocated is
+    /// [`Error::AllocationFailed`] naming it.
+    pub fn try_with_capacity(capacity: C) -> Result<Self, Error> {
         let n = capacity.get();
-        VerifyPlan {
+        Ok(VerifyPlan {
             capacity,
-            slot_indices: vec![0; n].into(),
-            expected_tokens: vec![0; n].into(),
-            expected_positions: vec![0; n].into(),
-            prev_slot_indices: vec![0; n].into(),
+            slot_indices: host_array("verify_slot_indices", n, 0)?,
+            expected_tokens: host_array("verify_expected_tokens", n, 0)?,
+            expected_positions: host_array("verify_expected_positions", n, 0)?,
+            prev_slot_indices: host_array("verify_prev_slot_indices", n, 0)?,
             num_valid: 0,
             enable: 1,
-        }
+        })
+    }
+
+    /// The infallible form, for the CUDA backend's host copies of buffers that already exist on
+    /// the device (`to_host`); it panics with the allocation error. Crate-private: the public
+    /// API allocates run-time capacities with `try_with_capacity` only.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn with_capacity(capacity: C) -> Self {
+        static_size(Self::try_with_capacity(capacity))
     }
 
     /// A host verify plan from raw arrays (conformance dumps, FFI). Every array must hold exactly
@@ -195,10 +209,9 @@ impl<C: Capacity> VerifyPlan<C> {
     pub fn set_entries(&mut self, entries: &[VerifyEntry]) -> Result<(), Error> {
         let cap = self.capacity.get();
         if entries.len() > cap || i32::try_from(entries.len()).is_err() {
-            return Err(Error::OutOfRange {
-                what: "sweep entry count",
-                value: entries.len() as i64,
-                allowed: "[0, verify_capacity]",
+            return Err(Error::SweepTooLong {
+                entries: entries.len(),
+                verify_capacity: cap,
             });
         }
         for (i, e) in entries.iter().enumerate() {
@@ -250,6 +263,23 @@ mod tests {
     }
 
     #[test]
+    fn run_time_capacities_allocate_fallibly() {
+        let cap = UncheckedCapacity::new("verify_capacity", 1 << 61).unwrap();
+        let err = VerifyPlan::try_with_capacity(cap).unwrap_err();
+        assert_eq!(
+            err,
+            Error::AllocationFailed {
+                what: "verify_slot_indices",
+                rows: 1 << 61,
+                cols: 1,
+                element_bytes: 8
+            }
+        );
+        let cap = UncheckedCapacity::new("verify_capacity", 3).unwrap();
+        assert_eq!(VerifyPlan::try_with_capacity(cap).unwrap().enable(), 1);
+    }
+
+    #[test]
     fn from_parts_names_the_short_array() {
         let cap = UncheckedCapacity::new("verify_capacity", 2).unwrap();
         let err = VerifyPlan::from_parts(cap, vec![0; 2], vec![0; 1], vec![0; 2], vec![0; 2], 0, 1)
@@ -281,7 +311,10 @@ mod tests {
             expected_position: 0,
             prev_slot: -1,
         };
-        assert!(plan.set_entries(&[e, e]).is_err());
+        assert_eq!(
+            plan.set_entries(&[e, e]).unwrap_err().to_string(),
+            "kv-canary: a sweep of 2 entries exceeds the verify plan: at most verify_capacity=1 entries (and at most i32::MAX = 2147483647, verify_num_valid's type)"
+        );
         assert_eq!(plan, VerifyPlan::<Cap<1>>::new());
         plan.set_entries(&[e]).unwrap();
         assert_eq!(plan.entries().collect::<Vec<_>>(), vec![e]);

@@ -257,14 +257,14 @@ pub(crate) fn check_layout(
     if !stride.is_multiple_of(16) {
         return Err(Error::RealKvSource {
             what: "tensor row stride (bytes)",
-            value: clamp_i64(stride),
+            value: stride as i128,
             rule: "a multiple of 16",
         });
     }
     if stride > i32::MAX as usize {
         return Err(Error::RealKvSource {
             what: "tensor row stride (bytes)",
-            value: clamp_i64(stride),
+            value: stride as i128,
             rule: ABI_INT32,
         });
     }
@@ -293,17 +293,13 @@ pub(crate) fn check_layout(
     Ok((page_size, num_bytes_per_token, read_bytes))
 }
 
-fn clamp_i64(v: usize) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 /// Checks the three parameters; returns them as `usize`.
 fn check_params(p: RealKvParams) -> Result<(usize, usize, usize), Error> {
     let abi = |what, value: i64| {
         if value > i64::from(i32::MAX) {
             Err(Error::RealKvSource {
                 what,
-                value,
+                value: value.into(),
                 rule: ABI_INT32,
             })
         } else {
@@ -313,7 +309,7 @@ fn check_params(p: RealKvParams) -> Result<(usize, usize, usize), Error> {
     if p.page_size < 1 {
         return Err(Error::RealKvSource {
             what: "page_size",
-            value: p.page_size,
+            value: p.page_size.into(),
             rule: ">= 1",
         });
     }
@@ -321,7 +317,7 @@ fn check_params(p: RealKvParams) -> Result<(usize, usize, usize), Error> {
     if p.num_bytes_per_token <= 0 || p.num_bytes_per_token % 16 != 0 {
         return Err(Error::RealKvSource {
             what: "num_bytes_per_token",
-            value: p.num_bytes_per_token,
+            value: p.num_bytes_per_token.into(),
             rule: "a positive multiple of 16",
         });
     }

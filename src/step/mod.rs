@@ -88,9 +88,10 @@ pub use stage::{
 use crate::canary::{
     CanaryBuffer, ChainPositionAssert, HealthCounters, Launch, LaunchTag, ViolationRing,
 };
-use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
+use crate::capacity::{Cap, Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::cpu;
 use crate::input::{ExpectedTokens, Full, PlanInputs, WriteInputs};
+use crate::memory::static_size;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::real_kv::RealKv;
 use crate::{Error, Shape};
@@ -138,9 +139,10 @@ where
     R: Capacity,
 {
     /// A canary for the FULL group: every buffer allocated from `shape`, canary buffers of
-    /// `slots` slots (the KV pool's size, slot 0 included), a ring of `ring_rows` rows.
-    pub fn full(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
-        Canary::new(shape, slots, ring_rows)
+    /// `slots` slots (the KV pool's size, slot 0 included), a ring of `ring_rows` rows. A
+    /// buffer that cannot be allocated is [`Error::AllocationFailed`] naming its size.
+    pub fn try_full(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Result<Self, Error> {
+        Canary::try_new(shape, slots, ring_rows)
     }
 }
 
@@ -152,10 +154,46 @@ where
     S: Capacity,
     R: Capacity,
 {
-    /// A canary for the SWA group: as [`Canary::full`], with `slots` the size of the SWA
+    /// A canary for the SWA group: as [`Canary::try_full`], with `slots` the size of the SWA
     /// sub-pool. Steps are planned with an [`Swa`](crate::Swa) group.
-    pub fn swa(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
-        Canary::new(shape, slots, ring_rows)
+    pub fn try_swa(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Result<Self, Error> {
+        Canary::try_new(shape, slots, ring_rows)
+    }
+}
+
+/// The infallible constructors of a canary whose every capacity is static (sizes fixed when the
+/// engine is compiled; each panics only if the machine cannot hold them, like a
+/// `Box<[i64; N]>`). Run-time capacities use [`Canary::try_full`] and [`Canary::try_swa`].
+impl<const V: usize, const W: usize, const E: usize, const S: usize, const R: usize>
+    Canary<Cap<V>, Cap<W>, Cap<E>, Cap<S>, Cap<R>, Full>
+{
+    /// [`Canary::try_full`] for static capacities.
+    pub fn full(shape: Shape<Cap<V>, Cap<W>, Cap<E>>, slots: Cap<S>, ring_rows: Cap<R>) -> Self {
+        static_size(Canary::try_new(shape, slots, ring_rows))
+    }
+}
+
+impl<const V: usize, const W: usize, const E: usize, const S: usize, const R: usize>
+    Canary<Cap<V>, Cap<W>, Cap<E>, Cap<S>, Cap<R>, SwaGroup>
+{
+    /// [`Canary::try_swa`] for static capacities.
+    pub fn swa(shape: Shape<Cap<V>, Cap<W>, Cap<E>>, slots: Cap<S>, ring_rows: Cap<R>) -> Self {
+        static_size(Canary::try_new(shape, slots, ring_rows))
+    }
+}
+
+impl<V, W, const E: usize, S, R, G> Canary<V, W, Cap<E>, S, R, G>
+where
+    V: Capacity,
+    W: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+{
+    /// Per-token write inputs of the shape's static write-entry capacity `E` (input assert
+    /// off); run-time capacities use [`try_write_inputs`](Canary::try_write_inputs).
+    pub fn write_inputs(&self) -> WriteInputs<Cap<E>> {
+        WriteInputs::new()
     }
 }
 
@@ -168,25 +206,27 @@ where
     R: Capacity,
     G: GroupKind,
 {
-    fn new(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
-        let buffers = || KvPair {
-            k: CanaryBuffer::with_capacity(slots),
-            v: CanaryBuffer::with_capacity(slots),
+    fn try_new(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Result<Self, Error> {
+        let buffers = || -> Result<_, Error> {
+            Ok(KvPair {
+                k: CanaryBuffer::try_with_capacity(slots)?,
+                v: CanaryBuffer::try_with_capacity(slots)?,
+            })
         };
-        Canary {
-            verify_plan: shape.verify_plan(),
-            write_plan: shape.write_plan(),
+        Ok(Canary {
+            verify_plan: shape.try_verify_plan()?,
+            write_plan: shape.try_write_plan()?,
             shape,
-            head: buffers(),
-            tail: buffers(),
-            ring: ViolationRing::with_capacity(ring_rows),
+            head: buffers()?,
+            tail: buffers()?,
+            ring: ViolationRing::try_with_capacity(ring_rows)?,
             head_counters: KvPair::default(),
             tail_counters: KvPair::default(),
             chain_position_assert: ChainPositionAssert::ON,
             steps: 0,
             violations: 0,
             group: PhantomData,
-        }
+        })
     }
 
     /// The same canary with another `enable_chain_position_assert` flag (off during CUDA-graph
@@ -201,9 +241,10 @@ where
         self.chain_position_assert = flag;
     }
 
-    /// Per-token write inputs of the shape's write-entry capacity (input assert off).
-    pub fn write_inputs(&self) -> WriteInputs<E> {
-        self.shape.write_inputs()
+    /// Per-token write inputs of the shape's write-entry capacity (input assert off); inputs
+    /// that cannot be allocated are [`Error::AllocationFailed`] naming their size.
+    pub fn try_write_inputs(&self) -> Result<WriteInputs<E>, Error> {
+        self.shape.try_write_inputs()
     }
 
     /// The shape every buffer was allocated from.

@@ -456,7 +456,7 @@ fn random_verify_case(rng: &mut Rng, big: bool) -> VerifyCase {
         entries.swap(i, rng.below(i as u64 + 1) as usize);
     }
     let capacity = entries.len() + rng.range(1, 8) as usize;
-    let mut plan = VerifyPlan::with_capacity(cap("v", capacity));
+    let mut plan = VerifyPlan::try_with_capacity(cap("v", capacity)).unwrap();
     plan.set_entries(&entries).unwrap();
     let p = plan.parts_mut();
     if rng.chance(5) {

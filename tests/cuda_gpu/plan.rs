@@ -114,7 +114,7 @@ pub fn random_case(rng: &mut Rng, max_bs: i64, max_width: i64) -> Case {
     } else {
         rng.range(0, 12.min(max_bs))
     } as usize;
-    let mut batch = Batch::with_capacity(bs);
+    let mut batch = Batch::new();
     for _ in 0..bs {
         let padding = rng.chance(20);
         let mut rp = if padding {
@@ -252,7 +252,7 @@ fn run_on(
 ) -> Result<(), Error> {
     let vcap = if verify_override == 1 << 40 {
         // Sizing run: a capacity large enough for any case, the buffer matching it.
-        *verify = VerifyPlan::with_capacity(cap("verify_capacity", 1 << 20));
+        *verify = VerifyPlan::try_with_capacity(cap("verify_capacity", 1 << 20))?;
         cap("verify_capacity", 1 << 20)
     } else {
         verify.capacity()

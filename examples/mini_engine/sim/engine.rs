@@ -78,7 +78,7 @@ impl Engine {
         Engine {
             req_to_token: ReqToToken::zeros(REQ_ROWS, MAX_SEQ_LEN).expect(TABLE),
             expected: ExpectedTokenTable::zeros(REQ_ROWS, MAX_SEQ_LEN).expect(TABLE),
-            batch: Batch::with_capacity(MAX_BS),
+            batch: Batch::try_with_capacity(MAX_BS).expect(TABLE),
             valid_lens: Vec::with_capacity(MAX_BS),
             lut: swa_permutation(POOL_SLOTS),
             kv: KvBytes::new(POOL_SLOTS),

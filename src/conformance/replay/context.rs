@@ -259,7 +259,7 @@ mod tests {
     fn state(rows: Vec<i64>, index: i32) -> State {
         let cap = |n| UncheckedCapacity::new("c", n).unwrap();
         State {
-            buf: CanaryBuffer::with_capacity(cap(1)),
+            buf: CanaryBuffer::try_with_capacity(cap(1)).unwrap(),
             ring: ViolationRing::from_parts(cap(rows.len() / 8), rows, index).unwrap(),
             counters: HealthCounters::new(),
         }
