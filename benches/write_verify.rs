@@ -27,10 +27,10 @@ use common::{Rng, Timing};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kv_canary::hash::{chain_step, CHAIN_HEAD};
 use kv_canary::{
-    cpu, Batch, CanaryBuffer, ExpectedTokenTable, HealthCounters, InputAssertOn, Launch, LaunchTag,
-    PlanInputs, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, ReqToToken,
-    TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing,
-    WriteInputs, WritePlan,
+    cpu, Batch, CanaryBuffer, ExpectedTokenTable, HealthCounters, InputAssertOn, LaunchSettings,
+    LaunchTag, PlanInputs, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources,
+    ReqToToken, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan,
+    ViolationRing, WriteInputs, WritePlan,
 };
 use rand::Rng as _;
 use std::hint::black_box;
@@ -158,7 +158,7 @@ fn prefill_of(batch: &Batch) -> Batch {
 }
 
 /// Runs `step`'s write into `canary` and checks it recorded no violation.
-fn write_clean(step: &Step, launch: &Launch<'_>, canary: &mut Canary) {
+fn write_clean(step: &Step, launch: &LaunchSettings<'_>, canary: &mut Canary) {
     let mut counters = HealthCounters::new();
     let s = cpu::write(
         &step.shape,
@@ -211,7 +211,7 @@ fn verify_group(
     name: &str,
     step: &Step,
     plan: &VerifyPlan<Unchecked>,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     canary: &Canary,
     kv: &[Vec<u8>],
     violations: u64,
@@ -276,7 +276,7 @@ fn verify_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
     let decode = common::batch(rng, bs, prefix..=prefix, 1);
     let prefill = step(&prefill_of(&decode), &table, &tokens);
     let check = step(&decode, &table, &tokens);
-    let head = Launch::new(LaunchTag::HeadKFull);
+    let head = LaunchSettings::new(LaunchTag::HeadKFull);
     let mut canary = canary();
     write_clean(&prefill, &head, &mut canary);
 
@@ -388,7 +388,7 @@ fn write_group(
     c: &mut Criterion,
     name: &str,
     step: &Step,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     canary: &mut Canary,
     assert_on: bool,
     kv: &[Vec<u8>],
@@ -451,7 +451,7 @@ fn write_group(
 }
 
 fn write_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
-    let head = Launch::new(LaunchTag::HeadKFull);
+    let head = LaunchSettings::new(LaunchTag::HeadKFull);
     let mut canary = canary();
 
     // One prefill request of 8192 tokens.

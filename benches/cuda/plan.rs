@@ -4,7 +4,7 @@
 use crate::timing::{self, print_table, Lead, Row};
 use crate::Options;
 use kv_canary::cuda::{self, floors::L2Flush, Gpu, LaunchConfig, PlanKernel, Stream};
-use kv_canary::input::ExpectedTokenTable;
+use kv_canary::ExpectedTokenTable;
 use kv_canary::{Batch, BatchRow, Error, ReqToToken, UncheckedCapacity, UncheckedShape};
 use rand::{RngExt as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;

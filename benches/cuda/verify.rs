@@ -11,8 +11,8 @@ use kv_canary::cuda::{
 };
 use kv_canary::hash::{chain_step, fold_words, splitmix64, CHAIN_HEAD};
 use kv_canary::{
-    real_kv::RowLayout, CanaryBuffer, CanarySlot, Error, HealthCounters, LaunchTag, RealKvHashMode,
-    RealKvParams, TokenCheckOff, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing,
+    CanaryBuffer, CanarySlot, Error, HealthCounters, LaunchTag, RealKvHashMode, RealKvParams,
+    RowLayout, TokenCheckOff, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing,
 };
 
 /// Slots of the 1 GiB canary buffer.

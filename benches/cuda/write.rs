@@ -10,8 +10,8 @@ use kv_canary::cuda::{
 };
 use kv_canary::hash::splitmix64;
 use kv_canary::{
-    real_kv::RowLayout, CanaryBuffer, ChainPositionAssert, Error, HealthCounters, LaunchTag,
-    RealKvHashMode, RealKvParams, UncheckedCapacity, UncheckedShape, ViolationRing, WriteInputs,
+    CanaryBuffer, ChainPositionAssert, Error, HealthCounters, LaunchTag, RealKvHashMode,
+    RealKvParams, RowLayout, UncheckedCapacity, UncheckedShape, ViolationRing, WriteInputs,
     WritePlan,
 };
 

@@ -272,7 +272,7 @@ impl<S: Capacity> fmt::Debug for CanaryBuffer<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn stride_must_hold_four_fields_and_align_to_8() {

@@ -164,7 +164,7 @@ impl<R: Capacity> fmt::Debug for ViolationRing<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn ten_violations_into_four_rows_count_ten() {

@@ -4,14 +4,14 @@
 //! real-KV fingerprints over paged sources.
 
 use super::{verify, write};
-use crate::canary::{CanaryBuffer, HealthCounters, Launch, LaunchTag, ViolationRing};
+use crate::canary::{CanaryBuffer, HealthCounters, LaunchSettings, LaunchTag, ViolationRing};
+use crate::canary::{ChainPositionAssert, TokenCheckOff, TokenCheckOn};
 use crate::capacity::{Capacity, UncheckedCapacity};
 use crate::hash::{fold_words, mix3, splitmix64};
 use crate::input::WriteInputs;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 use crate::shape::UncheckedShape;
-use crate::{ChainPositionAssert, TokenCheckOff, TokenCheckOn};
 use rand::{RngExt as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
 
@@ -167,7 +167,7 @@ fn blocked_verify_matches_the_entry_model() {
         };
         *p.enable = i32::from(!rng.chance(5));
         let rk = real_kv(&mut rng, &kv);
-        let launch = Launch::new(LaunchTag::TailVSwa).with_real_kv(rk);
+        let launch = LaunchSettings::new(LaunchTag::TailVSwa).with_real_kv(rk);
         let token_check = rng.chance(50);
         let ring_rows = 1 + rng.below(40);
 
@@ -295,7 +295,7 @@ fn blocked_write_matches_the_entry_model() {
         );
         let rk = real_kv(&mut rng, &kv);
         let flag = ChainPositionAssert::from_flag(rng.below(2) as i32);
-        let launch = Launch::new(LaunchTag::HeadVFull)
+        let launch = LaunchSettings::new(LaunchTag::HeadVFull)
             .with_real_kv(rk)
             .with_chain_position_assert(flag);
         let assert_inputs = rng.chance(50);

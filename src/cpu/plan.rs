@@ -8,7 +8,8 @@
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::input::{ExpectedTokenPool, ExpectedTokens, Group, PlanInputs};
 use crate::plan::{VerifyPlan, WritePlan};
-use crate::{Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 
 /// What one plan call produced, for logs and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -335,7 +335,7 @@ impl<E: Capacity, A: WriteInputAssert, M: Memory> WriteInputs<E, A, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn fresh_inputs_skip_every_entry() {

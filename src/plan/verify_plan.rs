@@ -252,7 +252,7 @@ impl<C: Capacity> fmt::Debug for VerifyPlan<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn allocation_matches_the_capacity_and_enables() {

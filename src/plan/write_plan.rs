@@ -196,7 +196,7 @@ impl<C: Capacity> fmt::Debug for WritePlan<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn offsets_hold_one_more_than_the_capacity() {

@@ -86,7 +86,7 @@ pub use stage::{
 };
 
 use crate::canary::{
-    CanaryBuffer, ChainPositionAssert, HealthCounters, Launch, LaunchTag, ViolationRing,
+    CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchSettings, LaunchTag, ViolationRing,
 };
 use crate::capacity::{Cap, Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::cpu;
@@ -94,7 +94,8 @@ use crate::input::{ExpectedTokens, Full, PlanInputs, WriteInputs};
 use crate::memory::static_size;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::real_kv::RealKv;
-use crate::{Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 use core::fmt;
 use core::marker::PhantomData;
 
@@ -309,8 +310,8 @@ where
     }
 
     /// The launch settings of `tag` with `real_kv`.
-    fn launch<'k>(&self, tag: LaunchTag, real_kv: RealKv<'k>) -> Launch<'k> {
-        Launch::new(tag)
+    fn launch<'k>(&self, tag: LaunchTag, real_kv: RealKv<'k>) -> LaunchSettings<'k> {
+        LaunchSettings::new(tag)
             .with_real_kv(real_kv)
             .with_chain_position_assert(self.chain_position_assert)
     }

@@ -4,14 +4,16 @@
 
 use super::{Canary, GroupKind, KvPair, StepReport, TailKv};
 use crate::canary::{
-    CanaryBuffer, HealthCounters, Launch, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
+    CanaryBuffer, HealthCounters, LaunchSettings, TokenCheckOff, TokenCheckOn, Violation,
+    ViolationRing,
 };
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use crate::cpu::{self, PlanSummary, VerifySummary, WriteSummary};
 use crate::input::{WriteInputAssert, WriteInputs};
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::real_kv::RealKv;
-use crate::{Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 use core::fmt;
 
 mod sealed {
@@ -77,7 +79,7 @@ pub trait ReadyForTailVerify<E: Capacity>: sealed::Sealed {
         &self,
         shape: &Shape<V, W, E>,
         plan: &WritePlan<W>,
-        launch: &Launch<'_>,
+        launch: &LaunchSettings<'_>,
         buffer: &mut CanaryBuffer<S>,
         ring: &mut ViolationRing<R>,
         counters: &mut HealthCounters,
@@ -94,7 +96,7 @@ where
         &self,
         shape: &Shape<V, W, E>,
         plan: &WritePlan<W>,
-        launch: &Launch<'_>,
+        launch: &LaunchSettings<'_>,
         buffer: &mut CanaryBuffer<S>,
         ring: &mut ViolationRing<R>,
         counters: &mut HealthCounters,
@@ -290,7 +292,7 @@ enum End {
 fn verify_both<V, W, E, S, R, G>(
     c: &mut Canary<V, W, E, S, R, G>,
     end: End,
-    launches: &KvPair<Launch<'_>>,
+    launches: &KvPair<LaunchSettings<'_>>,
     token_check: bool,
 ) -> Result<KvPair<VerifySummary>, Error>
 where
@@ -319,7 +321,7 @@ where
 fn write_both<V, W, E, S, R, G, T>(
     c: &mut Canary<V, W, E, S, R, G>,
     end: End,
-    launches: &KvPair<Launch<'_>>,
+    launches: &KvPair<LaunchSettings<'_>>,
     inputs: &T,
 ) -> Result<KvPair<WriteSummary>, Error>
 where
@@ -349,7 +351,7 @@ fn verify<V, W, E, S, R>(
     token_check: bool,
     shape: &Shape<V, W, E>,
     plan: &VerifyPlan<V>,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     buffer: &CanaryBuffer<S>,
     ring: &mut ViolationRing<R>,
     counters: &mut HealthCounters,

@@ -8,7 +8,7 @@ use kv_canary::conformance::Backend;
 use kv_canary::cuda::{Gpu, Offload};
 use kv_canary::{
     cpu, CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,
-    HealthCounters, Launch, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
+    HealthCounters, LaunchSettings, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
     RealKvSources, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry,
     VerifyPlan, ViolationRing, WriteInputs, WritePlan,
 };
@@ -76,14 +76,14 @@ impl KvSetup {
         KvSetup { bytes, mode }
     }
 
-    fn launch(&self, tag: LaunchTag, chain: ChainPositionAssert) -> Launch<'_> {
+    fn launch(&self, tag: LaunchTag, chain: ChainPositionAssert) -> LaunchSettings<'_> {
         let sources: Vec<RealKvSource<'_>> = self
             .bytes
             .iter()
             .map(|(b, row, p)| RealKvSource::new(b, *row, *p).unwrap())
             .collect();
         let rk = RealKv::new(self.mode, RealKvSources::try_from_slice(&sources).unwrap());
-        Launch::new(tag)
+        LaunchSettings::new(tag)
             .with_real_kv(rk)
             .with_chain_position_assert(chain)
     }

@@ -5,11 +5,11 @@ use crate::rng::Rng;
 use crate::{ensure, fail};
 use kv_canary::conformance::{run_dir, Backend, Outcome, RunOptions};
 use kv_canary::cuda::{Gpu, LaunchConfig, Offload, PlanKernel};
-use kv_canary::input::{ExpectedTokens, Group};
 use kv_canary::{
     cpu, Batch, BatchRow, Error, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa,
     UncheckedCapacity, UncheckedShape, VerifyPlan, WritePlan,
 };
+use kv_canary::{ExpectedTokens, Group};
 use std::path::PathBuf;
 
 type Verify = VerifyPlan<UncheckedCapacity>;

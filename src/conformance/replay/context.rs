@@ -12,7 +12,7 @@ use crate::conformance::Backend;
 use crate::consts::VIOLATION_FIELDS;
 use crate::Capacity;
 use crate::{
-    CanaryBuffer, ChainPositionAssert, Error, HealthCounters, Launch, LaunchTag, RealKv,
+    CanaryBuffer, ChainPositionAssert, Error, HealthCounters, LaunchSettings, LaunchTag, RealKv,
     RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, UncheckedCapacity, ViolationRing,
 };
 
@@ -42,14 +42,14 @@ struct Settings {
 impl Settings {
     /// The typed launch: every source validated, at most four of them
     /// ([`Error::TooManyRealKvSources`] otherwise).
-    pub fn launch(&self) -> Result<Launch<'_>, Error> {
+    pub fn launch(&self) -> Result<LaunchSettings<'_>, Error> {
         let sources = self
             .sources
             .iter()
             .map(|s| RealKvSource::from_shape(&s.bytes, &s.shape, s.params))
             .collect::<Result<Vec<_>, Error>>()?;
         let real_kv = RealKv::new(self.mode, RealKvSources::try_from_slice(&sources)?);
-        Ok(Launch::new(self.tag)
+        Ok(LaunchSettings::new(self.tag)
             .with_real_kv(real_kv)
             .with_chain_position_assert(self.chain_position_assert))
     }
@@ -63,7 +63,7 @@ pub(super) fn replay_launch<T>(
     case: &Case,
     backend: Backend,
     decode_op: impl FnOnce(&Fields<'_>) -> Result<T, Error>,
-    launch: impl FnOnce(&T, &Launch<'_>, &mut State) -> Result<(), Error>,
+    launch: impl FnOnce(&T, &LaunchSettings<'_>, &mut State) -> Result<(), Error>,
 ) -> Replayed {
     let inputs = case.inputs();
     let decoded =

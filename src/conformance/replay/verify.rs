@@ -8,7 +8,8 @@ use crate::canary::TokenCheck;
 use crate::conformance::case::{Case, Fields};
 use crate::conformance::Backend;
 use crate::{
-    cpu, Error, Launch, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan,
+    cpu, Error, LaunchSettings, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape,
+    VerifyPlan,
 };
 
 /// Replays one `verify` case on `backend`.
@@ -47,7 +48,7 @@ fn launch_verify<K: TokenCheck>(
     backend: Backend,
     plan: &VerifyPlan<UncheckedCapacity>,
     check: K,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     st: &mut State,
 ) -> Result<(), Error> {
     // The verify op never reads the write capacities; any positive value will do.

@@ -13,7 +13,9 @@ use super::context::{self, State};
 use super::{capacity, Replayed};
 use crate::conformance::case::{Case, Fields};
 use crate::conformance::Backend;
-use crate::{cpu, Error, Launch, UncheckedCapacity, UncheckedShape, WriteInputs, WritePlan};
+use crate::{
+    cpu, Error, LaunchSettings, UncheckedCapacity, UncheckedShape, WriteInputs, WritePlan,
+};
 
 /// Replays one `write` case on `backend`.
 pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
@@ -104,7 +106,7 @@ fn launch_write<A: ReplayAssert>(
     backend: Backend,
     plan: &WritePlan<UncheckedCapacity>,
     inputs: &WriteInputs<UncheckedCapacity, A>,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     st: &mut State,
 ) -> Result<(), Error> {
     // The write op never reads the verify capacity; any positive value will do.

@@ -1,8 +1,8 @@
 //! The worked example of spec §3.6 and its variants, plus the data-dependent errors.
 
 use super::*;
+use crate::capacity::{Cap, UncheckedCapacity};
 use crate::input::{Batch, ExpectedTokenTable, NoExpectedTokens, PositionOffset, ReqToToken, Swa};
-use crate::{Cap, UncheckedCapacity};
 
 type Spec = Shape<Cap<8>, Cap<4>, Cap<16>>;
 
