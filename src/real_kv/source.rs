@@ -364,6 +364,35 @@ mod tests {
     }
 
     #[test]
+    fn strides_past_i64_are_named_exactly() {
+        let kv = vec![0u8; 64];
+        let layout = |row_stride_bytes| RowLayout {
+            num_rows: 1,
+            row_bytes: 64,
+            row_stride_bytes,
+        };
+        let msg = |stride| {
+            RealKvSource::strided(&kv, layout(stride), p(1, 32, 32))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            msg(usize::MAX),
+            format!(
+                "kv-canary: RealKvSource.tensor row stride (bytes) must be a multiple of 16, got {}",
+                usize::MAX
+            )
+        );
+        assert_eq!(
+            msg(usize::MAX - 15),
+            format!(
+                "kv-canary: RealKvSource.tensor row stride (bytes) must be at most i32::MAX (the CUDA ABI passes it as int32), got {}",
+                usize::MAX - 15
+            )
+        );
+    }
+
+    #[test]
     fn other_rules() {
         let kv = vec![0u8; 4 * 64];
         let err = |r: Result<RealKvSource<'_>, Error>| r.unwrap_err();

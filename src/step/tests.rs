@@ -433,3 +433,33 @@ fn an_swa_canary_verifies_the_window_in_swa_slots_with_swa_tags() {
     );
     assert!(canary.buffer(LaunchTag::HeadKFull).is_none());
 }
+
+#[test]
+fn run_time_capacities_too_large_are_errors_not_aborts() {
+    use crate::capacity::UncheckedCapacity;
+    use crate::shape::UncheckedShape;
+    let cap = |n| UncheckedCapacity::new("capacity", n).unwrap();
+    let shape = UncheckedShape::from_capacities(cap(8), cap(4), cap(16));
+    // 2^45 slots x 32 bytes = 2^50 bytes: refused on every machine (see memory.rs).
+    let err = Canary::try_full(shape, cap(1 << 45), cap(16)).unwrap_err();
+    assert_eq!(
+        err,
+        Error::AllocationFailed {
+            what: "canary_buf",
+            rows: 1 << 45,
+            cols: 32,
+            element_bytes: 1
+        }
+    );
+    assert!(Canary::try_swa(shape, cap(64), cap(1 << 62)).is_err());
+    let huge = UncheckedShape::from_capacities(cap(1 << 61), cap(4), cap(16));
+    assert!(matches!(
+        Canary::try_full(huge, cap(64), cap(16)),
+        Err(Error::AllocationFailed {
+            what: "verify_slot_indices",
+            ..
+        })
+    ));
+    let canary = Canary::try_full(shape, cap(64), cap(16)).unwrap();
+    assert_eq!(canary.try_write_inputs().unwrap().input_ids().len(), 16);
+}
