@@ -140,6 +140,8 @@ impl<K: TableKind> ReqTable<K> {
     }
 }
 
+// Written out, not derived: it prints the table's SGLang name and shape, not its cells (a
+// pool's worth of them) or the kind marker.
 impl<K: TableKind> fmt::Debug for ReqTable<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(K::NAME)
