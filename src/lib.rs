@@ -93,7 +93,8 @@
 //! * [`conformance`]: the golden-vector runner.
 //!
 //! Inside the crate, code imports each item from its defining module (`crate::plan::VerifyPlan`),
-//! never through the root re-exports; only [`Error`], defined at the root, is `crate::Error`.
+//! never through the root re-exports. The one exception is [`Error`], the error type every
+//! layer returns: it is imported as `crate::Error`.
 // `unsafe` is denied everywhere; only the CUDA backend (driver calls) allows it, with a
 // `// SAFETY:` comment on every block.
 #![deny(unsafe_code)]
