@@ -96,11 +96,11 @@ fn host_cost(c: &mut Criterion) {
     )
     .and_then(|p| p.to_device(&gpu))
     .expect("verify plan");
-    let canary = CanaryBuffer::with_capacity(cap("slots", 1 << 16))
-        .to_device(&gpu)
+    let canary = CanaryBuffer::try_with_capacity(cap("slots", 1 << 16))
+        .and_then(|c| c.to_device(&gpu))
         .expect("canary");
-    let ring = ViolationRing::with_capacity(cap("ring", 64))
-        .to_device(&gpu)
+    let ring = ViolationRing::try_with_capacity(cap("ring", 64))
+        .and_then(|r| r.to_device(&gpu))
         .expect("ring");
     let counters = HealthCounters::new().to_device(&gpu).expect("counters");
     let launch = cuda::DeviceLaunch::new(LaunchTag::TailKFull);

@@ -17,9 +17,21 @@ use kv_canary::{
     cpu, Batch, ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, ReqToToken, Shape, Swa,
     UncheckedCapacity,
 };
+use rand::seq::SliceRandom as _;
 use std::hint::black_box;
 use std::ops::RangeInclusive;
 use std::time::Duration;
+
+/// The host plans of a run-time `shape` (bench sizes always allocate).
+fn plans(
+    shape: &kv_canary::UncheckedShape,
+) -> (
+    kv_canary::VerifyPlan<UncheckedCapacity>,
+    kv_canary::WritePlan<UncheckedCapacity>,
+) {
+    let verify = shape.try_verify_plan().expect("bench plan buffers");
+    (verify, shape.try_write_plan().expect("bench plan buffers"))
+}
 
 /// One decode step: the batch, its `req_to_token` table and the number of pool slots in use.
 struct Step {
@@ -47,7 +59,7 @@ fn decode_step(rng: &mut Rng, bs: usize, prefix: RangeInclusive<usize>) -> Step 
 /// permutation of SWA slots `1..`, and a trailing -1, as SGLang lays it out.
 fn lut(rng: &mut Rng, pool_slots: usize) -> Vec<i64> {
     let mut lut: Vec<i64> = (0..=pool_slots as i64).collect();
-    rng.shuffle(&mut lut[1..]);
+    lut[1..].shuffle(rng);
     lut.push(-1);
     lut
 }
@@ -89,7 +101,7 @@ fn plan_vs_copy<G: Group, X: ExpectedTokens>(
         cap("write_req_capacity", bs),
         cap("write_entry_capacity", bs),
     );
-    let (mut v, mut w) = (probe.verify_plan(), probe.write_plan());
+    let (mut v, mut w) = plans(&probe);
     let entries = cpu::plan(&probe, inputs, &mut v, &mut w)
         .expect("valid workload")
         .verify_num_valid;
@@ -99,7 +111,7 @@ fn plan_vs_copy<G: Group, X: ExpectedTokens>(
         cap("write_req_capacity", bs),
         cap("write_entry_capacity", bs),
     );
-    let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+    let (mut verify, mut write) = plans(&shape);
 
     let mut group = c.benchmark_group(name);
     timing.apply(&mut group);
@@ -126,7 +138,7 @@ fn plan_vs_copy<G: Group, X: ExpectedTokens>(
 }
 
 fn benches(c: &mut Criterion) {
-    let mut rng = Rng(common::SEED);
+    let mut rng = common::rng();
 
     // Decode: bs 256, prefixes around 2048 (about 0.5 M entries).
     let decode = decode_step(&mut rng, 256, 1792..=2304);

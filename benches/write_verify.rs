@@ -23,15 +23,16 @@
 
 mod common;
 
-use common::{Rng, Timing, SEED};
+use common::{Rng, Timing};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kv_canary::hash::{chain_step, CHAIN_HEAD};
 use kv_canary::{
-    cpu, Batch, CanaryBuffer, ExpectedTokenTable, HealthCounters, InputAssertOn, Launch, LaunchTag,
-    PlanInputs, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, ReqToToken,
-    TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing,
-    WriteInputs, WritePlan,
+    cpu, Batch, CanaryBuffer, ExpectedTokenTable, HealthCounters, InputAssertOn, LaunchSettings,
+    LaunchTag, PlanInputs, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources,
+    ReqToToken, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan,
+    ViolationRing, WriteInputs, WritePlan,
 };
+use rand::Rng as _;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -63,11 +64,11 @@ fn cap(what: &'static str, n: usize) -> Unchecked {
 }
 
 fn canary() -> Canary {
-    CanaryBuffer::with_capacity(cap("num_slots", NUM_SLOTS))
+    CanaryBuffer::try_with_capacity(cap("num_slots", NUM_SLOTS)).expect("bench buffers allocate")
 }
 
 fn ring(rows: usize) -> Ring {
-    ViolationRing::with_capacity(cap("ring_capacity", rows))
+    ViolationRing::try_with_capacity(cap("ring_capacity", rows)).expect("bench buffers allocate")
 }
 
 /// Four dense real-KV sources of `NUM_SLOTS` rows (page size 1) of random bytes.
@@ -75,7 +76,7 @@ fn kv_memory(rng: &mut Rng) -> Vec<Vec<u8>> {
     (0..4)
         .map(|_| {
             let mut kv = vec![0u8; NUM_SLOTS * KV_BYTES_PER_TOKEN];
-            rng.fill(&mut kv);
+            rng.fill_bytes(&mut kv);
             kv
         })
         .collect()
@@ -117,12 +118,16 @@ fn step(batch: &Batch, table: &ReqToToken, tokens: &ExpectedTokenTable) -> Step 
         cap("write_req_capacity", batch.len()),
         cap("write_entry_capacity", write_entries),
     );
-    let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+    let verify = shape.try_verify_plan().expect("bench buffers allocate");
+    let (mut verify, mut write) = (
+        verify,
+        shape.try_write_plan().expect("bench buffers allocate"),
+    );
     let valid = batch.prefix_lens();
     let inputs = PlanInputs::full(batch, table).with_expected(tokens.with_valid_lens(valid));
     let summary = cpu::plan(&shape, &inputs, &mut verify, &mut write).expect("valid workload");
     assert_eq!(summary.verify_num_valid, verify_entries);
-    let mut inputs = shape.write_inputs();
+    let mut inputs = shape.try_write_inputs().expect("bench buffers allocate");
     let p = inputs.parts_mut();
     let mut i = 0;
     for row in batch.rows() {
@@ -153,7 +158,7 @@ fn prefill_of(batch: &Batch) -> Batch {
 }
 
 /// Runs `step`'s write into `canary` and checks it recorded no violation.
-fn write_clean(step: &Step, launch: &Launch<'_>, canary: &mut Canary) {
+fn write_clean(step: &Step, launch: &LaunchSettings<'_>, canary: &mut Canary) {
     let mut counters = HealthCounters::new();
     let s = cpu::write(
         &step.shape,
@@ -206,7 +211,7 @@ fn verify_group(
     name: &str,
     step: &Step,
     plan: &VerifyPlan<Unchecked>,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     canary: &Canary,
     kv: &[Vec<u8>],
     violations: u64,
@@ -271,7 +276,7 @@ fn verify_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
     let decode = common::batch(rng, bs, prefix..=prefix, 1);
     let prefill = step(&prefill_of(&decode), &table, &tokens);
     let check = step(&decode, &table, &tokens);
-    let head = Launch::new(LaunchTag::HeadKFull);
+    let head = LaunchSettings::new(LaunchTag::HeadKFull);
     let mut canary = canary();
     write_clean(&prefill, &head, &mut canary);
 
@@ -383,7 +388,7 @@ fn write_group(
     c: &mut Criterion,
     name: &str,
     step: &Step,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     canary: &mut Canary,
     assert_on: bool,
     kv: &[Vec<u8>],
@@ -408,8 +413,11 @@ fn write_group(
         })
     });
     if assert_on {
-        let mut inputs: WriteInputs<Unchecked, InputAssertOn> =
-            step.inputs.clone().with_input_assert();
+        let mut inputs: WriteInputs<Unchecked, InputAssertOn> = step
+            .inputs
+            .clone()
+            .try_with_input_assert()
+            .expect("bench buffers allocate");
         let e = inputs.expected_mut();
         e.tokens.copy_from_slice(step.inputs.input_ids());
         e.positions.copy_from_slice(step.inputs.positions());
@@ -443,7 +451,7 @@ fn write_group(
 }
 
 fn write_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
-    let head = Launch::new(LaunchTag::HeadKFull);
+    let head = LaunchSettings::new(LaunchTag::HeadKFull);
     let mut canary = canary();
 
     // One prefill request of 8192 tokens.
@@ -498,7 +506,7 @@ fn write_benches(c: &mut Criterion, rng: &mut Rng, kv: &[Vec<u8>]) {
 }
 
 fn benches(c: &mut Criterion) {
-    let mut rng = Rng(SEED);
+    let mut rng = common::rng();
     let kv = kv_memory(&mut rng);
     verify_benches(c, &mut rng, &kv);
     write_benches(c, &mut rng, &kv);

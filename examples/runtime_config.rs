@@ -144,8 +144,8 @@ fn branded(args: &Args) -> Result<(), Error> {
             shape.write_req_capacity().get(),
             shape.write_entry_capacity().get()
         );
-        let mut verify = shape.verify_plan();
-        let mut write = shape.write_plan();
+        let mut verify = shape.try_verify_plan()?;
+        let mut write = shape.try_write_plan()?;
         let inputs = PlanInputs::full(&batch, &req_to_token);
         let summary = cpu::plan(&shape, &inputs, &mut verify, &mut write)?;
         common::print_batch(&batch);
@@ -161,13 +161,13 @@ fn unchecked(args: &Args) -> Result<(), Error> {
     // A verify plan cached from the old formula, bs x topk, instead of bs x (topk + 1).
     let stale_entries = args.max_bs * args.topk;
     let mut stale = match UncheckedCapacity::new("verify_capacity", stale_entries) {
-        Ok(capacity) => VerifyPlan::with_capacity(capacity),
+        Ok(capacity) => VerifyPlan::try_with_capacity(capacity)?,
         Err(err) => {
             println!("a plan of bs x topk = {stale_entries} entries cannot be allocated: {err}");
             return Ok(());
         }
     };
-    let mut write = shape.write_plan();
+    let mut write = shape.try_write_plan()?;
     let req_to_token = ReqToToken::zeros(args.max_bs + 1, args.topk + 2)?;
     let batch = Batch::from_columns([1], [1], [(args.topk + 1) as i64]);
     let inputs = PlanInputs::full(&batch, &req_to_token);

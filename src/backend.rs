@@ -23,8 +23,8 @@
 //!     inputs: &PlanInputs<'a, kv_canary::Full, kv_canary::NoExpectedTokens>,
 //! ) -> Result<B::PlanDone, kv_canary::Error> {
 //!     let shape = Shape::<Cap<8>, Cap<4>, Cap<16>>::new();
-//!     let mut verify = backend.verify_plan(shape.verify_capacity()).map_err(Into::into)?;
-//!     let mut write = backend.write_plan(shape.write_req_capacity()).map_err(Into::into)?;
+//!     let mut verify = backend.verify_plan(shape.verify_capacity())?;
+//!     let mut write = backend.write_plan(shape.write_req_capacity())?;
 //!     backend.plan(&shape, inputs, &mut verify, &mut write)
 //! }
 //!
@@ -36,7 +36,8 @@
 //! ```
 
 use crate::canary::{
-    CanaryBuffer, ChainPositionAssert, HealthCounters, Launch, LaunchTag, TokenCheck, ViolationRing,
+    CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchSettings, LaunchTag, TokenCheck,
+    ViolationRing,
 };
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use crate::cpu::{self, PlanSummary, VerifySummary, WriteSummary};
@@ -46,7 +47,6 @@ use crate::memory::{Host, Memory};
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::real_kv::RealKv;
 use crate::shape::Shape;
-use core::convert::Infallible;
 
 /// A place the canary ops run: allocates buffers in its [`Memory`] and runs write and verify on
 /// them (the plan op: [`PlanWith`]).
@@ -63,8 +63,6 @@ pub trait Backend {
     type WriteDone: Copy + Default + core::fmt::Debug;
     /// What a plan launch returns (the CPU: its [`PlanSummary`]).
     type PlanDone: Copy + core::fmt::Debug;
-    /// Why an allocation failed ([`Infallible`] where it cannot).
-    type AllocError: Into<Error> + core::fmt::Debug;
 
     /// No real-KV fingerprint (head launches, sweeps).
     fn no_real_kv() -> Self::RealKv<'static>;
@@ -83,32 +81,21 @@ pub trait Backend {
     fn check_real_kv_covers(real_kv: &Self::RealKv<'_>, slots: usize) -> Result<(), Error>;
 
     /// A verify plan of `capacity` entries (disabled, empty).
-    fn verify_plan<C: Capacity>(
-        &self,
-        capacity: C,
-    ) -> Result<VerifyPlan<C, Self::Memory>, Self::AllocError>;
+    fn verify_plan<C: Capacity>(&self, capacity: C) -> Result<VerifyPlan<C, Self::Memory>, Error>;
     /// A write plan of `capacity` requests (no request).
-    fn write_plan<C: Capacity>(
-        &self,
-        capacity: C,
-    ) -> Result<WritePlan<C, Self::Memory>, Self::AllocError>;
+    fn write_plan<C: Capacity>(&self, capacity: C) -> Result<WritePlan<C, Self::Memory>, Error>;
     /// A canary buffer of `slots` slots, every record zero.
-    fn canary_buffer<S: Capacity>(
-        &self,
-        slots: S,
-    ) -> Result<CanaryBuffer<S, Self::Memory>, Self::AllocError>;
+    fn canary_buffer<S: Capacity>(&self, slots: S) -> Result<CanaryBuffer<S, Self::Memory>, Error>;
     /// An empty violation ring of `rows` rows.
-    fn violation_ring<R: Capacity>(
-        &self,
-        rows: R,
-    ) -> Result<ViolationRing<R, Self::Memory>, Self::AllocError>;
+    fn violation_ring<R: Capacity>(&self, rows: R)
+        -> Result<ViolationRing<R, Self::Memory>, Error>;
     /// A pair of health counters at 0.
-    fn health_counters(&self) -> Result<HealthCounters<Self::Memory>, Self::AllocError>;
+    fn health_counters(&self) -> Result<HealthCounters<Self::Memory>, Error>;
     /// Per-token write inputs of `capacity` entries, input assert off, all zero.
     fn write_inputs<E: Capacity>(
         &self,
         capacity: E,
-    ) -> Result<WriteInputs<E, crate::input::InputAssertOff, Self::Memory>, Self::AllocError>;
+    ) -> Result<WriteInputs<E, crate::input::InputAssertOff, Self::Memory>, Error>;
     /// Empties `ring` (its write index back to 0).
     fn clear_ring<R: Capacity>(
         &self,
@@ -186,11 +173,10 @@ pub struct Cpu;
 impl Backend for Cpu {
     type Memory = Host;
     type RealKv<'k> = RealKv<'k>;
-    type Settings<'k> = Launch<'k>;
+    type Settings<'k> = LaunchSettings<'k>;
     type VerifyDone = VerifySummary;
     type WriteDone = WriteSummary;
     type PlanDone = PlanSummary;
-    type AllocError = Infallible;
 
     fn no_real_kv() -> RealKv<'static> {
         RealKv::NONE
@@ -201,7 +187,7 @@ impl Backend for Cpu {
         real_kv: Self::RealKv<'k>,
         chain_position_assert: ChainPositionAssert,
     ) -> Self::Settings<'k> {
-        Launch::new(tag)
+        LaunchSettings::new(tag)
             .with_real_kv(real_kv)
             .with_chain_position_assert(chain_position_assert)
     }
@@ -224,28 +210,28 @@ impl Backend for Cpu {
         Ok(())
     }
 
-    fn verify_plan<C: Capacity>(&self, capacity: C) -> Result<VerifyPlan<C>, Infallible> {
-        Ok(VerifyPlan::with_capacity(capacity))
+    fn verify_plan<C: Capacity>(&self, capacity: C) -> Result<VerifyPlan<C>, Error> {
+        VerifyPlan::try_with_capacity(capacity)
     }
 
-    fn write_plan<C: Capacity>(&self, capacity: C) -> Result<WritePlan<C>, Infallible> {
-        Ok(WritePlan::with_capacity(capacity))
+    fn write_plan<C: Capacity>(&self, capacity: C) -> Result<WritePlan<C>, Error> {
+        WritePlan::try_with_capacity(capacity)
     }
 
-    fn canary_buffer<S: Capacity>(&self, slots: S) -> Result<CanaryBuffer<S>, Infallible> {
-        Ok(CanaryBuffer::with_capacity(slots))
+    fn canary_buffer<S: Capacity>(&self, slots: S) -> Result<CanaryBuffer<S>, Error> {
+        CanaryBuffer::try_with_capacity(slots)
     }
 
-    fn violation_ring<R: Capacity>(&self, rows: R) -> Result<ViolationRing<R>, Infallible> {
-        Ok(ViolationRing::with_capacity(rows))
+    fn violation_ring<R: Capacity>(&self, rows: R) -> Result<ViolationRing<R>, Error> {
+        ViolationRing::try_with_capacity(rows)
     }
 
-    fn health_counters(&self) -> Result<HealthCounters, Infallible> {
+    fn health_counters(&self) -> Result<HealthCounters, Error> {
         Ok(HealthCounters::new())
     }
 
-    fn write_inputs<E: Capacity>(&self, capacity: E) -> Result<WriteInputs<E>, Infallible> {
-        Ok(WriteInputs::with_capacity(capacity))
+    fn write_inputs<E: Capacity>(&self, capacity: E) -> Result<WriteInputs<E>, Error> {
+        WriteInputs::try_with_capacity(capacity)
     }
 
     fn clear_ring<R: Capacity>(&self, ring: &mut ViolationRing<R>) -> Result<(), Error> {
@@ -260,7 +246,7 @@ impl Backend for Cpu {
         shape: &Shape<V, W, E>,
         plan: &VerifyPlan<VB>,
         check: K,
-        settings: &Launch<'_>,
+        settings: &LaunchSettings<'_>,
         canary: &CanaryBuffer<S>,
         ring: &mut ViolationRing<R>,
         counters: &mut HealthCounters,
@@ -282,7 +268,7 @@ impl Backend for Cpu {
         shape: &Shape<V, W, E>,
         plan: &WritePlan<WB>,
         inputs: &WriteInputs<EB, A>,
-        settings: &Launch<'_>,
+        settings: &LaunchSettings<'_>,
         canary: &mut CanaryBuffer<S>,
         ring: &mut ViolationRing<R>,
         counters: &mut HealthCounters,

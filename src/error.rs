@@ -102,6 +102,10 @@ pub enum Error {
     WriteTokenCountOverflow {
         /// Batch row at which the sum overflowed.
         row: usize,
+        /// `(sum of the rows before it, its extend_seq_len)`: the two lengths whose sum
+        /// overflowed, where the backend knows them (the CPU ops do; the CUDA kernels report
+        /// the row only).
+        lengths: Option<(i64, i64)>,
     },
     /// A value that must be one of a few named constants is not.
     InvalidEnumValue {
@@ -109,6 +113,59 @@ pub enum Error {
         what: &'static str,
         /// The rejected value.
         value: i64,
+    },
+    /// A host buffer cannot be allocated: its size overflows, exceeds `isize::MAX` bytes, or
+    /// the allocator refused it. Names the requested size as `rows x cols` elements (`cols` is
+    /// 1 for a 1-D array) of `element_bytes` bytes each.
+    AllocationFailed {
+        /// Which buffer.
+        what: &'static str,
+        /// Elements requested (rows of a 2-D table).
+        rows: u128,
+        /// Columns of a 2-D table; 1 for a 1-D array.
+        cols: u128,
+        /// Bytes per element.
+        element_bytes: usize,
+    },
+    /// A capacity derived from two run-time factors overflows `usize`.
+    CapacityOverflow {
+        /// Which capacity.
+        what: &'static str,
+        /// Its formula over the factors, for example `"max_bs x tokens_per_req"`.
+        formula: &'static str,
+        /// The first factor.
+        a: usize,
+        /// The second factor.
+        b: usize,
+    },
+    /// A capacity too large for an array derived from it (`write_offsets` holds
+    /// `write_req_capacity + 1` entries).
+    CapacityTooLarge {
+        /// Which capacity.
+        what: &'static str,
+        /// The capacity given.
+        capacity: usize,
+        /// Why it is too large, in words.
+        reason: &'static str,
+    },
+    /// More sweep entries than a verify plan holds.
+    SweepTooLong {
+        /// Entries given.
+        entries: usize,
+        /// The plan's verify capacity.
+        verify_capacity: usize,
+    },
+    /// A canary slot stride that is below 32 bytes or not a multiple of 8.
+    InvalidSlotStride {
+        /// The stride given, in bytes.
+        bytes: usize,
+    },
+    /// A canary slot index (host access by slot number) outside the canary buffer.
+    CanarySlotOutOfRange {
+        /// The slot given.
+        slot: usize,
+        /// Slots in the canary buffer.
+        num_slots: usize,
     },
     /// A value outside its allowed range.
     OutOfRange {
@@ -134,8 +191,8 @@ pub enum Error {
     RealKvSource {
         /// Which parameter.
         what: &'static str,
-        /// The rejected value.
-        value: i64,
+        /// The rejected value (`i128` holds every `i64` parameter and every `usize` stride).
+        value: i128,
         /// The rule, in words.
         rule: &'static str,
     },
@@ -248,11 +305,16 @@ impl fmt::Display for Error {
                 rows,
                 cols,
                 len,
-            } => write!(
-                f,
-                "{what} must hold rows x cols = {rows} x {cols} = {} elements, got {len}",
-                rows.saturating_mul(*cols)
-            ),
+            } => match rows.checked_mul(*cols) {
+                Some(n) => write!(
+                    f,
+                    "{what} must hold rows x cols = {rows} x {cols} = {n} elements, got {len}"
+                ),
+                None => write!(
+                    f,
+                    "{what} must hold rows x cols = {rows} x {cols} elements, more than usize::MAX, got {len}"
+                ),
+            },
             BatchExceedsWriteCapacity {
                 bs,
                 write_req_capacity,
@@ -290,9 +352,65 @@ impl fmt::Display for Error {
                 f,
                 "batch row {row}: expected-token read at [{req_pool_index}][{column}] is outside the pool's {rows} x {cols}"
             ),
-            WriteTokenCountOverflow { row } => write!(
+            WriteTokenCountOverflow { row, lengths } => {
+                write!(f, "the sum of extend_seq_lens overflows i64 at batch row {row}")?;
+                match lengths {
+                    Some((sum, len)) => write!(
+                        f,
+                        ": the rows before it sum to {sum}, its extend_seq_len is {len}"
+                    ),
+                    None => Ok(()),
+                }
+            }
+            AllocationFailed {
+                what,
+                rows,
+                cols,
+                element_bytes,
+            } => {
+                write!(f, "cannot allocate {what}: {rows}")?;
+                if *cols != 1 {
+                    write!(f, " x {cols}")?;
+                }
+                write!(f, " elements of {element_bytes} bytes")?;
+                match rows
+                    .checked_mul(*cols)
+                    .and_then(|n| n.checked_mul(*element_bytes as u128))
+                {
+                    Some(bytes) => write!(f, " = {bytes} bytes"),
+                    None => f.write_str(", more than u128::MAX bytes"),
+                }
+            }
+            CapacityOverflow {
+                what,
+                formula,
+                a,
+                b,
+            } => write!(
                 f,
-                "the sum of extend_seq_lens overflows i64 at batch row {row}"
+                "{what} = {formula} = {a} x {b} overflows usize (at most {})",
+                usize::MAX
+            ),
+            CapacityTooLarge {
+                what,
+                capacity,
+                reason,
+            } => write!(f, "{what}={capacity} is too large: {reason}"),
+            SweepTooLong {
+                entries,
+                verify_capacity,
+            } => write!(
+                f,
+                "a sweep of {entries} entries exceeds the verify plan: at most verify_capacity={verify_capacity} entries (and at most i32::MAX = {}, verify_num_valid's type)",
+                i32::MAX
+            ),
+            InvalidSlotStride { bytes } => write!(
+                f,
+                "canary slot_stride_bytes must be in [32, ..) and a multiple of 8, got {bytes}"
+            ),
+            CanarySlotOutOfRange { slot, num_slots } => write!(
+                f,
+                "canary slot {slot} is outside the canary buffer's {num_slots} slots"
             ),
             InvalidEnumValue { what, value } => write!(f, "{what} has no meaning for value {value}"),
             OutOfRange {
@@ -329,7 +447,7 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "RealKvSource row is too narrow for its slot layout: a row holds {row_bytes} bytes but page_size={page_size} x num_bytes_per_token={num_bytes_per_token} needs {}",
-                page_size.saturating_mul(*num_bytes_per_token)
+                (*page_size as u128) * (*num_bytes_per_token as u128)
             ),
             RealKvSlotOutOfRange {
                 source,
@@ -372,16 +490,59 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// An allocation that cannot fail (the CPU backend's) converts into any error type.
-impl From<core::convert::Infallible> for Error {
-    fn from(never: core::convert::Infallible) -> Self {
-        match never {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overflowed_products_name_their_factors() {
+        let e = Error::TableShape {
+            what: "req_to_token",
+            rows: usize::MAX,
+            cols: 2,
+            len: 0,
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "kv-canary: req_to_token must hold rows x cols = {} x 2 elements, more than usize::MAX, got 0",
+                usize::MAX
+            )
+        );
+        let e = Error::RealKvRowTooNarrow {
+            row_bytes: 64,
+            page_size: usize::MAX,
+            num_bytes_per_token: 16,
+        };
+        assert!(
+            e.to_string()
+                .ends_with(&format!("needs {}", usize::MAX as u128 * 16)),
+            "{e}"
+        );
+        let e = Error::AllocationFailed {
+            what: "req_to_token",
+            rows: 1 << 40,
+            cols: 1,
+            element_bytes: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            "kv-canary: cannot allocate req_to_token: 1099511627776 elements of 4 bytes = 4398046511104 bytes"
+        );
+        let e = Error::AllocationFailed {
+            what: "t",
+            rows: u64::MAX.into(),
+            cols: u64::MAX.into(),
+            element_bytes: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "kv-canary: cannot allocate t: {0} x {0} elements of 4 bytes, more than u128::MAX bytes",
+                u64::MAX
+            )
+        );
+    }
 
     #[test]
     fn every_message_starts_with_the_crate_name() {

@@ -1,6 +1,8 @@
 //! The hash functions of spec §2.2, shared by every backend and every test.
 
-use crate::consts::CHAIN_HEAD_HASH;
+use crate::consts::{CANARY_CHAIN_ANCHOR, CHAIN_HEAD_HASH};
+
+static_assertions::const_assert_eq!(CHAIN_HEAD_HASH, splitmix64(CANARY_CHAIN_ANCHOR));
 
 /// The SplitMix64 finaliser (spec §2.2), wrapping arithmetic.
 #[inline(always)]

@@ -40,12 +40,13 @@
 //! cpu::plan(&shape, &PlanInputs::full(&batch, &table), &mut stale, &mut write);
 //! ```
 //!
-//! Engines drive the ops through [`step`]: a [`Canary`] owns every buffer of one KV group and
+//! Engines drive the ops through [`step`]: a [`step::Canary`] owns every buffer of one KV group and
 //! runs each forward step's launches in the only order that checks anything (the raw ops, called
 //! one by one, are shown at [`cpu::write`]):
 //!
 //! ```
-//! use kv_canary::{Batch, Canary, Cap, PlanInputs, ReqToToken, Shape, TailKv};
+//! use kv_canary::step::{Canary, TailKv};
+//! use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape};
 //!
 //! // The shape above, canary buffers of 64 KV slots, a 16-row violation ring.
 //! let mut canary = Canary::full(Shape::<Cap<8>, Cap<4>, Cap<16>>::new(), Cap::<64>, Cap::<16>);
@@ -70,13 +71,31 @@
 //! # Ok::<(), kv_canary::Error>(())
 //! ```
 //!
-//! Modules: [`capacity`] (static, derived, branded and unchecked capacities), [`shape`] (knobs to
-//! capacities), [`plan`] (the plan buffers), [`input`] (plan inputs as types), [`hash`] and
-//! [`consts`] (spec §2), [`canary`] (canary buffer, violation ring, counters, launch settings),
-//! [`real_kv`] (real-KV fingerprints), [`cpu`] (the reference ops: plan, write, verify, scatter),
-//! [`step`] (the per-step API engines call: a [`Canary`] that runs plan, head verify, write and
-//! tail verify in order), and with the `cuda` feature `cuda` (the same ops as CUDA kernels on
-//! typed device buffers).
+//! # Where names live: one public path per item
+//!
+//! **Types of the data model are at the root, and only there**: capacities ([`Cap`],
+//! [`UncheckedCapacity`], the branded ones), shapes ([`Shape`], [`EngineKnobs`]), plan buffers
+//! ([`VerifyPlan`], [`WritePlan`]), plan and write inputs ([`Batch`], [`ReqToToken`],
+//! [`PlanInputs`], [`WriteInputs`]), the canary state ([`CanaryBuffer`], [`ViolationRing`],
+//! [`HealthCounters`], [`Violation`], [`FailReason`]), launch settings ([`LaunchSettings`],
+//! [`LaunchTag`]), real-KV fingerprints ([`RealKv`]), memory spaces ([`Host`]) and [`Error`].
+//! The modules that define them are private, so `kv_canary::VerifyPlan` is the one path.
+//!
+//! **Public modules are the layers that act on them**, and their items are reached through the
+//! module only (their names would clash or mean nothing at the root):
+//!
+//! * [`cpu`]: the reference ops (`cpu::plan`, `cpu::write`, `cpu::verify`,
+//!   `cpu::scatter_req_token_ids`) and their summaries;
+//! * [`step`]: the per-step API engines call ([`step::Canary`] runs plan, head verify, write and
+//!   tail verify in order; its stages and [`step::StepReport`]);
+//! * `cuda` (feature `cuda`): the same ops as CUDA kernels on typed device buffers;
+//! * [`hash`] and [`consts`]: the hash functions and constants of spec §2;
+//! * [`backend`]: the seam the CPU and CUDA backends implement ([`backend::Backend`],
+//!   [`backend::Cpu`]), so code driving the ops is written once.
+//!
+//! Inside the crate, code imports each item from its defining module (`crate::plan::VerifyPlan`),
+//! never through the root re-exports. The one exception is [`Error`], the error type every
+//! layer returns: it is imported as `crate::Error`.
 // `unsafe` is denied everywhere; only the CUDA backend (driver calls) allows it, with a
 // `// SAFETY:` comment on every block.
 #![deny(unsafe_code)]
@@ -84,8 +103,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
-pub mod canary;
-pub mod capacity;
+mod canary;
+mod capacity;
 pub mod consts;
 pub mod cpu;
 #[cfg(feature = "cuda")]
@@ -94,34 +113,39 @@ pub mod cpu;
 pub mod cuda;
 mod error;
 pub mod hash;
-pub mod input;
+mod input;
 mod memory;
-pub mod plan;
-pub mod real_kv;
-pub mod shape;
+mod plan;
+mod real_kv;
+mod shape;
 pub mod step;
 
 pub use canary::{
-    CanaryBuffer, CanarySlot, ChainPositionAssert, FailReason, HealthCounters, Launch, LaunchTag,
-    SlotStride, TokenCheck, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
+    CanaryBuffer, CanarySlot, ChainPositionAssert, FailReason, HealthCounters, LaunchSettings,
+    LaunchTag, SlotStride, TokenCheck, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
 };
 pub use capacity::{
-    Cap, Capacity, Derived, StaticCapacity, ToCap, ToTypenum, TypenumCap, UncheckedCapacity,
-    VerifyCapacity, WriteEntryCapacity, WriteReqCapacity,
+    Brand, Cap, Capacity, Derived, NamedVerifyCapacity, NamedWriteEntryCapacity,
+    NamedWriteReqCapacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity,
+    StaticCapacity, ToCap, ToTypenum, TypenumCap, UncheckedCapacity, VerifyCapacity,
+    WriteEntryCapacity, WriteReqCapacity,
 };
 pub use error::Error;
 pub use input::{
-    Batch, BatchRow, ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, Full, Group,
-    InputAssertOff, InputAssertOn, NoExpectedTokens, PlanInputs, PositionOffset, ReqToToken, Swa,
-    SwaWindow, WriteInputs,
+    Batch, BatchRow, ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, ExpectedWriteInputs,
+    ExpectedWriteInputsMut, Full, Group, InputAssertOff, InputAssertOn, NoExpectedTokens,
+    PlanInputs, PositionOffset, ReqTable, ReqToToken, SlotIds, Swa, SwaWindow, TableKind, TokenIds,
+    WriteInputAssert, WriteInputs, WriteInputsMut,
 };
 #[cfg(feature = "cuda")]
 pub use memory::Device;
 pub use memory::{Element, Host, Memory};
-pub use plan::{VerifyEntry, VerifyPlan, WritePlan};
-pub use real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
+pub use plan::{VerifyEntry, VerifyPlan, VerifyPlanMut, WritePlan, WritePlanMut, WriteRequest};
+pub use real_kv::{
+    AtMostFourSources, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources,
+    RowLayout, SourceCount,
+};
 pub use shape::{
     BrandedShape, EngineKnobs, NamedShape, PoolShape, Shape, SpeculativeShape, StaticShape,
     UncheckedShape, VerifyCapacityRule,
 };
-pub use step::{Canary, StepReport, TailKv};

@@ -23,6 +23,7 @@ use crate::capacity::{
     WriteEntryCapacity, WriteReqCapacity,
 };
 use crate::input::WriteInputs;
+use crate::memory::static_size;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::Error;
 use core::marker::PhantomData;
@@ -50,18 +51,40 @@ impl<V: Capacity, W: Capacity, E: Capacity> Shape<V, W, E> {
     pub fn write_entry_capacity(&self) -> E {
         self.write_entries
     }
-    /// A host verify plan of this shape's verify capacity.
-    pub fn verify_plan(&self) -> VerifyPlan<V> {
-        VerifyPlan::with_capacity(self.verify)
+    /// A host verify plan of this shape's verify capacity; one that cannot be allocated is
+    /// [`Error::AllocationFailed`] naming its size.
+    pub fn try_verify_plan(&self) -> Result<VerifyPlan<V>, Error> {
+        VerifyPlan::try_with_capacity(self.verify)
     }
-    /// A host write plan of this shape's write-request capacity.
-    pub fn write_plan(&self) -> WritePlan<W> {
-        WritePlan::with_capacity(self.write_reqs)
+    /// A host write plan of this shape's write-request capacity (fallible, as
+    /// [`try_verify_plan`](Self::try_verify_plan)).
+    pub fn try_write_plan(&self) -> Result<WritePlan<W>, Error> {
+        WritePlan::try_with_capacity(self.write_reqs)
     }
     /// Host per-token write inputs of this shape's write-entry capacity, input assert off
-    /// (turn it on with [`WriteInputs::with_input_assert`]).
+    /// (turn it on with [`WriteInputs::try_with_input_assert`]); fallible, as
+    /// [`try_verify_plan`](Self::try_verify_plan).
+    pub fn try_write_inputs(&self) -> Result<WriteInputs<E>, Error> {
+        WriteInputs::try_with_capacity(self.write_entries)
+    }
+}
+
+/// The infallible allocations of a static shape, whose sizes are fixed when the engine is
+/// compiled (each panics only if the machine cannot hold them, like a `Box<[i64; N]>`). Run-time
+/// shapes ([`Shape::branded`], [`Shape::unchecked`]) allocate with the `try_` forms.
+impl<V: StaticCapacity, W: StaticCapacity, E: StaticCapacity> Shape<V, W, E> {
+    /// A host verify plan of `V` entries.
+    pub fn verify_plan(&self) -> VerifyPlan<V> {
+        static_size(self.try_verify_plan())
+    }
+    /// A host write plan of `W` requests.
+    pub fn write_plan(&self) -> WritePlan<W> {
+        static_size(self.try_write_plan())
+    }
+    /// Host per-token write inputs of `E` entries, input assert off (turn it on with
+    /// [`WriteInputs::with_input_assert`]).
     pub fn write_inputs(&self) -> WriteInputs<E> {
-        WriteInputs::with_capacity(self.write_entries)
+        static_size(self.try_write_inputs())
     }
 }
 
@@ -240,41 +263,58 @@ impl EngineKnobs {
         }
     }
 
-    /// The verify capacity these knobs derive.
+    /// The verify capacity these knobs derive; a product that overflows is
+    /// [`Error::CapacityOverflow`] naming both factors.
     pub fn verify_capacity(&self) -> Result<usize, Error> {
+        const WHAT: &str = "verify_capacity";
         let n = match self.verify {
-            VerifyCapacityRule::PoolSlots { pool_slots } => pool_slots.checked_mul(3),
-            VerifyCapacityRule::MaxSeqLen { max_seq_len } => Some(max_seq_len),
-            VerifyCapacityRule::TokensPerForward => self.max_bs.checked_mul(self.tokens_per_req),
-            VerifyCapacityRule::Exact(n) => Some(n),
+            VerifyCapacityRule::PoolSlots { pool_slots } => {
+                product(WHAT, "3 x pool_slots", 3, pool_slots)?
+            }
+            VerifyCapacityRule::MaxSeqLen { max_seq_len } => max_seq_len,
+            VerifyCapacityRule::TokensPerForward => self.tokens_per_forward(WHAT)?,
+            VerifyCapacityRule::Exact(n) => n,
         };
-        positive("verify_capacity", n)
+        positive(WHAT, n)
     }
 
     /// The write-request capacity: `max_bs`.
     pub fn write_req_capacity(&self) -> Result<usize, Error> {
-        positive("write_req_capacity", Some(self.max_bs))
+        positive("write_req_capacity", self.max_bs)
     }
 
     /// The write-entry capacity: `max(max_bs x tokens_per_req, max_extend_tokens)`.
     pub fn write_entry_capacity(&self) -> Result<usize, Error> {
-        let per_step = self.max_bs.checked_mul(self.tokens_per_req);
-        positive(
-            "write_entry_capacity",
-            per_step.map(|n| n.max(self.max_extend_tokens)),
+        const WHAT: &str = "write_entry_capacity";
+        let per_step = self.tokens_per_forward(WHAT)?;
+        positive(WHAT, per_step.max(self.max_extend_tokens))
+    }
+
+    /// `max_bs x tokens_per_req`, for the capacity `what`.
+    fn tokens_per_forward(&self, what: &'static str) -> Result<usize, Error> {
+        product(
+            what,
+            "max_bs x tokens_per_req",
+            self.max_bs,
+            self.tokens_per_req,
         )
     }
 }
 
-fn positive(what: &'static str, n: Option<usize>) -> Result<usize, Error> {
-    match n {
-        Some(0) => Err(Error::ZeroCapacity { what, value: 0 }),
-        Some(n) => Ok(n),
-        None => Err(Error::OutOfRange {
-            what,
-            value: i64::MAX,
-            allowed: "[1, usize::MAX] (the product overflowed)",
-        }),
+fn product(what: &'static str, formula: &'static str, a: usize, b: usize) -> Result<usize, Error> {
+    a.checked_mul(b).ok_or(Error::CapacityOverflow {
+        what,
+        formula,
+        a,
+        b,
+    })
+}
+
+fn positive(what: &'static str, n: usize) -> Result<usize, Error> {
+    if n == 0 {
+        Err(Error::ZeroCapacity { what, value: 0 })
+    } else {
+        Ok(n)
     }
 }
 
@@ -308,13 +348,16 @@ impl BrandedShape<'_> {
     ///
     /// Every buffer allocated from the shape carries the brand, and every launch that takes the
     /// shape demands the same brand, so a buffer from another shape — even one computed from the
-    /// same numbers — does not compile. Errors only when a capacity comes out zero or overflows.
+    /// same numbers — does not compile. Errors only when a capacity comes out zero or overflows;
+    /// `f` allocates with the fallible `try_` forms, so a capacity too large for the machine is
+    /// an error there too.
     ///
     /// ```
     /// use kv_canary::{EngineKnobs, Shape, VerifyCapacityRule};
     /// let knobs = EngineKnobs { max_bs: 4, tokens_per_req: 1, max_extend_tokens: 64,
     ///                           verify: VerifyCapacityRule::PoolSlots { pool_slots: 100 } };
-    /// let entries = Shape::branded(&knobs, |shape| shape.verify_plan().slot_indices().len())?;
+    /// let entries =
+    ///     Shape::branded(&knobs, |shape| shape.try_verify_plan().map(|p| p.slot_indices().len()))??;
     /// assert_eq!(entries, 300);
     /// # Ok::<(), kv_canary::Error>(())
     /// ```
@@ -433,12 +476,62 @@ mod tests {
     }
 
     #[test]
+    fn overflowed_knob_products_name_their_factors() {
+        let big = EngineKnobs::draft_step(usize::MAX / 2, 2);
+        let msg = format!(
+            "= max_bs x tokens_per_req = {} x 3 overflows usize",
+            usize::MAX / 2
+        );
+        for err in [
+            big.verify_capacity().unwrap_err(),
+            big.write_entry_capacity().unwrap_err(),
+        ] {
+            assert!(err.to_string().contains(&msg), "{err}");
+        }
+        let pool = EngineKnobs {
+            verify: VerifyCapacityRule::PoolSlots {
+                pool_slots: usize::MAX,
+            },
+            ..EngineKnobs::draft_step(1, 0)
+        };
+        assert_eq!(
+            pool.verify_capacity().unwrap_err(),
+            Error::CapacityOverflow {
+                what: "verify_capacity",
+                formula: "3 x pool_slots",
+                a: 3,
+                b: usize::MAX
+            }
+        );
+    }
+
+    #[test]
+    fn absurd_run_time_shapes_are_allocation_errors() {
+        let knobs = EngineKnobs {
+            verify: VerifyCapacityRule::Exact(1 << 61),
+            ..EngineKnobs::draft_step(1 << 50, 0)
+        };
+        let shape = Shape::unchecked(&knobs).unwrap();
+        assert!(matches!(
+            shape.try_verify_plan(),
+            Err(Error::AllocationFailed {
+                rows: 0x2000_0000_0000_0000,
+                ..
+            })
+        ));
+        assert!(shape.try_write_plan().is_err());
+        assert!(shape.try_write_inputs().is_err());
+        let err = Shape::branded(&knobs, |s| s.try_verify_plan().map(|_| ())).unwrap();
+        assert!(err.is_err());
+    }
+
+    #[test]
     fn branded_and_unchecked_shapes_allocate_their_capacities() {
         let k = EngineKnobs::draft_step(3, 1);
         let n = Shape::branded(&k, |s| {
             (
-                s.verify_plan().slot_indices().len(),
-                s.write_plan().offsets().len(),
+                s.try_verify_plan().unwrap().slot_indices().len(),
+                s.try_write_plan().unwrap().offsets().len(),
             )
         })
         .unwrap();
@@ -466,13 +559,16 @@ mod named_tests {
             format!("{:?}", shape.verify_capacity()),
             "NamedVerifyCapacity<Draft>(24)"
         );
-        let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+        let (mut verify, mut write) = (
+            shape.try_verify_plan().unwrap(),
+            shape.try_write_plan().unwrap(),
+        );
         let inputs = PlanInputs::full(&batch, &table);
         let summary = cpu::plan(&shape, &inputs, &mut verify, &mut write).unwrap();
         assert_eq!(summary.verify_num_valid, 3);
         // The same name from other numbers: compared at the call, both numbers named.
         let other = NamedShape::<Draft>::named(&EngineKnobs::speculative(4, 1, 4)).unwrap();
-        let mut stale = other.verify_plan();
+        let mut stale = other.try_verify_plan().unwrap();
         let err = cpu::plan(&shape, &inputs, &mut stale, &mut write).unwrap_err();
         assert_eq!(
             err,

@@ -5,44 +5,21 @@
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, SamplingMode};
 use kv_canary::{Batch, ExpectedTokenTable, ReqToToken};
+use rand::seq::SliceRandom as _;
+use rand::{RngExt as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
 /// The seed every bench starts from, so every run measures the same inputs.
 pub const SEED: u64 = 0x6b76_2d63_616e_6172;
 
-/// splitmix64: a small seeded generator, enough for shuffles and uniform draws.
-pub struct Rng(pub u64);
+/// The benches' seeded generator: `rand_chacha`'s ChaCha8 (portable, reproducible).
+pub type Rng = ChaCha8Rng;
 
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, n)` (modulo bias is irrelevant here).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// A uniform shuffle (Fisher-Yates).
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            v.swap(i, self.below(i + 1));
-        }
-    }
-
-    /// Fills `bytes` with random bytes.
-    pub fn fill(&mut self, bytes: &mut [u8]) {
-        for chunk in bytes.chunks_mut(8) {
-            let w = self.next().to_le_bytes();
-            chunk.copy_from_slice(&w[..chunk.len()]);
-        }
-    }
+/// The generator every bench starts from ([`SEED`]).
+pub fn rng() -> Rng {
+    ChaCha8Rng::seed_from_u64(SEED)
 }
 
 /// A `req_to_token` table of `requests + 1` rows of `width` cells: row 0 is the padding row (all
@@ -55,7 +32,7 @@ pub fn slot_table(rng: &mut Rng, requests: usize, width: usize, num_slots: usize
         "{cells} cells need more than {num_slots} slots"
     );
     let mut slots: Vec<i32> = (1..num_slots as i32).collect();
-    rng.shuffle(&mut slots);
+    slots.shuffle(rng);
     let mut data = vec![0i32; width];
     data.extend_from_slice(&slots[..cells]);
     ReqToToken::from_vec(requests + 1, width, data).expect("table shape")
@@ -65,10 +42,10 @@ pub fn slot_table(rng: &mut Rng, requests: usize, width: usize, num_slots: usize
 /// uniformly from `prefix` and `extend` new tokens each.
 pub fn batch(rng: &mut Rng, bs: usize, prefix: RangeInclusive<usize>, extend: i64) -> Batch {
     let mut rows: Vec<i64> = (1..=bs as i64).collect();
-    rng.shuffle(&mut rows);
+    rows.shuffle(rng);
     let span = prefix.end() - prefix.start() + 1;
     let prefixes = (0..bs)
-        .map(|_| (prefix.start() + rng.below(span)) as i64)
+        .map(|_| (prefix.start() + rng.random_range(0..span)) as i64)
         .collect();
     Batch::try_from_columns(rows, prefixes, vec![extend; bs]).expect("batch columns")
 }
@@ -77,7 +54,7 @@ pub fn batch(rng: &mut Rng, bs: usize, prefix: RangeInclusive<usize>, extend: i6
 pub fn token_pool(rng: &mut Rng, table: &ReqToToken) -> ExpectedTokenTable {
     let (rows, width) = (table.rows(), table.width());
     let data = (0..rows * width)
-        .map(|_| rng.below(150_000) as i32)
+        .map(|_| rng.random_range(0..150_000i32))
         .collect();
     ExpectedTokenTable::from_vec(rows, width, data).expect("pool shape")
 }

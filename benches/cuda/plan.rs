@@ -4,8 +4,10 @@
 use crate::timing::{self, print_table, Lead, Row};
 use crate::Options;
 use kv_canary::cuda::{self, floors::L2Flush, Gpu, LaunchConfig, PlanKernel, Stream};
-use kv_canary::input::ExpectedTokenTable;
+use kv_canary::ExpectedTokenTable;
 use kv_canary::{Batch, BatchRow, Error, ReqToToken, UncheckedCapacity, UncheckedShape};
+use rand::{RngExt as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng;
 
 /// One workload of the plan table.
 pub struct Workload {
@@ -90,17 +92,6 @@ pub const WORKLOADS: &[Workload] = &[
 /// Slots of the full KV pool the workloads draw from (and the LUT's length - 1).
 const POOL_SLOTS: i64 = 1 << 24;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        kv_canary::hash::splitmix64(self.0)
-    }
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i64
-    }
-}
-
 /// Device buffers of one workload.
 struct Prepared {
     shape: UncheckedShape,
@@ -118,21 +109,21 @@ struct Prepared {
 }
 
 fn prepare(gpu: &Gpu, wl: &Workload, seed: u64) -> Result<Prepared, Error> {
-    let mut rng = Rng(seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let prefixes: Vec<i64> = (0..wl.bs)
         .map(|_| {
             let m = wl.mean_prefix as i64;
             if wl.bs == 1 {
                 m + m / 20
             } else {
-                rng.range(m / 2, m + m / 2)
+                rng.random_range(m / 2..=m + m / 2)
             }
         })
         .collect();
     let width = *prefixes.iter().max().unwrap() as usize + 1;
     let rows = wl.bs + 1;
     let cells: Vec<i32> = (0..rows * width)
-        .map(|_| rng.range(1, POOL_SLOTS - 1) as i32)
+        .map(|_| rng.random_range(1..=POOL_SLOTS - 1) as i32)
         .collect();
     let host_table = ReqToToken::from_vec(rows, width, cells)?;
     let batch: Batch = prefixes
@@ -169,7 +160,7 @@ fn prepare(gpu: &Gpu, wl: &Workload, seed: u64) -> Result<Prepared, Error> {
     device_batch.upload(&batch)?;
     let lut = if wl.window > 0 {
         let host: Vec<i64> = (0..=POOL_SLOTS)
-            .map(|_| rng.range(1, POOL_SLOTS / 4))
+            .map(|_| rng.random_range(1..=POOL_SLOTS / 4))
             .collect();
         Some(cuda::DeviceLut::from_host(gpu, &host)?)
     } else {
@@ -177,7 +168,7 @@ fn prepare(gpu: &Gpu, wl: &Workload, seed: u64) -> Result<Prepared, Error> {
     };
     let pool = if wl.pool {
         let cells: Vec<i32> = (0..rows * width)
-            .map(|_| rng.range(0, 150_000) as i32)
+            .map(|_| rng.random_range(0..=150_000i32))
             .collect();
         let t = cuda::DeviceExpectedTable::from_host(
             gpu,
@@ -417,12 +408,12 @@ fn lut_floor(gpu: &Gpu, o: &Options, rows: &mut Vec<Row>) -> Result<(), Error> {
     use cust::memory::DeviceBuffer;
     use kv_canary::cuda::floors::{LutFloor, LutFloorMode};
     let n = 1usize << 20;
-    let mut rng = Rng(0x1F7_F100);
+    let mut rng = ChaCha8Rng::seed_from_u64(0x1F7_F100);
     let idx: Vec<i32> = (0..n)
-        .map(|_| rng.range(1, POOL_SLOTS - 1) as i32)
+        .map(|_| rng.random_range(1..=POOL_SLOTS - 1) as i32)
         .collect();
     let lut: Vec<i64> = (0..=POOL_SLOTS)
-        .map(|_| rng.range(1, POOL_SLOTS / 4))
+        .map(|_| rng.random_range(1..=POOL_SLOTS / 4))
         .collect();
     let cuda = |e: cust::error::CudaError| Error::Cuda {
         what: "LUT floor buffers",

@@ -11,8 +11,8 @@ use kv_canary::cuda::{
 };
 use kv_canary::hash::{chain_step, fold_words, splitmix64, CHAIN_HEAD};
 use kv_canary::{
-    real_kv::RowLayout, CanaryBuffer, CanarySlot, Error, HealthCounters, LaunchTag, RealKvHashMode,
-    RealKvParams, TokenCheckOff, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing,
+    CanaryBuffer, CanarySlot, Error, HealthCounters, LaunchTag, RealKvHashMode, RealKvParams,
+    RowLayout, TokenCheckOff, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing,
 };
 
 /// Slots of the 1 GiB canary buffer.
@@ -114,7 +114,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         )?
         .to_device(gpu)?;
         let shape = UncheckedShape::from_capacities(cap("v", n), cap("w", 1), cap("e", 1));
-        let ring = ViolationRing::with_capacity(cap("ring", 1024)).to_device(gpu)?;
+        let ring = ViolationRing::try_with_capacity(cap("ring", 1024))?.to_device(gpu)?;
         let counters = HealthCounters::new().to_device(gpu)?;
         let launch = DeviceLaunch::new(LaunchTag::TailKFull);
         let eager = timing::time(&stream, Lead::Idle, 5, o.reps, || {

@@ -10,8 +10,8 @@ use kv_canary::cuda::{
 };
 use kv_canary::hash::splitmix64;
 use kv_canary::{
-    real_kv::RowLayout, CanaryBuffer, ChainPositionAssert, Error, HealthCounters, LaunchTag,
-    RealKvHashMode, RealKvParams, UncheckedCapacity, UncheckedShape, ViolationRing, WriteInputs,
+    CanaryBuffer, ChainPositionAssert, Error, HealthCounters, LaunchTag, RealKvHashMode,
+    RealKvParams, RowLayout, UncheckedCapacity, UncheckedShape, ViolationRing, WriteInputs,
     WritePlan,
 };
 
@@ -145,7 +145,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         let locs: Vec<i64> = slots[..n].iter().map(|&s| s as i64).collect();
         let inputs = WriteInputs::from_parts(cap("e", n), ids, positions, locs)?.to_device(gpu)?;
         let shape = UncheckedShape::from_capacities(cap("v", 1), cap("w", wl.reqs), cap("e", n));
-        let ring = ViolationRing::with_capacity(cap("ring", 1024)).to_device(gpu)?;
+        let ring = ViolationRing::try_with_capacity(cap("ring", 1024))?.to_device(gpu)?;
         let counters = HealthCounters::new().to_device(gpu)?;
         let mut launch = DeviceLaunch::new(LaunchTag::TailKFull)
             .with_chain_position_assert(ChainPositionAssert::OFF);

@@ -3,9 +3,10 @@
 use crate::capacity::{Cap, Capacity};
 use crate::consts::{CANARY_FIELDS_PER_SLOT, CANARY_SLOT_BYTES};
 use crate::hash::{chain_step, CHAIN_HEAD};
-use crate::memory::{Host, Memory};
+use crate::memory::{host_table, static_size, Host, Memory};
 use crate::Error;
 use core::fmt;
+use derive_where::derive_where;
 
 /// Bytes per canary slot: at least 32 and a multiple of 8, checked once at construction.
 ///
@@ -21,11 +22,7 @@ impl SlotStride {
     /// A stride of `bytes` bytes; it must be at least 32 and a multiple of 8.
     pub fn new(bytes: usize) -> Result<SlotStride, Error> {
         if bytes < CANARY_SLOT_BYTES || !bytes.is_multiple_of(8) {
-            return Err(Error::OutOfRange {
-                what: "canary slot_stride_bytes",
-                value: i64::try_from(bytes).unwrap_or(i64::MAX),
-                allowed: "[32, ..) and a multiple of 8",
-            });
+            return Err(Error::InvalidSlotStride { bytes });
         }
         Ok(SlotStride(bytes))
     }
@@ -92,7 +89,12 @@ impl CanarySlot {
 /// Slot `s` occupies bytes `[s * stride, (s + 1) * stride)`; its first 32 bytes hold a
 /// [`CanarySlot`], the rest are never touched. The raw bytes are kept, so a buffer read back from
 /// a device or a dump keeps its tail bytes. Only the write op mutates it; verify reads it.
+///
+/// `Clone` and `PartialEq` hold for host buffers; equality compares stride and bytes (the
+/// capacity follows from them).
+#[derive_where(Clone, PartialEq; M::Array<u8>)]
 pub struct CanaryBuffer<S: Capacity, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: S,
     pub(crate) stride: SlotStride,
     pub(crate) bytes: M::Array<u8>,
@@ -100,8 +102,13 @@ pub struct CanaryBuffer<S: Capacity, M: Memory = Host> {
 
 impl<const N: usize> CanaryBuffer<Cap<N>> {
     /// A zeroed host buffer of `N` slots of 32 bytes.
+    ///
+    /// # Panics
+    ///
+    /// If the `N x 32` bytes cannot be allocated (a size fixed at compile time); run-time
+    /// capacities use [`try_with_capacity`](Self::try_with_capacity).
     pub fn new() -> Self {
-        Self::with_capacity(Cap)
+        static_size(Self::try_with_capacity(Cap))
     }
 }
 
@@ -112,22 +119,28 @@ impl<const N: usize> Default for CanaryBuffer<Cap<N>> {
 }
 
 impl<S: Capacity> CanaryBuffer<S> {
-    /// A zeroed host buffer of `capacity` slots of 32 bytes.
-    pub fn with_capacity(capacity: S) -> Self {
-        Self::with_stride(capacity, SlotStride::DEFAULT)
+    /// A zeroed host buffer of `capacity` slots of 32 bytes; a capacity whose bytes cannot be
+    /// allocated is [`Error::AllocationFailed`] naming it.
+    pub fn try_with_capacity(capacity: S) -> Result<Self, Error> {
+        Self::try_with_stride(capacity, SlotStride::DEFAULT)
     }
 
-    /// A zeroed host buffer of `capacity` slots of `stride` bytes.
-    pub fn with_stride(capacity: S, stride: SlotStride) -> Self {
-        let len = capacity
-            .get()
-            .checked_mul(stride.get())
-            .expect("kv-canary: canary buffer size overflows usize");
-        CanaryBuffer {
+    /// A zeroed host buffer of `capacity` slots of `stride` bytes; a size that cannot be
+    /// allocated is [`Error::AllocationFailed`] naming both factors.
+    pub fn try_with_stride(capacity: S, stride: SlotStride) -> Result<Self, Error> {
+        Ok(CanaryBuffer {
             capacity,
             stride,
-            bytes: vec![0; len].into(),
-        }
+            bytes: host_table("canary_buf", capacity.get(), stride.get(), 0)?,
+        })
+    }
+
+    /// The infallible form, for the CUDA backend's host copies of buffers that already exist on
+    /// the device (`to_host`); it panics with the allocation error. Crate-private: the public
+    /// API allocates run-time capacities with `try_with_capacity` and `try_with_stride` only.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn with_stride(capacity: S, stride: SlotStride) -> Self {
+        static_size(Self::try_with_stride(capacity, stride))
     }
 
     /// A host buffer from raw bytes (conformance dumps, FFI): `capacity` slots of
@@ -166,13 +179,11 @@ impl<S: Capacity> CanaryBuffer<S> {
     }
 
     /// Overwrites the record of slot `s` (its tail bytes stay); a slot outside the buffer is
-    /// [`Error::SlotOutOfRange`].
+    /// [`Error::CanarySlotOutOfRange`].
     pub fn set_slot(&mut self, s: usize, record: CanarySlot) -> Result<(), Error> {
         if s >= self.num_slots() {
-            return Err(Error::SlotOutOfRange {
-                what: "canary slot",
-                index: 0,
-                slot: i64::try_from(s).unwrap_or(i64::MAX),
+            return Err(Error::CanarySlotOutOfRange {
+                slot: s,
                 num_slots: self.num_slots(),
             });
         }
@@ -247,22 +258,8 @@ impl<S: Capacity, M: Memory> CanaryBuffer<S, M> {
 
 const _: () = assert!(CANARY_FIELDS_PER_SLOT * 8 == CANARY_SLOT_BYTES);
 
-impl<S: Capacity> Clone for CanaryBuffer<S> {
-    fn clone(&self) -> Self {
-        CanaryBuffer {
-            capacity: self.capacity,
-            stride: self.stride,
-            bytes: self.bytes.clone(),
-        }
-    }
-}
-
-impl<S: Capacity> PartialEq for CanaryBuffer<S> {
-    fn eq(&self, other: &Self) -> bool {
-        self.stride == other.stride && self.bytes == other.bytes
-    }
-}
-
+// Written out, not derived: it leaves out the bytes (megabytes in an engine), which a derive
+// would print.
 impl<S: Capacity> fmt::Debug for CanaryBuffer<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CanaryBuffer")
@@ -275,15 +272,18 @@ impl<S: Capacity> fmt::Debug for CanaryBuffer<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn stride_must_hold_four_fields_and_align_to_8() {
         assert_eq!(SlotStride::new(32).unwrap().get(), 32);
         assert_eq!(SlotStride::new(64).unwrap().get(), 64);
-        for bad in [0, 24, 31, 36, 60] {
+        for bad in [0, 24, 31, 36, 60, usize::MAX] {
             let err = SlotStride::new(bad).unwrap_err();
-            assert!(err.to_string().contains(&bad.to_string()), "{err}");
+            assert_eq!(
+                err.to_string(),
+                format!("kv-canary: canary slot_stride_bytes must be in [32, ..) and a multiple of 8, got {bad}")
+            );
         }
     }
 
@@ -304,7 +304,36 @@ mod tests {
         assert_eq!(&b[24..32], &[7, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(buf.slot(1), Some(rec));
         assert_eq!(buf.slot(3), None);
+        assert_eq!(
+            buf.set_slot(usize::MAX, rec).unwrap_err().to_string(),
+            format!(
+                "kv-canary: canary slot {} is outside the canary buffer's 3 slots",
+                usize::MAX
+            )
+        );
         assert!(buf.set_slot(3, rec).is_err());
+    }
+
+    #[test]
+    fn run_time_capacities_allocate_fallibly() {
+        let cap = UncheckedCapacity::new("num_slots", 1 << 40).unwrap();
+        let stride = SlotStride::new(1 << 30).unwrap();
+        assert_eq!(
+            CanaryBuffer::try_with_stride(cap, stride).unwrap_err(),
+            Error::AllocationFailed {
+                what: "canary_buf",
+                rows: 1 << 40,
+                cols: 1 << 30,
+                element_bytes: 1
+            }
+        );
+        let cap = UncheckedCapacity::new("num_slots", 1 << 61).unwrap();
+        assert!(CanaryBuffer::try_with_capacity(cap).is_err());
+        let cap = UncheckedCapacity::new("num_slots", 2).unwrap();
+        assert_eq!(
+            CanaryBuffer::try_with_capacity(cap).unwrap().as_bytes(),
+            &[0; 64]
+        );
     }
 
     #[test]

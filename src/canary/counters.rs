@@ -1,7 +1,7 @@
 //! [`HealthCounters`]: how much work the kernels did (spec §2.7).
 
 use crate::memory::{Host, Memory};
-use core::fmt;
+use derive_where::derive_where;
 
 /// The two health counters of one launch tag (spec §2.7), `i64` each.
 ///
@@ -12,6 +12,7 @@ use core::fmt;
 ///
 /// In production each launch tag has its own pair. Both counters wrap on `i64` overflow, like the
 /// device's 64-bit atomics.
+#[derive_where(Clone, PartialEq, Eq, Debug; M::Scalar<i64>)]
 pub struct HealthCounters<M: Memory = Host> {
     pub(crate) slot_run_counter: M::Scalar<i64>,
     pub(crate) kernel_run_counter: M::Scalar<i64>,
@@ -55,30 +56,6 @@ impl HealthCounters {
 impl Default for HealthCounters {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl Clone for HealthCounters {
-    fn clone(&self) -> Self {
-        Self::from_parts(self.slot_run_counter, self.kernel_run_counter)
-    }
-}
-
-impl PartialEq for HealthCounters {
-    fn eq(&self, other: &Self) -> bool {
-        self.slot_run_counter == other.slot_run_counter
-            && self.kernel_run_counter == other.kernel_run_counter
-    }
-}
-
-impl Eq for HealthCounters {}
-
-impl fmt::Debug for HealthCounters {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HealthCounters")
-            .field("slot_run_counter", &self.slot_run_counter)
-            .field("kernel_run_counter", &self.kernel_run_counter)
-            .finish()
     }
 }
 

@@ -8,15 +8,15 @@
 mod buffer;
 mod counters;
 mod fail_reason;
-mod launch;
 mod ring;
+mod settings;
 mod tag;
 mod violation;
 
 pub use buffer::{CanaryBuffer, CanarySlot, SlotStride};
 pub use counters::HealthCounters;
 pub use fail_reason::FailReason;
-pub use launch::{ChainPositionAssert, Launch, TokenCheck, TokenCheckOff, TokenCheckOn};
 pub use ring::ViolationRing;
+pub use settings::{ChainPositionAssert, LaunchSettings, TokenCheck, TokenCheckOff, TokenCheckOn};
 pub use tag::LaunchTag;
 pub use violation::Violation;

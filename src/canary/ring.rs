@@ -3,9 +3,10 @@
 use super::Violation;
 use crate::capacity::{Cap, Capacity};
 use crate::consts::VIOLATION_FIELDS;
-use crate::memory::{Host, Memory};
+use crate::memory::{host_table, static_size, Host, Memory};
 use crate::Error;
 use core::fmt;
+use derive_where::derive_where;
 
 /// The violation ring of spec §2.6: `R` rows (its capacity, in the type) of 8 `i64` fields, and
 /// the `i32` write index counting every violation recorded since the last clear.
@@ -14,7 +15,12 @@ use core::fmt;
 /// stored at `seq` only if `seq < R`, otherwise dropped. The index keeps counting past the
 /// capacity, so `write_index - R` rows were lost once it exceeds `R`. There is no wrap-around;
 /// the host clears the ring with [`clear`](ViolationRing::clear).
+///
+/// `Clone` and `PartialEq` hold for host rings; equality compares rows and write index (the
+/// capacity follows from the rows' length).
+#[derive_where(Clone, PartialEq; M::Array<i64>, M::Scalar<i32>)]
 pub struct ViolationRing<R: Capacity, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: R,
     pub(crate) rows: M::Array<i64>,
     pub(crate) write_index: M::Scalar<i32>,
@@ -22,8 +28,13 @@ pub struct ViolationRing<R: Capacity, M: Memory = Host> {
 
 impl<const N: usize> ViolationRing<Cap<N>> {
     /// An empty host ring of `N` rows.
+    ///
+    /// # Panics
+    ///
+    /// If the `N x 8` fields cannot be allocated (a size fixed at compile time); run-time
+    /// capacities use [`try_with_capacity`](Self::try_with_capacity).
     pub fn new() -> Self {
-        Self::with_capacity(Cap)
+        static_size(Self::try_with_capacity(Cap))
     }
 }
 
@@ -34,17 +45,22 @@ impl<const N: usize> Default for ViolationRing<Cap<N>> {
 }
 
 impl<R: Capacity> ViolationRing<R> {
-    /// An empty host ring of `capacity` rows (rows zeroed, write index 0).
-    pub fn with_capacity(capacity: R) -> Self {
-        let len = capacity
-            .get()
-            .checked_mul(VIOLATION_FIELDS)
-            .expect("kv-canary: violation ring size overflows usize");
-        ViolationRing {
+    /// An empty host ring of `capacity` rows (rows zeroed, write index 0). A capacity whose
+    /// `capacity x 8` fields cannot be allocated is [`Error::AllocationFailed`] naming it.
+    pub fn try_with_capacity(capacity: R) -> Result<Self, Error> {
+        Ok(ViolationRing {
             capacity,
-            rows: vec![0; len].into(),
+            rows: host_table("violation_ring", capacity.get(), VIOLATION_FIELDS, 0)?,
             write_index: 0,
-        }
+        })
+    }
+
+    /// The infallible form, for the CUDA backend's host copies of buffers that already exist on
+    /// the device (`to_host`); it panics with the allocation error. Crate-private: the public
+    /// API allocates run-time capacities with `try_with_capacity` only.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn with_capacity(capacity: R) -> Self {
+        static_size(Self::try_with_capacity(capacity))
     }
 
     /// A host ring from raw contents (conformance dumps, FFI): `rows` holds `capacity x 8`
@@ -134,22 +150,7 @@ impl<R: Capacity, M: Memory> ViolationRing<R, M> {
     }
 }
 
-impl<R: Capacity> Clone for ViolationRing<R> {
-    fn clone(&self) -> Self {
-        ViolationRing {
-            capacity: self.capacity,
-            rows: self.rows.clone(),
-            write_index: self.write_index,
-        }
-    }
-}
-
-impl<R: Capacity> PartialEq for ViolationRing<R> {
-    fn eq(&self, other: &Self) -> bool {
-        self.rows == other.rows && self.write_index == other.write_index
-    }
-}
-
+// Written out, not derived: it prints the rows as 8-field rows, a derive the flat array.
 impl<R: Capacity> fmt::Debug for ViolationRing<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ViolationRing")
@@ -163,7 +164,7 @@ impl<R: Capacity> fmt::Debug for ViolationRing<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn ten_violations_into_four_rows_count_ten() {
@@ -200,6 +201,28 @@ mod tests {
         let cap = UncheckedCapacity::new("ring_capacity", 2).unwrap();
         let err = ViolationRing::from_parts(cap, vec![0; 15], 0).unwrap_err();
         assert!(err.to_string().contains("15"), "{err}");
+    }
+
+    #[test]
+    fn run_time_capacities_allocate_fallibly() {
+        let cap = UncheckedCapacity::new("ring_capacity", usize::MAX).unwrap();
+        assert_eq!(
+            ViolationRing::try_with_capacity(cap).unwrap_err(),
+            Error::AllocationFailed {
+                what: "violation_ring",
+                rows: usize::MAX as u128,
+                cols: 8,
+                element_bytes: 8
+            }
+        );
+        let cap = UncheckedCapacity::new("ring_capacity", 3).unwrap();
+        assert_eq!(
+            ViolationRing::try_with_capacity(cap)
+                .unwrap()
+                .rows_flat()
+                .len(),
+            24
+        );
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! which an engine names in its structs:
 //!
 //! ```
-//! use kv_canary::capacity::{Capacity, NamedVerifyCapacity, UncheckedCapacity};
-//! use kv_canary::{Canary, EngineKnobs, NamedShape};
+//! use kv_canary::{Capacity, NamedVerifyCapacity, UncheckedCapacity};
+//! use kv_canary::step::Canary;
+//! use kv_canary::{EngineKnobs, NamedShape};
 //!
 //! /// The draft model's canary configuration (a marker type of the engine's).
 //! #[derive(Clone, Copy, Debug)]
@@ -17,8 +18,8 @@
 //! struct Engine {
 //!     canary: Canary<
 //!         NamedVerifyCapacity<Draft>,
-//!         kv_canary::capacity::NamedWriteReqCapacity<Draft>,
-//!         kv_canary::capacity::NamedWriteEntryCapacity<Draft>,
+//!         kv_canary::NamedWriteReqCapacity<Draft>,
+//!         kv_canary::NamedWriteEntryCapacity<Draft>,
 //!         UncheckedCapacity,
 //!         UncheckedCapacity,
 //!     >,
@@ -28,7 +29,7 @@
 //! let shape = NamedShape::<Draft>::named(&knobs)?;
 //! let slots = UncheckedCapacity::new("slots", 1024)?;
 //! let rows = UncheckedCapacity::new("ring rows", 64)?;
-//! let engine = Engine { canary: Canary::full(shape, slots, rows) };
+//! let engine = Engine { canary: Canary::try_full(shape, slots, rows)? };
 //! assert_eq!(engine.canary.shape().verify_capacity().get(), 3 * 1024);
 //! # Ok::<(), kv_canary::Error>(())
 //! ```

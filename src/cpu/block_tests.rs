@@ -4,26 +4,29 @@
 //! real-KV fingerprints over paged sources.
 
 use super::{verify, write};
-use crate::canary::{CanaryBuffer, HealthCounters, Launch, LaunchTag, ViolationRing};
+use crate::canary::{CanaryBuffer, HealthCounters, LaunchSettings, LaunchTag, ViolationRing};
+use crate::canary::{ChainPositionAssert, TokenCheckOff, TokenCheckOn};
 use crate::capacity::{Capacity, UncheckedCapacity};
 use crate::hash::{fold_words, mix3, splitmix64};
 use crate::input::WriteInputs;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 use crate::shape::UncheckedShape;
-use crate::{ChainPositionAssert, TokenCheckOff, TokenCheckOn};
+use rand::{RngExt as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng;
 
 const SLOTS: usize = 160;
 const ANCHOR: i64 = 0xDE7F_AE23_A9A1_B716_u64 as i64;
 
-struct Rng(u64);
+/// `rand_chacha`'s ChaCha8 with the draws these cases use.
+struct Rng(ChaCha8Rng);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(ChaCha8Rng::seed_from_u64(seed))
+    }
     fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
+        self.0.random_range(0..n)
     }
     fn slot(&mut self) -> i64 {
         self.below(SLOTS) as i64
@@ -127,7 +130,7 @@ fn canary(rng: &mut Rng) -> CanaryBuffer<UncheckedCapacity> {
 
 #[test]
 fn blocked_verify_matches_the_entry_model() {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let kv = kv_memory(&mut rng);
     for case in 0..300 {
         let buf = canary(&mut rng);
@@ -164,7 +167,7 @@ fn blocked_verify_matches_the_entry_model() {
         };
         *p.enable = i32::from(!rng.chance(5));
         let rk = real_kv(&mut rng, &kv);
-        let launch = Launch::new(LaunchTag::TailVSwa).with_real_kv(rk);
+        let launch = LaunchSettings::new(LaunchTag::TailVSwa).with_real_kv(rk);
         let token_check = rng.chance(50);
         let ring_rows = 1 + rng.below(40);
 
@@ -246,7 +249,7 @@ fn blocked_verify_matches_the_entry_model() {
 
 #[test]
 fn blocked_write_matches_the_entry_model() {
-    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let mut rng = Rng::new(0x2545_F491_4F6C_DD1D);
     let kv = kv_memory(&mut rng);
     for case in 0..300 {
         let mut buf = canary(&mut rng);
@@ -262,7 +265,9 @@ fn blocked_write_matches_the_entry_model() {
             .collect();
         let plan =
             WritePlan::from_parts(cap(reqs), offsets.clone(), seeds.clone(), reqs as i32).unwrap();
-        let mut inputs = WriteInputs::with_capacity(cap(n)).with_input_assert();
+        let mut inputs = WriteInputs::try_with_capacity(cap(n))
+            .and_then(WriteInputs::try_with_input_assert)
+            .unwrap();
         let p = inputs.parts_mut();
         for i in 0..n {
             // Seeds of later requests are often written by earlier ones.
@@ -290,7 +295,7 @@ fn blocked_write_matches_the_entry_model() {
         );
         let rk = real_kv(&mut rng, &kv);
         let flag = ChainPositionAssert::from_flag(rng.below(2) as i32);
-        let launch = Launch::new(LaunchTag::HeadVFull)
+        let launch = LaunchSettings::new(LaunchTag::HeadVFull)
             .with_real_kv(rk)
             .with_chain_position_assert(flag);
         let assert_inputs = rng.chance(50);

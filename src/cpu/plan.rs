@@ -8,7 +8,8 @@
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::input::{ExpectedTokenPool, ExpectedTokens, Group, PlanInputs};
 use crate::plan::{VerifyPlan, WritePlan};
-use crate::{Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 
 /// What one plan call produced, for logs and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -161,10 +162,12 @@ fn validate<G: Group, X: ExpectedTokens>(
                 }
             }
             totals.verify_entries += plan.verify_len as u64;
-            totals.write_tokens = totals
-                .write_tokens
-                .checked_add(plan.write_len)
-                .ok_or(Error::WriteTokenCountOverflow { row: r })?;
+            totals.write_tokens = totals.write_tokens.checked_add(plan.write_len).ok_or(
+                Error::WriteTokenCountOverflow {
+                    row: r,
+                    lengths: Some((totals.write_tokens, plan.write_len)),
+                },
+            )?;
         }
         rows.push(plan);
     }

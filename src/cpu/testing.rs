@@ -1,12 +1,16 @@
 //! Helpers shared by the write and verify unit tests.
 
 use super::{VerifySummary, WriteSummary};
-use crate::canary::{CanaryBuffer, HealthCounters, Launch, LaunchTag, TokenCheck, ViolationRing};
+use crate::canary::{
+    CanaryBuffer, HealthCounters, LaunchSettings, LaunchTag, TokenCheck, ViolationRing,
+};
+use crate::capacity::Cap;
 use crate::hash::{chain_step, CHAIN_HEAD};
 use crate::input::{WriteInputAssert, WriteInputs};
 use crate::plan::{VerifyEntry, VerifyPlan, WritePlan};
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
-use crate::{Cap, Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 
 /// Verify 16 entries, 4 requests, 16 written tokens.
 pub type Spec = Shape<Cap<16>, Cap<4>, Cap<16>>;
@@ -37,7 +41,7 @@ impl State {
         &mut self,
         plan: &WritePlan<Cap<4>>,
         inputs: &WriteInputs<Cap<16>, A>,
-        launch: &Launch<'_>,
+        launch: &LaunchSettings<'_>,
     ) -> Result<WriteSummary, Error> {
         super::write(
             &Spec::new(),
@@ -55,7 +59,7 @@ impl State {
         &mut self,
         plan: &VerifyPlan<Cap<16>>,
         check: K,
-        launch: &Launch<'_>,
+        launch: &LaunchSettings<'_>,
     ) -> Result<VerifySummary, Error> {
         super::verify(
             &Spec::new(),
@@ -130,7 +134,7 @@ pub fn expected_prev_hashes(start: i64, tokens: &[(i64, i64)]) -> Vec<i64> {
 }
 
 pub const HEAD: i64 = CHAIN_HEAD;
-pub const LAUNCH: Launch<'static> = Launch::new(LaunchTag::HeadKFull);
+pub const LAUNCH: LaunchSettings<'static> = LaunchSettings::new(LaunchTag::HeadKFull);
 
 /// Writes one anchored request of `tokens` at `slots` (positions from 0) with [`LAUNCH`].
 pub fn stamp_chain(state: &mut State, tokens: &[i64], slots: &[i64]) {
@@ -138,7 +142,7 @@ pub fn stamp_chain(state: &mut State, tokens: &[i64], slots: &[i64]) {
 }
 
 /// Writes one anchored request of `tokens` at `slots` (positions from 0) with `launch`.
-pub fn stamp(state: &mut State, tokens: &[i64], slots: &[i64], launch: &Launch<'_>) {
+pub fn stamp(state: &mut State, tokens: &[i64], slots: &[i64], launch: &LaunchSettings<'_>) {
     let n = tokens.len() as i64;
     let positions: Vec<i64> = (0..n).collect();
     let inputs = write_inputs(tokens, &positions, slots);

@@ -6,13 +6,14 @@
 
 use super::fingerprints::{fingerprints, BLOCK};
 use crate::canary::{
-    CanaryBuffer, CanarySlot, FailReason, HealthCounters, Launch, TokenCheck, ViolationRing,
+    CanaryBuffer, CanarySlot, FailReason, HealthCounters, LaunchSettings, TokenCheck, ViolationRing,
 };
 use crate::capacity::{Capacity, SameVerifyCapacity};
 use crate::consts::TOKEN_TO_KV_SLOT_PADDING;
 use crate::hash::CHAIN_HEAD;
 use crate::plan::VerifyPlan;
-use crate::{Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 use core::ops::Range;
 
 /// What one verify call did, for logs and tests.
@@ -69,7 +70,7 @@ pub fn verify<V, W, E, VB, K, S, R>(
     shape: &Shape<V, W, E>,
     plan: &VerifyPlan<VB>,
     check: K,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     canary: &CanaryBuffer<S>,
     ring: &mut ViolationRing<R>,
     counters: &mut HealthCounters,
@@ -186,7 +187,7 @@ impl Block {
         &mut self,
         plan: &VerifyPlan<VB>,
         entries: Range<usize>,
-        launch: &Launch<'_>,
+        launch: &LaunchSettings<'_>,
         canary: &CanaryBuffer<S>,
     ) {
         let slots = &plan.slot_indices[entries.clone()];
@@ -220,7 +221,7 @@ impl Block {
 fn validate<VB: Capacity, S: Capacity>(
     plan: &VerifyPlan<VB>,
     active: usize,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     canary: &CanaryBuffer<S>,
 ) -> Result<(), Error> {
     for i in 0..active {

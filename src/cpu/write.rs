@@ -6,12 +6,15 @@
 //! not depend on the chain, and the KV bytes are never written by the op).
 
 use super::fingerprints::{fingerprints, BLOCK};
-use crate::canary::{CanaryBuffer, CanarySlot, FailReason, HealthCounters, Launch, ViolationRing};
+use crate::canary::{
+    CanaryBuffer, CanarySlot, FailReason, HealthCounters, LaunchSettings, ViolationRing,
+};
 use crate::capacity::{Capacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use crate::hash::chain_step;
 use crate::input::{WriteInputAssert, WriteInputs};
 use crate::plan::WritePlan;
-use crate::{Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 use core::ops::Range;
 
 /// What one write call did, for logs and tests.
@@ -49,14 +52,14 @@ pub struct WriteSummary {
 /// (compile errors for static and branded capacities, [`Error::CapacityMismatch`] for unchecked).
 ///
 /// ```
-/// use kv_canary::{cpu, Batch, CanaryBuffer, Cap, HealthCounters, Launch, LaunchTag, PlanInputs,
+/// use kv_canary::{cpu, Batch, CanaryBuffer, Cap, HealthCounters, LaunchSettings, LaunchTag, PlanInputs,
 ///                 ReqToToken, Shape, TokenCheckOff, ViolationRing};
 /// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
 /// let (mut verify_plan, mut write_plan) = (shape.verify_plan(), shape.write_plan());
 /// let table = ReqToToken::from_vec(4, 8, (0..32).collect())?; // row 1 holds slots 8..16
 /// let mut canary = CanaryBuffer::<Cap<32>>::new();
 /// let (mut ring, mut counters) = (ViolationRing::<Cap<16>>::new(), HealthCounters::new());
-/// let launch = Launch::new(LaunchTag::HeadKFull);
+/// let launch = LaunchSettings::new(LaunchTag::HeadKFull);
 ///
 /// // Step 1: the request in pool row 1 prefills three tokens into slots 8, 9, 10.
 /// let batch = Batch::from_columns([1], [0], [3]);
@@ -79,11 +82,11 @@ pub struct WriteSummary {
 /// Write inputs allocated from another shape do not compile:
 ///
 /// ```compile_fail
-/// use kv_canary::{cpu, CanaryBuffer, Cap, HealthCounters, Launch, LaunchTag, Shape, ViolationRing};
+/// use kv_canary::{cpu, CanaryBuffer, Cap, HealthCounters, LaunchSettings, LaunchTag, Shape, ViolationRing};
 /// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
 /// let stale = Shape::<Cap<8>, Cap<4>, Cap<4>>::new().write_inputs(); // 4 entries, not 8
 /// let (mut canary, mut ring) = (CanaryBuffer::<Cap<32>>::new(), ViolationRing::<Cap<4>>::new());
-/// let launch = Launch::new(LaunchTag::HeadKFull);
+/// let launch = LaunchSettings::new(LaunchTag::HeadKFull);
 /// cpu::write(&shape, &shape.write_plan(), &stale, &launch, &mut canary, &mut ring,
 ///            &mut HealthCounters::new());
 /// ```
@@ -113,7 +116,7 @@ pub fn write<V, W, E, WB, EB, A, S, R>(
     shape: &Shape<V, W, E>,
     plan: &WritePlan<WB>,
     inputs: &WriteInputs<EB, A>,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     canary: &mut CanaryBuffer<S>,
     ring: &mut ViolationRing<R>,
     counters: &mut HealthCounters,
@@ -162,7 +165,7 @@ fn request_tokens<WB: Capacity>(plan: &WritePlan<WB>, r: usize) -> Range<usize> 
 fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, S: Capacity>(
     plan: &WritePlan<WB>,
     inputs: &WriteInputs<EB, A>,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     canary: &CanaryBuffer<S>,
 ) -> Result<usize, Error> {
     let active = plan.active_requests();
@@ -211,7 +214,7 @@ fn write_request<EB: Capacity, A: WriteInputAssert, S: Capacity, R: Capacity>(
     seed: i64,
     tokens: Range<usize>,
     inputs: &WriteInputs<EB, A>,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     canary: &mut CanaryBuffer<S>,
     ring: &mut ViolationRing<R>,
     real_kv: &mut [i64; BLOCK],

@@ -296,7 +296,7 @@ impl<'a> DeviceRealKv<'a> {
 }
 
 /// What one device write or verify launch needs besides its buffers (the twin of
-/// [`crate::Launch`]): the tag, the real-KV fingerprint over device sources, and where write
+/// [`crate::LaunchSettings`]): the tag, the real-KV fingerprint over device sources, and where write
 /// reads the chain-position assert from.
 #[derive(Clone, Copy)]
 pub struct DeviceLaunch<'a> {

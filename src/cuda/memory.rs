@@ -9,7 +9,7 @@ use crate::{Device, Error, Shape};
 
 impl<C: Capacity> VerifyPlan<C, Device> {
     /// A device verify plan of `capacity` entries: arrays zeroed, `verify_num_valid = 0`,
-    /// `enable = 1`, like [`VerifyPlan::with_capacity`]. Prefer [`Shape::device_verify_plan`].
+    /// `enable = 1`, like [`VerifyPlan::try_with_capacity`]. Prefer [`Shape::device_verify_plan`].
     pub fn on_device(_gpu: &Gpu, capacity: C) -> Result<Self, Error> {
         let n = capacity.get();
         Ok(VerifyPlan {
@@ -57,7 +57,7 @@ impl<C: Capacity> VerifyPlan<C> {
 }
 
 impl<C: Capacity> WritePlan<C, Device> {
-    /// A device write plan for `capacity` requests, zeroed like [`WritePlan::with_capacity`].
+    /// A device write plan for `capacity` requests, zeroed like [`WritePlan::try_with_capacity`].
     /// Prefer [`Shape::device_write_plan`].
     pub fn on_device(_gpu: &Gpu, capacity: C) -> Result<Self, Error> {
         let n = capacity.get();

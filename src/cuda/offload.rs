@@ -12,7 +12,7 @@ use super::inputs::{
 };
 use super::stream::Stream;
 use super::write_inputs::DeviceInputAssert;
-use crate::canary::{CanaryBuffer, HealthCounters, Launch, TokenCheck, ViolationRing};
+use crate::canary::{CanaryBuffer, HealthCounters, LaunchSettings, TokenCheck, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use crate::input::{ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, WriteInputs};
 use crate::plan::{VerifyPlan, WritePlan};
@@ -133,7 +133,7 @@ impl<'g> Offload<'g> {
         shape: &Shape<V, W, E>,
         plan: &WritePlan<WB>,
         inputs: &WriteInputs<EB, A>,
-        launch: &Launch<'_>,
+        launch: &LaunchSettings<'_>,
         canary: &mut CanaryBuffer<S>,
         ring: &mut ViolationRing<R>,
         counters: &mut HealthCounters,
@@ -179,7 +179,7 @@ impl<'g> Offload<'g> {
         shape: &Shape<V, W, E>,
         plan: &VerifyPlan<VB>,
         check: K,
-        launch: &Launch<'_>,
+        launch: &LaunchSettings<'_>,
         canary: &CanaryBuffer<S>,
         ring: &mut ViolationRing<R>,
         counters: &mut HealthCounters,
@@ -250,7 +250,7 @@ impl<'g> Offload<'g> {
 struct SourceBytes(Vec<DeviceBuffer<u8>>);
 
 impl SourceBytes {
-    fn upload(launch: &Launch<'_>) -> Result<Self, Error> {
+    fn upload(launch: &LaunchSettings<'_>) -> Result<Self, Error> {
         let sources = launch.real_kv.sources().as_slice();
         let mut out = Vec::with_capacity(sources.len());
         for src in sources {
@@ -261,7 +261,7 @@ impl SourceBytes {
         Ok(SourceBytes(out))
     }
 
-    fn real_kv(&self, launch: &Launch<'_>) -> Result<DeviceRealKv<'_>, Error> {
+    fn real_kv(&self, launch: &LaunchSettings<'_>) -> Result<DeviceRealKv<'_>, Error> {
         let rk = &launch.real_kv;
         let sources = rk
             .sources()

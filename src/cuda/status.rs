@@ -66,7 +66,10 @@ pub(crate) fn decode(w: &[i64; STATUS_WORDS]) -> Result<(), Error> {
             rows: as_usize(d),
             cols: as_usize(e),
         },
-        WRITE_TOKEN_OVERFLOW => Error::WriteTokenCountOverflow { row: as_usize(a) },
+        WRITE_TOKEN_OVERFLOW => Error::WriteTokenCountOverflow {
+            row: as_usize(a),
+            lengths: None,
+        },
         LUT_INDEX => Error::LutIndexOutOfRange {
             slot: a,
             lut_len: as_usize(b),

@@ -69,7 +69,7 @@ impl DeviceInputAssert for InputAssertOn {
         driver::upload(&device.positions, 0, &host.positions)
     }
     fn host_inputs<E: Capacity>(capacity: E) -> WriteInputs<E, Self> {
-        WriteInputs::with_capacity(capacity).with_input_assert()
+        WriteInputs::with_capacity(capacity).expect_input_assert()
     }
     fn download(
         host: &mut ExpectedWriteInputs,

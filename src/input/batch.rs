@@ -46,13 +46,25 @@ impl Batch {
         Self::default()
     }
 
-    /// An empty batch with room for `bs` rows.
-    pub fn with_capacity(bs: usize) -> Self {
-        Batch {
-            req_pool_indices: Vec::with_capacity(bs),
-            prefix_lens: Vec::with_capacity(bs),
-            extend_seq_lens: Vec::with_capacity(bs),
-        }
+    /// An empty batch with room for `bs` rows; room that cannot be allocated is
+    /// [`Error::AllocationFailed`] naming `bs`.
+    pub fn try_with_capacity(bs: usize) -> Result<Self, Error> {
+        let column = |what| {
+            let mut v = Vec::new();
+            v.try_reserve_exact(bs)
+                .map_err(|_| Error::AllocationFailed {
+                    what,
+                    rows: bs as u128,
+                    cols: 1,
+                    element_bytes: core::mem::size_of::<i64>(),
+                })
+                .map(|()| v)
+        };
+        Ok(Batch {
+            req_pool_indices: column("req_pool_indices")?,
+            prefix_lens: column("prefix_lens")?,
+            extend_seq_lens: column("extend_seq_lens")?,
+        })
     }
 
     /// Three columns of one length `B`, checked by the compiler.
@@ -174,6 +186,21 @@ mod tests {
             err.to_string(),
             "kv-canary: extend_seq_lens length must be 2, got 1"
         );
+    }
+
+    #[test]
+    fn room_for_absurd_batches_is_an_error() {
+        assert_eq!(
+            Batch::try_with_capacity(usize::MAX).unwrap_err(),
+            Error::AllocationFailed {
+                what: "req_pool_indices",
+                rows: usize::MAX as u128,
+                cols: 1,
+                element_bytes: 8
+            }
+        );
+        assert!(Batch::try_with_capacity(1 << 50).is_err());
+        assert!(Batch::try_with_capacity(4).unwrap().is_empty());
     }
 
     #[test]

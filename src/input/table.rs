@@ -4,6 +4,7 @@
 //! and the expected-token pool `req_to_verify_expected_tokens` ([`ExpectedTokenTable`], token ids).
 //! A marker type keeps them apart, so one cannot be passed where the other is read.
 
+use crate::memory::host_table;
 use crate::Error;
 use core::fmt;
 use core::marker::PhantomData;
@@ -51,15 +52,19 @@ pub struct ReqTable<K: TableKind> {
 
 impl<K: TableKind> ReqTable<K> {
     /// A zero-filled table (`req_to_token` is zero-initialised in SGLang: slot 0 is the padding
-    /// slot). `width` must be positive.
+    /// slot). `width` must be positive; a table that cannot be allocated is
+    /// [`Error::AllocationFailed`] naming `rows` and `width`.
     pub fn zeros(rows: usize, width: usize) -> Result<Self, Error> {
-        let len = rows.checked_mul(width).ok_or(Error::TableShape {
-            what: K::NAME,
-            rows,
-            cols: width,
-            len: usize::MAX,
-        })?;
-        Self::from_vec(rows, width, vec![0; len])
+        if width == 0 {
+            return Err(Error::TableShape {
+                what: K::NAME,
+                rows,
+                cols: width,
+                len: 0,
+            });
+        }
+        let data = host_table(K::NAME, rows, width, 0)?;
+        Self::from_vec(rows, width, data.into_vec())
     }
 
     /// A table from row-major data of exactly `rows x width` cells; `width` must be positive.
@@ -98,13 +103,17 @@ impl<K: TableKind> ReqTable<K> {
     }
     /// Row `r`, if it exists.
     pub fn row(&self, r: usize) -> Option<&[i32]> {
-        let start = r.checked_mul(self.width)?;
-        self.data.get(start..start + self.width)
+        self.data.get(self.row_range(r)?)
     }
     /// Row `r`, mutable, if it exists.
     pub fn row_mut(&mut self, r: usize) -> Option<&mut [i32]> {
+        let range = self.row_range(r)?;
+        self.data.get_mut(range)
+    }
+    /// The cells of row `r`, if its end does not overflow (`get` checks it lies in the data).
+    fn row_range(&self, r: usize) -> Option<core::ops::Range<usize>> {
         let start = r.checked_mul(self.width)?;
-        self.data.get_mut(start..start + self.width)
+        Some(start..start.checked_add(self.width)?)
     }
     /// Cell `[r][c]`, if it exists.
     pub fn get(&self, r: usize, c: usize) -> Option<i32> {
@@ -131,6 +140,8 @@ impl<K: TableKind> ReqTable<K> {
     }
 }
 
+// Written out, not derived: it prints the table's SGLang name and shape, not its cells (a
+// pool's worth of them) or the kind marker.
 impl<K: TableKind> fmt::Debug for ReqTable<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(K::NAME)
@@ -143,6 +154,45 @@ impl<K: TableKind> fmt::Debug for ReqTable<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_sizes_are_errors_not_aborts() {
+        // The aborts were 4 TiB tables; whether the allocator refuses 4 TiB depends on
+        // the machine's memory and overcommit policy, so these sizes are past any machine's
+        // address space (2^52 and 2^52 bytes) or past isize::MAX.
+        assert!(ReqToToken::zeros(1 << 48, 4).is_err());
+        assert_eq!(
+            ExpectedTokenTable::zeros(1 << 20, 1 << 30).unwrap_err(),
+            Error::AllocationFailed {
+                what: "req_to_verify_expected_tokens",
+                rows: 1 << 20,
+                cols: 1 << 30,
+                element_bytes: 4
+            }
+        );
+        assert_eq!(
+            ReqToToken::zeros(1 << 62, 1).unwrap_err().to_string(),
+            "kv-canary: cannot allocate req_to_token: 4611686018427387904 elements of 4 bytes = 18446744073709551616 bytes"
+        );
+        let err = ReqToToken::zeros(usize::MAX, 2).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("{} x 2 elements", usize::MAX)),
+            "{err}"
+        );
+        assert!(ReqToToken::zeros(3, 0).is_err());
+    }
+
+    #[test]
+    fn rows_past_usize_are_absent_not_panics() {
+        // A width whose last row would end past usize::MAX: start fits, start + width does not.
+        let mut t = ReqToToken::zeros(1, 1).unwrap();
+        t.width = usize::MAX / 2 + 1;
+        assert_eq!(t.row(1), None);
+        assert_eq!(t.get(1, 0), None);
+        assert!(t.set(1, 0, 5).is_err());
+        assert_eq!(t.row_mut(1), None);
+    }
 
     #[test]
     fn shape_is_checked_and_named() {

@@ -2,9 +2,10 @@
 //! capacity and by whether the write input assert is on.
 
 use crate::capacity::{Cap, Capacity};
-use crate::memory::{Host, Memory};
+use crate::memory::{host_array, static_size, Host, Memory};
 use crate::Error;
 use core::fmt;
+use derive_where::derive_where;
 
 mod sealed {
     pub trait Sealed {}
@@ -72,26 +73,14 @@ impl WriteInputAssert for InputAssertOn {
 
 /// `expected_input_tokens` and `expected_input_positions`: what an independent oracle says the
 /// model was fed, one per flat token.
+#[derive_where(Clone, PartialEq; M::Array<i64>)]
 pub struct ExpectedWriteInputs<M: Memory = Host> {
     pub(crate) tokens: M::Array<i64>,
     pub(crate) positions: M::Array<i64>,
 }
 
-impl Clone for ExpectedWriteInputs {
-    fn clone(&self) -> Self {
-        ExpectedWriteInputs {
-            tokens: self.tokens.clone(),
-            positions: self.positions.clone(),
-        }
-    }
-}
-
-impl PartialEq for ExpectedWriteInputs {
-    fn eq(&self, other: &Self) -> bool {
-        self.tokens == other.tokens && self.positions == other.positions
-    }
-}
-
+// Written out, not derived: it prints SGLang's tensor names (`expected_input_tokens`, ...),
+// which a derive cannot.
 impl fmt::Debug for ExpectedWriteInputs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExpectedWriteInputs")
@@ -111,7 +100,12 @@ impl fmt::Debug for ExpectedWriteInputs {
 /// total (CUDA-graph padding) are never read.
 ///
 /// Allocate them from the shape you launch with (`shape.write_inputs()`), so that `E` matches.
+///
+/// `Clone`, `PartialEq` and `Debug` hold for host inputs; equality compares the arrays (the
+/// capacity follows from their lengths).
+#[derive_where(Clone, PartialEq, Debug; M::Array<i64>, A::Expected<M>)]
 pub struct WriteInputs<E: Capacity, A: WriteInputAssert = InputAssertOff, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: E,
     pub(crate) input_ids: M::Array<i64>,
     pub(crate) positions: M::Array<i64>,
@@ -140,9 +134,22 @@ pub struct ExpectedWriteInputsMut<'a> {
 }
 
 impl<const N: usize> WriteInputs<Cap<N>> {
-    /// Host inputs of `N` entries, assert off (see [`WriteInputs::with_capacity`]).
+    /// Host inputs of `N` entries, assert off (see [`WriteInputs::try_with_capacity`]).
+    ///
+    /// # Panics
+    ///
+    /// If the `N` entries cannot be allocated (a size fixed at compile time).
     pub fn new() -> Self {
-        Self::with_capacity(Cap)
+        static_size(Self::try_with_capacity(Cap))
+    }
+
+    /// [`try_with_input_assert`](WriteInputs::try_with_input_assert) for a static capacity.
+    ///
+    /// # Panics
+    ///
+    /// If the expected tensors' `N` entries cannot be allocated (a size fixed at compile time).
+    pub fn with_input_assert(self) -> WriteInputs<Cap<N>, InputAssertOn> {
+        static_size(self.try_with_input_assert())
     }
 }
 
@@ -167,15 +174,25 @@ fn check_len(what: &'static str, expected: usize, v: &[i64]) -> Result<(), Error
 impl<E: Capacity> WriteInputs<E> {
     /// Host inputs of `capacity` entries, assert off: tokens and positions 0, every
     /// `out_cache_loc` -1 (skip), so entries never filled in stamp nothing.
-    pub fn with_capacity(capacity: E) -> Self {
+    ///
+    /// A capacity whose arrays cannot be allocated is [`Error::AllocationFailed`] naming it.
+    pub fn try_with_capacity(capacity: E) -> Result<Self, Error> {
         let n = capacity.get();
-        WriteInputs {
+        Ok(WriteInputs {
             capacity,
-            input_ids: vec![0; n].into(),
-            positions: vec![0; n].into(),
-            out_cache_loc: vec![-1; n].into(),
+            input_ids: host_array("input_ids", n, 0)?,
+            positions: host_array("positions", n, 0)?,
+            out_cache_loc: host_array("out_cache_loc", n, -1)?,
             expected: (),
-        }
+        })
+    }
+
+    /// The infallible form, for the CUDA backend's host copies of inputs that already exist on
+    /// the device (`to_host`); it panics with the allocation error. Crate-private: the public
+    /// API allocates run-time capacities with `try_with_capacity` only.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn with_capacity(capacity: E) -> Self {
+        static_size(Self::try_with_capacity(capacity))
     }
 
     /// Host inputs from raw arrays (conformance dumps, FFI), assert off; each array must hold
@@ -200,19 +217,27 @@ impl<E: Capacity> WriteInputs<E> {
     }
 
     /// Turns the input assert on, with expected tokens and positions zeroed (fill them with
-    /// [`expected_mut`](WriteInputs::expected_mut)).
-    pub fn with_input_assert(self) -> WriteInputs<E, InputAssertOn> {
+    /// [`expected_mut`](WriteInputs::expected_mut)); expected tensors that cannot be allocated
+    /// are [`Error::AllocationFailed`] naming their size.
+    pub fn try_with_input_assert(self) -> Result<WriteInputs<E, InputAssertOn>, Error> {
         let n = self.capacity.get();
-        WriteInputs {
+        Ok(WriteInputs {
             capacity: self.capacity,
             input_ids: self.input_ids,
             positions: self.positions,
             out_cache_loc: self.out_cache_loc,
             expected: ExpectedWriteInputs {
-                tokens: vec![0; n].into(),
-                positions: vec![0; n].into(),
+                tokens: host_array("expected_input_tokens", n, 0)?,
+                positions: host_array("expected_input_positions", n, 0)?,
             },
-        }
+        })
+    }
+
+    /// The infallible form of [`try_with_input_assert`](Self::try_with_input_assert), for the
+    /// CUDA backend's host copies (crate-private, as [`with_capacity`](Self::with_capacity)).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn expect_input_assert(self) -> WriteInputs<E, InputAssertOn> {
+        static_size(self.try_with_input_assert())
     }
 }
 
@@ -307,52 +332,10 @@ impl<E: Capacity, A: WriteInputAssert, M: Memory> WriteInputs<E, A, M> {
     }
 }
 
-impl<E: Capacity, A: WriteInputAssert> Clone for WriteInputs<E, A>
-where
-    A::Expected<Host>: Clone,
-{
-    fn clone(&self) -> Self {
-        WriteInputs {
-            capacity: self.capacity,
-            input_ids: self.input_ids.clone(),
-            positions: self.positions.clone(),
-            out_cache_loc: self.out_cache_loc.clone(),
-            expected: self.expected.clone(),
-        }
-    }
-}
-
-impl<E: Capacity, A: WriteInputAssert> PartialEq for WriteInputs<E, A>
-where
-    A::Expected<Host>: PartialEq,
-{
-    fn eq(&self, other: &Self) -> bool {
-        self.input_ids == other.input_ids
-            && self.positions == other.positions
-            && self.out_cache_loc == other.out_cache_loc
-            && self.expected == other.expected
-    }
-}
-
-impl<E: Capacity, A: WriteInputAssert> fmt::Debug for WriteInputs<E, A>
-where
-    A::Expected<Host>: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WriteInputs")
-            .field("capacity", &self.capacity)
-            .field("input_ids", &self.input_ids)
-            .field("positions", &self.positions)
-            .field("out_cache_loc", &self.out_cache_loc)
-            .field("expected", &self.expected)
-            .finish()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn fresh_inputs_skip_every_entry() {
@@ -364,6 +347,26 @@ mod tests {
         assert_eq!(on.expected_tokens(), &[0, 7, 0]);
         assert_eq!(on.expected_host().unwrap().0, &[0, 7, 0]);
         assert_eq!(on.without_input_assert().input_ids(), &[0, 0, 0]);
+    }
+
+    #[test]
+    fn run_time_capacities_allocate_fallibly() {
+        let cap = UncheckedCapacity::new("write_entry_capacity", 1 << 61).unwrap();
+        assert_eq!(
+            WriteInputs::try_with_capacity(cap).unwrap_err(),
+            Error::AllocationFailed {
+                what: "input_ids",
+                rows: 1 << 61,
+                cols: 1,
+                element_bytes: 8
+            }
+        );
+        let cap = UncheckedCapacity::new("write_entry_capacity", 2).unwrap();
+        let on = WriteInputs::try_with_capacity(cap)
+            .unwrap()
+            .try_with_input_assert()
+            .unwrap();
+        assert_eq!(on.expected_tokens(), &[0, 0]);
     }
 
     #[test]

@@ -1,16 +1,23 @@
 //! [`VerifyPlan`]: the flat verify work list (spec §2.4).
 
 use crate::capacity::{Cap, Capacity};
-use crate::memory::{Host, Memory};
+use crate::memory::{host_array, static_size, Host, Memory};
 use crate::Error;
 use core::fmt;
+use derive_where::derive_where;
 
 /// The flat verify work list of spec §2.4, with its capacity `C` in the type.
 ///
 /// Four `i64` arrays of exactly `C` entries (slot, expected token, expected position, predecessor
 /// slot), the number of valid entries and the `enable` flag (`i32` each). The plan op writes it;
 /// the verify op reads it. Entries at index `>= verify_num_valid` are stale and never read.
+///
+/// `Clone` and `PartialEq` hold for every memory whose arrays and scalars have them (host plans;
+/// device buffers are copied through the CUDA transfers instead). Equality compares the contents:
+/// the capacity follows from the arrays' lengths.
+#[derive_where(Clone, PartialEq; M::Array<i64>, M::Scalar<i32>)]
 pub struct VerifyPlan<C: Capacity, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: C,
     pub(crate) slot_indices: M::Array<i64>,
     pub(crate) expected_tokens: M::Array<i64>,
@@ -53,8 +60,13 @@ pub struct VerifyPlanMut<'a> {
 
 impl<const N: usize> VerifyPlan<Cap<N>> {
     /// A host verify plan of `N` entries (zeroed, `enable = 1`).
+    ///
+    /// # Panics
+    ///
+    /// If the `N` entries cannot be allocated (a size fixed at compile time, as for a
+    /// `Box<[i64; N]>`); run-time capacities use [`try_with_capacity`](Self::try_with_capacity).
     pub fn new() -> Self {
-        Self::with_capacity(Cap)
+        static_size(Self::try_with_capacity(Cap))
     }
 }
 
@@ -68,19 +80,28 @@ impl<C: Capacity> VerifyPlan<C> {
     /// A host verify plan of `capacity` entries: arrays zeroed, `verify_num_valid = 0`,
     /// `enable = 1` (SGLang leaves the arrays uninitialised; Rust gives them a value).
     ///
-    /// Capacities come from a [`Shape`](crate::Shape) (`shape.verify_plan()`); this is the
-    /// primitive it calls.
-    pub fn with_capacity(capacity: C) -> Self {
+    /// Capacities come from a [`Shape`](crate::Shape) (`shape.try_verify_plan()`); this is the
+    /// primitive it calls. A capacity whose arrays cannot be allocated is
+    /// [`Error::AllocationFailed`] naming it.
+    pub fn try_with_capacity(capacity: C) -> Result<Self, Error> {
         let n = capacity.get();
-        VerifyPlan {
+        Ok(VerifyPlan {
             capacity,
-            slot_indices: vec![0; n].into(),
-            expected_tokens: vec![0; n].into(),
-            expected_positions: vec![0; n].into(),
-            prev_slot_indices: vec![0; n].into(),
+            slot_indices: host_array("verify_slot_indices", n, 0)?,
+            expected_tokens: host_array("verify_expected_tokens", n, 0)?,
+            expected_positions: host_array("verify_expected_positions", n, 0)?,
+            prev_slot_indices: host_array("verify_prev_slot_indices", n, 0)?,
             num_valid: 0,
             enable: 1,
-        }
+        })
+    }
+
+    /// The infallible form, for the CUDA backend's host copies of buffers that already exist on
+    /// the device (`to_host`); it panics with the allocation error. Crate-private: the public
+    /// API allocates run-time capacities with `try_with_capacity` only.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn with_capacity(capacity: C) -> Self {
+        static_size(Self::try_with_capacity(capacity))
     }
 
     /// A host verify plan from raw arrays (conformance dumps, FFI). Every array must hold exactly
@@ -188,10 +209,9 @@ impl<C: Capacity> VerifyPlan<C> {
     pub fn set_entries(&mut self, entries: &[VerifyEntry]) -> Result<(), Error> {
         let cap = self.capacity.get();
         if entries.len() > cap || i32::try_from(entries.len()).is_err() {
-            return Err(Error::OutOfRange {
-                what: "sweep entry count",
-                value: entries.len() as i64,
-                allowed: "[0, verify_capacity]",
+            return Err(Error::SweepTooLong {
+                entries: entries.len(),
+                verify_capacity: cap,
             });
         }
         for (i, e) in entries.iter().enumerate() {
@@ -213,31 +233,8 @@ impl<C: Capacity, M: Memory> VerifyPlan<C, M> {
     }
 }
 
-impl<C: Capacity> Clone for VerifyPlan<C> {
-    fn clone(&self) -> Self {
-        VerifyPlan {
-            capacity: self.capacity,
-            slot_indices: self.slot_indices.clone(),
-            expected_tokens: self.expected_tokens.clone(),
-            expected_positions: self.expected_positions.clone(),
-            prev_slot_indices: self.prev_slot_indices.clone(),
-            num_valid: self.num_valid,
-            enable: self.enable,
-        }
-    }
-}
-
-impl<C: Capacity> PartialEq for VerifyPlan<C> {
-    fn eq(&self, other: &Self) -> bool {
-        self.slot_indices == other.slot_indices
-            && self.expected_tokens == other.expected_tokens
-            && self.expected_positions == other.expected_positions
-            && self.prev_slot_indices == other.prev_slot_indices
-            && self.num_valid == other.num_valid
-            && self.enable == other.enable
-    }
-}
-
+// Written out, not derived: it prints SGLang's tensor names (`verify_num_valid`, ...), which
+// a derive cannot (it prints the Rust field names).
 impl<C: Capacity> fmt::Debug for VerifyPlan<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VerifyPlan")
@@ -255,7 +252,7 @@ impl<C: Capacity> fmt::Debug for VerifyPlan<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn allocation_matches_the_capacity_and_enables() {
@@ -263,6 +260,23 @@ mod tests {
         assert_eq!(plan.slot_indices().len(), 5);
         assert_eq!(plan.enable(), 1);
         assert_eq!(plan.active_len(), 0);
+    }
+
+    #[test]
+    fn run_time_capacities_allocate_fallibly() {
+        let cap = UncheckedCapacity::new("verify_capacity", 1 << 61).unwrap();
+        let err = VerifyPlan::try_with_capacity(cap).unwrap_err();
+        assert_eq!(
+            err,
+            Error::AllocationFailed {
+                what: "verify_slot_indices",
+                rows: 1 << 61,
+                cols: 1,
+                element_bytes: 8
+            }
+        );
+        let cap = UncheckedCapacity::new("verify_capacity", 3).unwrap();
+        assert_eq!(VerifyPlan::try_with_capacity(cap).unwrap().enable(), 1);
     }
 
     #[test]
@@ -297,7 +311,10 @@ mod tests {
             expected_position: 0,
             prev_slot: -1,
         };
-        assert!(plan.set_entries(&[e, e]).is_err());
+        assert_eq!(
+            plan.set_entries(&[e, e]).unwrap_err().to_string(),
+            "kv-canary: a sweep of 2 entries exceeds the verify plan: at most verify_capacity=1 entries (and at most i32::MAX = 2147483647, verify_num_valid's type)"
+        );
         assert_eq!(plan, VerifyPlan::<Cap<1>>::new());
         plan.set_entries(&[e]).unwrap();
         assert_eq!(plan.entries().collect::<Vec<_>>(), vec![e]);

@@ -1,10 +1,11 @@
 //! [`WritePlan`]: per-request write metadata (spec §2.5).
 
 use crate::capacity::{Cap, Capacity};
-use crate::memory::{Host, Memory};
+use crate::memory::{host_array, static_size, Host, Memory};
 use crate::Error;
 use core::fmt;
 use core::ops::Range;
+use derive_where::derive_where;
 
 /// Per-request write metadata of spec §2.5, with the write-request capacity `C` in the type.
 ///
@@ -12,7 +13,12 @@ use core::ops::Range;
 /// indices `[offsets[r], offsets[r + 1])`), `write_seed_slot_indices` holds `C` (the slot of the
 /// token just before request `r`'s first new token, or -1 for a chain head), and
 /// `write_num_valid_reqs` the batch size, padding rows included.
+///
+/// `Clone` and `PartialEq` hold for host plans (device buffers are copied through the CUDA
+/// transfers instead); equality compares the contents, the capacity follows from their lengths.
+#[derive_where(Clone, PartialEq; M::Array<i64>, M::Scalar<i32>)]
 pub struct WritePlan<C: Capacity, M: Memory = Host> {
+    #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: C,
     pub(crate) offsets: M::Array<i64>,
     pub(crate) seed_slot_indices: M::Array<i64>,
@@ -44,8 +50,13 @@ pub struct WritePlanMut<'a> {
 
 impl<const N: usize> WritePlan<Cap<N>> {
     /// A host write plan for `N` requests (zeroed).
+    ///
+    /// # Panics
+    ///
+    /// If the `N + 1` offsets cannot be allocated (a size fixed at compile time); run-time
+    /// capacities use [`try_with_capacity`](Self::try_with_capacity).
     pub fn new() -> Self {
-        Self::with_capacity(Cap)
+        static_size(Self::try_with_capacity(Cap))
     }
 }
 
@@ -56,15 +67,26 @@ impl<const N: usize> Default for WritePlan<Cap<N>> {
 }
 
 impl<C: Capacity> WritePlan<C> {
-    /// A host write plan for `capacity` requests, zeroed (SGLang leaves it uninitialised).
-    pub fn with_capacity(capacity: C) -> Self {
+    /// A host write plan for `capacity` requests, zeroed (SGLang leaves it uninitialised). A
+    /// capacity whose arrays cannot be allocated is [`Error::AllocationFailed`] naming it
+    /// (`write_offsets` holds `capacity + 1` entries).
+    pub fn try_with_capacity(capacity: C) -> Result<Self, Error> {
         let n = capacity.get();
-        WritePlan {
+        let offsets_len = offsets_len(n)?;
+        Ok(WritePlan {
             capacity,
-            offsets: vec![0; n + 1].into(),
-            seed_slot_indices: vec![0; n].into(),
+            offsets: host_array("write_offsets", offsets_len, 0)?,
+            seed_slot_indices: host_array("write_seed_slot_indices", n, 0)?,
             num_valid_reqs: 0,
-        }
+        })
+    }
+
+    /// The infallible form, for the CUDA backend's host copies of buffers that already exist on
+    /// the device (`to_host`); it panics with the allocation error. Crate-private: the public
+    /// API allocates run-time capacities with `try_with_capacity` only.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn with_capacity(capacity: C) -> Self {
+        static_size(Self::try_with_capacity(capacity))
     }
 
     /// A host write plan from raw arrays: `offsets` must hold `capacity + 1` entries and
@@ -76,10 +98,11 @@ impl<C: Capacity> WritePlan<C> {
         num_valid_reqs: i32,
     ) -> Result<Self, Error> {
         let n = capacity.get();
-        if offsets.len() != n + 1 {
+        let offsets_len = offsets_len(n)?;
+        if offsets.len() != offsets_len {
             return Err(Error::LengthMismatch {
                 what: "write_offsets",
-                expected: n + 1,
+                expected: offsets_len,
                 found: offsets.len(),
             });
         }
@@ -141,6 +164,15 @@ impl<C: Capacity> WritePlan<C> {
     }
 }
 
+/// `write_offsets`' length, `capacity + 1`; a capacity of `usize::MAX` has none.
+fn offsets_len(capacity: usize) -> Result<usize, Error> {
+    capacity.checked_add(1).ok_or(Error::CapacityTooLarge {
+        what: "write_req_capacity",
+        capacity,
+        reason: "write_offsets holds write_req_capacity + 1 entries, more than usize::MAX",
+    })
+}
+
 impl<C: Capacity, M: Memory> WritePlan<C, M> {
     /// The write-request capacity.
     pub fn capacity(&self) -> C {
@@ -148,25 +180,8 @@ impl<C: Capacity, M: Memory> WritePlan<C, M> {
     }
 }
 
-impl<C: Capacity> Clone for WritePlan<C> {
-    fn clone(&self) -> Self {
-        WritePlan {
-            capacity: self.capacity,
-            offsets: self.offsets.clone(),
-            seed_slot_indices: self.seed_slot_indices.clone(),
-            num_valid_reqs: self.num_valid_reqs,
-        }
-    }
-}
-
-impl<C: Capacity> PartialEq for WritePlan<C> {
-    fn eq(&self, other: &Self) -> bool {
-        self.offsets == other.offsets
-            && self.seed_slot_indices == other.seed_slot_indices
-            && self.num_valid_reqs == other.num_valid_reqs
-    }
-}
-
+// Written out, not derived: it prints SGLang's tensor names (`write_offsets`, ...), which a
+// derive cannot (it prints the Rust field names).
 impl<C: Capacity> fmt::Debug for WritePlan<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WritePlan")
@@ -181,7 +196,7 @@ impl<C: Capacity> fmt::Debug for WritePlan<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::UncheckedCapacity;
+    use crate::capacity::UncheckedCapacity;
 
     #[test]
     fn offsets_hold_one_more_than_the_capacity() {
@@ -193,6 +208,30 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "kv-canary: write_offsets length must be 5, got 4"
+        );
+    }
+
+    #[test]
+    fn absurd_capacities_are_errors_not_panics() {
+        let max = UncheckedCapacity::new("write_req_capacity", usize::MAX).unwrap();
+        let err = WritePlan::from_parts(max, vec![0; 1], vec![], 0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "kv-canary: write_req_capacity={} is too large: write_offsets holds write_req_capacity + 1 entries, more than usize::MAX",
+                usize::MAX
+            )
+        );
+        assert_eq!(WritePlan::try_with_capacity(max).unwrap_err(), err);
+        let huge = UncheckedCapacity::new("write_req_capacity", 1 << 61).unwrap();
+        assert_eq!(
+            WritePlan::try_with_capacity(huge).unwrap_err(),
+            Error::AllocationFailed {
+                what: "write_offsets",
+                rows: (1 << 61) + 1,
+                cols: 1,
+                element_bytes: 8
+            }
         );
     }
 

@@ -257,14 +257,14 @@ pub(crate) fn check_layout(
     if !stride.is_multiple_of(16) {
         return Err(Error::RealKvSource {
             what: "tensor row stride (bytes)",
-            value: clamp_i64(stride),
+            value: stride as i128,
             rule: "a multiple of 16",
         });
     }
     if stride > i32::MAX as usize {
         return Err(Error::RealKvSource {
             what: "tensor row stride (bytes)",
-            value: clamp_i64(stride),
+            value: stride as i128,
             rule: ABI_INT32,
         });
     }
@@ -293,17 +293,13 @@ pub(crate) fn check_layout(
     Ok((page_size, num_bytes_per_token, read_bytes))
 }
 
-fn clamp_i64(v: usize) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 /// Checks the three parameters; returns them as `usize`.
 fn check_params(p: RealKvParams) -> Result<(usize, usize, usize), Error> {
     let abi = |what, value: i64| {
         if value > i64::from(i32::MAX) {
             Err(Error::RealKvSource {
                 what,
-                value,
+                value: value.into(),
                 rule: ABI_INT32,
             })
         } else {
@@ -313,7 +309,7 @@ fn check_params(p: RealKvParams) -> Result<(usize, usize, usize), Error> {
     if p.page_size < 1 {
         return Err(Error::RealKvSource {
             what: "page_size",
-            value: p.page_size,
+            value: p.page_size.into(),
             rule: ">= 1",
         });
     }
@@ -321,7 +317,7 @@ fn check_params(p: RealKvParams) -> Result<(usize, usize, usize), Error> {
     if p.num_bytes_per_token <= 0 || p.num_bytes_per_token % 16 != 0 {
         return Err(Error::RealKvSource {
             what: "num_bytes_per_token",
-            value: p.num_bytes_per_token,
+            value: p.num_bytes_per_token.into(),
             rule: "a positive multiple of 16",
         });
     }
@@ -364,6 +360,35 @@ mod tests {
         assert_eq!(
             msg(RealKvSource::from_shape(&kv40, &[4, 40], p(1, 16, 16))),
             "kv-canary: RealKvSource.tensor row stride (bytes) must be a multiple of 16, got 40"
+        );
+    }
+
+    #[test]
+    fn strides_past_i64_are_named_exactly() {
+        let kv = vec![0u8; 64];
+        let layout = |row_stride_bytes| RowLayout {
+            num_rows: 1,
+            row_bytes: 64,
+            row_stride_bytes,
+        };
+        let msg = |stride| {
+            RealKvSource::strided(&kv, layout(stride), p(1, 32, 32))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            msg(usize::MAX),
+            format!(
+                "kv-canary: RealKvSource.tensor row stride (bytes) must be a multiple of 16, got {}",
+                usize::MAX
+            )
+        );
+        assert_eq!(
+            msg(usize::MAX - 15),
+            format!(
+                "kv-canary: RealKvSource.tensor row stride (bytes) must be at most i32::MAX (the CUDA ABI passes it as int32), got {}",
+                usize::MAX - 15
+            )
         );
     }
 

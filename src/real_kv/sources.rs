@@ -109,7 +109,7 @@ impl Default for RealKvSources<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RealKvParams;
+    use crate::real_kv::RealKvParams;
 
     #[test]
     fn five_sources_at_run_time_name_the_count() {

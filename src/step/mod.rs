@@ -58,7 +58,7 @@
 //!
 //! # Reconfiguration
 //!
-//! [`Canary::reshape`] moves a canary to a new [`Shape`] (a new top-k, a new batch size) and
+//! [`Canary::try_reshape`] moves a canary to a new [`Shape`] (a new top-k, a new batch size) and
 //! keeps its canary buffers, ring and counters, so requests in flight stay verified; a new
 //! canary would report every cached prefix as a violation.
 //!
@@ -117,9 +117,10 @@ pub use stage::{
 
 use crate::backend::{Backend, Cpu, PlanWith};
 use crate::canary::{CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, ViolationRing};
-use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
+use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity, StaticCapacity};
 use crate::error::Error;
 use crate::input::{Full, InputAssertOff, WriteInputs};
+use crate::memory::static_size;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::shape::Shape;
 use core::fmt;
@@ -175,9 +176,9 @@ where
 {
     /// A canary for the FULL group on the CPU: every buffer allocated from `shape`, canary
     /// buffers of `slots` slots (the KV pool's size, slot 0 included), a ring of `ring_rows`
-    /// rows.
-    pub fn full(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
-        Self::cpu(shape, slots, ring_rows)
+    /// rows. A buffer that cannot be allocated is [`Error::AllocationFailed`] naming its size.
+    pub fn try_full(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Result<Self, Error> {
+        Canary::on(Cpu, shape, slots, ring_rows)
     }
 }
 
@@ -189,10 +190,41 @@ where
     S: Capacity,
     R: Capacity,
 {
-    /// A canary for the SWA group on the CPU: as [`Canary::full`], with `slots` the size of the
-    /// SWA sub-pool. Steps are planned with an [`Swa`](crate::Swa) group.
+    /// A canary for the SWA group on the CPU: as [`Canary::try_full`], with `slots` the size of
+    /// the SWA sub-pool. Steps are planned with an [`Swa`](crate::Swa) group.
+    pub fn try_swa(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Result<Self, Error> {
+        Canary::on(Cpu, shape, slots, ring_rows)
+    }
+}
+
+/// The infallible constructors of a CPU canary whose every capacity is static (sizes fixed when
+/// the engine is compiled; each panics only if the machine cannot hold them, like a
+/// `Box<[i64; N]>`). Run-time capacities use [`Canary::try_full`] and [`Canary::try_swa`].
+impl<V, W, E, S, R> Canary<V, W, E, S, R, Full>
+where
+    V: StaticCapacity,
+    W: StaticCapacity,
+    E: StaticCapacity,
+    S: StaticCapacity,
+    R: StaticCapacity,
+{
+    /// [`Canary::try_full`] for static capacities.
+    pub fn full(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
+        static_size(Canary::on(Cpu, shape, slots, ring_rows))
+    }
+}
+
+impl<V, W, E, S, R> Canary<V, W, E, S, R, SwaGroup>
+where
+    V: StaticCapacity,
+    W: StaticCapacity,
+    E: StaticCapacity,
+    S: StaticCapacity,
+    R: StaticCapacity,
+{
+    /// [`Canary::try_swa`] for static capacities.
     pub fn swa(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
-        Self::cpu(shape, slots, ring_rows)
+        static_size(Canary::on(Cpu, shape, slots, ring_rows))
     }
 }
 
@@ -200,36 +232,16 @@ impl<V, W, E, S, R, G> Canary<V, W, E, S, R, G>
 where
     V: Capacity,
     W: Capacity,
-    E: Capacity,
+    E: StaticCapacity,
     S: Capacity,
     R: Capacity,
     G: GroupKind,
 {
-    /// The CPU canary: host allocations cannot fail short of an allocator abort.
-    fn cpu(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
-        match Canary::on(Cpu, shape, slots, ring_rows) {
-            Ok(canary) => canary,
-            Err(never) => match never {},
-        }
-    }
-
-    /// Per-token write inputs of the shape's write-entry capacity (input assert off).
+    /// Per-token host write inputs of the shape's static write-entry capacity `E` (input assert
+    /// off); run-time capacities and device canaries use
+    /// [`try_write_inputs`](Canary::try_write_inputs).
     pub fn write_inputs(&self) -> WriteInputs<E> {
-        self.shape.write_inputs()
-    }
-
-    /// The same canary planned with another shape (a new top-k, batch size or verify capacity
-    /// read from the engine's run-time configuration), keeping its state: see
-    /// [`try_reshape`](Canary::try_reshape), which this is for the CPU, whose allocations
-    /// cannot fail.
-    pub fn reshape<V2, W2, E2>(self, shape: Shape<V2, W2, E2>) -> Canary<V2, W2, E2, S, R, G>
-    where
-        V2: Capacity,
-        W2: Capacity,
-        E2: Capacity,
-    {
-        let (verify_plan, write_plan) = (shape.verify_plan(), shape.write_plan());
-        self.with_plans(shape, verify_plan, write_plan)
+        static_size(self.shape.try_write_inputs())
     }
 }
 
@@ -250,7 +262,7 @@ where
         slots: S,
         ring_rows: R,
     ) -> Result<Self, Error> {
-        Canary::on(backend, shape, slots, ring_rows).map_err(Into::into)
+        Canary::on(backend, shape, slots, ring_rows)
     }
 }
 
@@ -271,7 +283,7 @@ where
         slots: S,
         ring_rows: R,
     ) -> Result<Self, Error> {
-        Canary::on(backend, shape, slots, ring_rows).map_err(Into::into)
+        Canary::on(backend, shape, slots, ring_rows)
     }
 }
 
@@ -285,19 +297,14 @@ where
     G: GroupKind,
     B: Backend,
 {
-    fn on(
-        backend: B,
-        shape: Shape<V, W, E>,
-        slots: S,
-        ring_rows: R,
-    ) -> Result<Self, B::AllocError> {
-        let buffers = || -> Result<_, B::AllocError> {
+    fn on(backend: B, shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Result<Self, Error> {
+        let buffers = || -> Result<_, Error> {
             Ok(KvPair {
                 k: backend.canary_buffer(slots)?,
                 v: backend.canary_buffer(slots)?,
             })
         };
-        let counters = || -> Result<_, B::AllocError> {
+        let counters = || -> Result<_, Error> {
             Ok(KvPair {
                 k: backend.health_counters()?,
                 v: backend.health_counters()?,
@@ -351,7 +358,7 @@ where
             .and_then(|v| Ok((v, self.backend.write_plan(shape.write_req_capacity())?)));
         match plans {
             Ok((verify_plan, write_plan)) => Ok(self.with_plans(shape, verify_plan, write_plan)),
-            Err(err) => Err((self, err.into())),
+            Err(err) => Err((self, err)),
         }
     }
 
@@ -399,13 +406,10 @@ where
     }
 
     /// Per-token write inputs of the shape's write-entry capacity (input assert off), allocated
-    /// by the backend.
-    pub fn allocate_write_inputs(
-        &self,
-    ) -> Result<WriteInputs<E, InputAssertOff, B::Memory>, Error> {
-        self.backend
-            .write_inputs(self.shape.write_entry_capacity())
-            .map_err(Into::into)
+    /// by the backend; inputs that cannot be allocated are [`Error::AllocationFailed`] naming
+    /// their size.
+    pub fn try_write_inputs(&self) -> Result<WriteInputs<E, InputAssertOff, B::Memory>, Error> {
+        self.backend.write_inputs(self.shape.write_entry_capacity())
     }
 
     /// The backend the launches run on.

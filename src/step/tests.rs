@@ -536,7 +536,10 @@ fn a_reshaped_canary_keeps_verifying_the_requests_in_flight() {
     assert!(decode(&mut engine, &mut canary, 3).is_clean());
     let counters_before = canary.counters(LaunchTag::TailVFull).unwrap().clone();
     // The engine's config changes (say a new top-k): 2 requests of up to 3 tokens each.
-    let mut canary = canary.reshape(Shape::<Cap<48>, Cap<2>, Cap<6>>::new());
+    let mut canary = canary
+        .try_reshape(Shape::<Cap<48>, Cap<2>, Cap<6>>::new())
+        .map_err(|(_, err)| err)
+        .unwrap();
     assert_eq!(canary.steps(), 2);
     assert_eq!(
         canary.counters(LaunchTag::TailVFull),
@@ -586,4 +589,33 @@ fn a_reshaped_canary_keeps_verifying_the_requests_in_flight() {
     found.dedup();
     assert_eq!(found, canary.tags(), "each of the four buffers reports it");
     assert_eq!(canary.steps(), 4);
+}
+#[test]
+fn run_time_capacities_too_large_are_errors_not_aborts() {
+    use crate::capacity::UncheckedCapacity;
+    use crate::shape::UncheckedShape;
+    let cap = |n| UncheckedCapacity::new("capacity", n).unwrap();
+    let shape = UncheckedShape::from_capacities(cap(8), cap(4), cap(16));
+    // 2^45 slots x 32 bytes = 2^50 bytes: refused on every machine (see memory.rs).
+    let err = Canary::try_full(shape, cap(1 << 45), cap(16)).unwrap_err();
+    assert_eq!(
+        err,
+        Error::AllocationFailed {
+            what: "canary_buf",
+            rows: 1 << 45,
+            cols: 32,
+            element_bytes: 1
+        }
+    );
+    assert!(Canary::try_swa(shape, cap(64), cap(1 << 62)).is_err());
+    let huge = UncheckedShape::from_capacities(cap(1 << 61), cap(4), cap(16));
+    assert!(matches!(
+        Canary::try_full(huge, cap(64), cap(16)),
+        Err(Error::AllocationFailed {
+            what: "verify_slot_indices",
+            ..
+        })
+    ));
+    let canary = Canary::try_full(shape, cap(64), cap(16)).unwrap();
+    assert_eq!(canary.try_write_inputs().unwrap().input_ids().len(), 16);
 }

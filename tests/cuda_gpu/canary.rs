@@ -7,7 +7,7 @@ use crate::{ensure, fail, Backend};
 use kv_canary::cuda::{Gpu, Offload};
 use kv_canary::{
     cpu, CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,
-    HealthCounters, Launch, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
+    HealthCounters, LaunchSettings, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
     RealKvSources, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry,
     VerifyPlan, ViolationRing, WriteInputs, WritePlan,
 };
@@ -75,14 +75,14 @@ impl KvSetup {
         KvSetup { bytes, mode }
     }
 
-    fn launch(&self, tag: LaunchTag, chain: ChainPositionAssert) -> Launch<'_> {
+    fn launch(&self, tag: LaunchTag, chain: ChainPositionAssert) -> LaunchSettings<'_> {
         let sources: Vec<RealKvSource<'_>> = self
             .bytes
             .iter()
             .map(|(b, row, p)| RealKvSource::new(b, *row, *p).unwrap())
             .collect();
         let rk = RealKv::new(self.mode, RealKvSources::try_from_slice(&sources).unwrap());
-        Launch::new(tag)
+        LaunchSettings::new(tag)
             .with_real_kv(rk)
             .with_chain_position_assert(chain)
     }
@@ -455,7 +455,7 @@ fn random_verify_case(rng: &mut Rng, big: bool) -> VerifyCase {
         entries.swap(i, rng.below(i as u64 + 1) as usize);
     }
     let capacity = entries.len() + rng.range(1, 8) as usize;
-    let mut plan = VerifyPlan::with_capacity(cap("v", capacity));
+    let mut plan = VerifyPlan::try_with_capacity(cap("v", capacity)).unwrap();
     plan.set_entries(&entries).unwrap();
     let p = plan.parts_mut();
     if rng.chance(5) {

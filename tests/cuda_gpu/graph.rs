@@ -181,7 +181,7 @@ fn lut_replay_on(gpu: &Gpu, label: &str, round: Option<usize>) -> Result<(), Str
 pub fn step_replay(gpu: &Gpu) -> Result<(), String> {
     use kv_canary::cuda::{ChainAssertFlag, DeviceLaunch};
     use kv_canary::{
-        CanaryBuffer, CanarySlot, ChainPositionAssert, HealthCounters, Launch, LaunchTag,
+        CanaryBuffer, CanarySlot, ChainPositionAssert, HealthCounters, LaunchSettings, LaunchTag,
         TokenCheckOff, ViolationRing,
     };
     type S = Shape<Cap<4096>, Cap<16>, Cap<512>>;
@@ -305,7 +305,8 @@ pub fn step_replay(gpu: &Gpu) -> Result<(), String> {
         graph.replay().map_err(fail("replay"))?;
         graph.stream().status().map_err(fail("status"))?;
         // The CPU ops on the same inputs.
-        let host_launch = Launch::new(LaunchTag::TailKFull).with_chain_position_assert(assert);
+        let host_launch =
+            LaunchSettings::new(LaunchTag::TailKFull).with_chain_position_assert(assert);
         let (v, w, buf, r, c, i) = &mut host;
         let pi = kv_canary::PlanInputs::full(&host_batch, &host_table);
         cpu::plan(&shape, &pi, v, w).map_err(fail("cpu plan"))?;

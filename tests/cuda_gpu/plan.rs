@@ -4,11 +4,11 @@
 use crate::rng::Rng;
 use crate::{ensure, fail, Backend};
 use kv_canary::cuda::{Gpu, LaunchConfig, Offload, PlanKernel};
-use kv_canary::input::{ExpectedTokens, Group};
 use kv_canary::{
     cpu, Batch, BatchRow, Error, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa,
     UncheckedCapacity, UncheckedShape, VerifyPlan, WritePlan,
 };
+use kv_canary::{ExpectedTokens, Group};
 
 type Verify = VerifyPlan<UncheckedCapacity>;
 type Write = WritePlan<UncheckedCapacity>;
@@ -72,7 +72,7 @@ pub fn random_case(rng: &mut Rng, max_bs: i64, max_width: i64) -> Case {
     } else {
         rng.range(0, 12.min(max_bs))
     } as usize;
-    let mut batch = Batch::with_capacity(bs);
+    let mut batch = Batch::new();
     for _ in 0..bs {
         let padding = rng.chance(20);
         let mut rp = if padding {
@@ -210,7 +210,7 @@ fn run_on(
 ) -> Result<(), Error> {
     let vcap = if verify_override == 1 << 40 {
         // Sizing run: a capacity large enough for any case, the buffer matching it.
-        *verify = VerifyPlan::with_capacity(cap("verify_capacity", 1 << 20));
+        *verify = VerifyPlan::try_with_capacity(cap("verify_capacity", 1 << 20))?;
         cap("verify_capacity", 1 << 20)
     } else {
         verify.capacity()

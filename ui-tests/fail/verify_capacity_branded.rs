@@ -15,12 +15,12 @@ fn main() -> Result<(), kv_canary::Error> {
     let drafts = EngineKnobs::draft_step(8, 4);
     let target = EngineKnobs::draft_step(8, 3);
     Shape::branded(&drafts, |draft_shape| {
-        let mut cached = draft_shape.verify_plan();
+        let mut cached = draft_shape.try_verify_plan()?;
         Shape::branded(&target, |shape| {
-            let mut write = shape.write_plan();
+            let mut write = shape.try_write_plan()?;
             let inputs = PlanInputs::full(&batch, &table);
             cpu::plan(&shape, &inputs, &mut cached, &mut write)
         })
-    })??;
+    })???;
     Ok(())
 }

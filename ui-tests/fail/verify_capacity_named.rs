@@ -14,8 +14,8 @@ fn main() -> Result<(), kv_canary::Error> {
     let batch = Batch::from_columns([1, 2], [5, 0], [1, 7]);
     let draft = NamedShape::<Draft>::named(&EngineKnobs::speculative(8, 4, 512))?;
     let target = NamedShape::<Target>::named(&EngineKnobs::speculative(8, 3, 512))?;
-    let mut cached = draft.verify_plan();
-    let mut write = target.write_plan();
+    let mut cached = draft.try_verify_plan()?;
+    let mut write = target.try_write_plan()?;
     cpu::plan(&target, &PlanInputs::full(&batch, &table), &mut cached, &mut write)?;
     Ok(())
 }

@@ -13,7 +13,7 @@ fn main() -> Result<(), kv_canary::Error> {
     let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;
     let batch = Batch::from_columns([2, 0, 1], [3, 99, 0], [2, 99, 4]);
     let summary = Shape::branded(&knobs, |shape| {
-        let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+        let (mut verify, mut write) = (shape.try_verify_plan()?, shape.try_write_plan()?);
         let inputs = PlanInputs::full(&batch, &table);
         cpu::plan(&shape, &inputs, &mut verify, &mut write)
     })??;

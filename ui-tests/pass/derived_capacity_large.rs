@@ -3,9 +3,10 @@
 // `generic_const_exprs`) that launches compare with `Cap<1500>` by value. Shapes take static
 // capacities as well as typenum numbers: `SpeculativeShape<Cap<8>, Cap<4>>` is `Cap<40>`. The
 // step API takes such a shape like any other.
+use kv_canary::step::{Canary, TailKv};
 use kv_canary::{
-    cpu, Batch, Canary, Cap, Capacity, Derived, PlanInputs, ReqToToken, Shape, SpeculativeShape,
-    TailKv, VerifyPlan,
+    cpu, Batch, Cap, Capacity, Derived, PlanInputs, ReqToToken, Shape, SpeculativeShape,
+    VerifyPlan,
 };
 use typenum::{Prod, Sub1, U1099511627776, U300, U4, U5};
 

@@ -8,10 +8,11 @@ pub use bugs::BugState;
 
 use super::kv_pool::{swa_permutation, KvBytes, SlotPool};
 use super::requests::{Arrivals, Prompt, Request, Rows, VOCAB};
-use super::rng::Rng;
 use super::{Bug, CHUNK, MAX_BS, MAX_SEQ_LEN, POOL_SLOTS, REQ_ROWS};
 use kv_canary::cpu::scatter_req_token_ids;
 use kv_canary::{Batch, BatchRow, Capacity, ExpectedTokenTable, ReqToToken, WriteInputs};
+use rand::{RngExt as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
 
 const TABLE: &str = "the constant sizes form a valid table";
@@ -65,19 +66,19 @@ pub struct Engine {
     running: Vec<Request>,
     waiting: VecDeque<Prompt>,
     arrivals: Arrivals,
-    rng: Rng,
+    rng: ChaCha8Rng,
     scheduled: Vec<Scheduled>,
 }
 
 impl Engine {
     /// An idle engine; `bug` strikes at its first chance from step `armed_at` on.
     pub fn new(seed: u64, bug: Option<Bug>, armed_at: u64) -> Self {
-        let mut rng = Rng::new(seed);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let arrivals = Arrivals::new(&mut rng);
         Engine {
             req_to_token: ReqToToken::zeros(REQ_ROWS, MAX_SEQ_LEN).expect(TABLE),
             expected: ExpectedTokenTable::zeros(REQ_ROWS, MAX_SEQ_LEN).expect(TABLE),
-            batch: Batch::with_capacity(MAX_BS),
+            batch: Batch::try_with_capacity(MAX_BS).expect(TABLE),
             valid_lens: Vec::with_capacity(MAX_BS),
             lut: swa_permutation(POOL_SLOTS),
             kv: KvBytes::new(POOL_SLOTS),
@@ -109,7 +110,7 @@ impl Engine {
     /// Builds the batch (padded to a multiple of 4, like CUDA-graph buckets) and scatters every
     /// row's tokens into the expected-token pool.
     pub fn schedule(&mut self, step: u64) {
-        if self.rng.chance(0.4) && self.waiting.len() < 32 {
+        if self.rng.random_bool(0.4) && self.waiting.len() < 32 {
             let prompt = self.arrivals.next(&mut self.rng);
             self.waiting.push_back(prompt);
         }
@@ -311,7 +312,7 @@ impl Engine {
         for i in 0..self.scheduled.len() {
             let req = self.scheduled[i].req;
             if !self.running[req].in_prefill() {
-                let token = self.rng.range(1, VOCAB - 1) as i64;
+                let token = self.rng.random_range(1..=VOCAB - 1) as i64;
                 self.running[req].tokens.push(token);
             }
         }

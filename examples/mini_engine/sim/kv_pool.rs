@@ -1,7 +1,8 @@
 //! The KV pool: a slot allocator with reference counts, and the fake KV bytes of every slot.
 
 use kv_canary::hash::splitmix64;
-use kv_canary::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, TailKv};
+use kv_canary::step::TailKv;
+use kv_canary::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 
 /// The slot allocator of a paged KV pool with page size 1. Slot 0 is reserved (the padding
 /// slot every stale `req_to_token` cell points to) and never handed out.

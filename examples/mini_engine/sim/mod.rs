@@ -15,11 +15,11 @@
 mod engine;
 mod kv_pool;
 mod requests;
-mod rng;
 
 pub use engine::{BugState, Engine, Stats};
 
-use kv_canary::{Canary, Cap, LaunchTag, PlanInputs, Shape, Swa, Violation};
+use kv_canary::step::Canary;
+use kv_canary::{Cap, LaunchTag, PlanInputs, Shape, Swa, Violation};
 
 /// KV pool slots (slot 0 reserved).
 pub const POOL_SLOTS: usize = 2048;

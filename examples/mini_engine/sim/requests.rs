@@ -1,6 +1,7 @@
 //! Requests, the rows of the request pool they occupy, and the stream of arriving prompts.
 
-use super::rng::Rng;
+use rand::RngExt as _;
+use rand_chacha::ChaCha8Rng;
 
 /// One request being served.
 #[derive(Clone, Debug)]
@@ -89,10 +90,10 @@ pub struct Arrivals {
 
 impl Arrivals {
     /// Six system prompts of 8 to 40 tokens.
-    pub fn new(rng: &mut Rng) -> Self {
+    pub fn new(rng: &mut ChaCha8Rng) -> Self {
         let templates = (0..6)
             .map(|_| {
-                let n = rng.range(8, 40);
+                let n = rng.random_range(8..=40);
                 random_tokens(rng, n)
             })
             .collect();
@@ -104,15 +105,15 @@ impl Arrivals {
 
     /// The next prompt: 70 % a system prompt and 2 to 24 more tokens, 30 % 4 to 48 random
     /// tokens; 4 to 40 tokens to sample.
-    pub fn next(&mut self, rng: &mut Rng) -> Prompt {
-        let mut tokens = if rng.chance(0.7) {
-            let t = rng.range(0, self.templates.len() - 1);
+    pub fn next(&mut self, rng: &mut ChaCha8Rng) -> Prompt {
+        let mut tokens = if rng.random_bool(0.7) {
+            let t = rng.random_range(0..self.templates.len());
             let mut tokens = self.templates[t].clone();
-            let n = rng.range(2, 24);
+            let n = rng.random_range(2..=24);
             tokens.extend(random_tokens(rng, n));
             tokens
         } else {
-            let n = rng.range(4, 48);
+            let n = rng.random_range(4..=48);
             random_tokens(rng, n)
         };
         tokens.shrink_to_fit();
@@ -121,11 +122,13 @@ impl Arrivals {
         Prompt {
             id,
             tokens,
-            output_len: rng.range(4, 40),
+            output_len: rng.random_range(4..=40),
         }
     }
 }
 
-fn random_tokens(rng: &mut Rng, n: usize) -> Vec<i64> {
-    (0..n).map(|_| rng.range(1, VOCAB - 1) as i64).collect()
+fn random_tokens(rng: &mut ChaCha8Rng, n: usize) -> Vec<i64> {
+    (0..n)
+        .map(|_| rng.random_range(1..=VOCAB - 1) as i64)
+        .collect()
 }

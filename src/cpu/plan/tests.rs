@@ -1,8 +1,8 @@
 //! The worked example of spec §3.6 and its variants, plus the data-dependent errors.
 
 use super::*;
+use crate::capacity::{Cap, UncheckedCapacity};
 use crate::input::{Batch, ExpectedTokenTable, NoExpectedTokens, PositionOffset, ReqToToken, Swa};
-use crate::{Cap, UncheckedCapacity};
 
 type Spec = Shape<Cap<8>, Cap<4>, Cap<16>>;
 
@@ -245,4 +245,33 @@ fn unchecked_capacities_are_compared_at_the_call() {
     let mut v = VerifyPlan::with_capacity(cap(8));
     plan(&shape, &PlanInputs::full(&b, &t), &mut v, &mut w).unwrap();
     let _ = NoExpectedTokens;
+}
+
+#[test]
+fn an_overflowing_token_count_names_both_lengths() {
+    let (mut v, mut w) = marked::<8, 4>();
+    let before = (v.clone(), w.clone());
+    let b = Batch::from_columns([1, 2, 3], [0, 0, 0], [5, i64::MAX - 10, 20]);
+    let err = plan(
+        &Spec::new(),
+        &PlanInputs::full(&b, &table()),
+        &mut v,
+        &mut w,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        Error::WriteTokenCountOverflow {
+            row: 2,
+            lengths: Some((i64::MAX - 5, 20)),
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "kv-canary: the sum of extend_seq_lens overflows i64 at batch row 2: the rows before it sum to {}, its extend_seq_len is 20",
+            i64::MAX - 5
+        )
+    );
+    assert_eq!((v, w), before);
 }

@@ -2,11 +2,13 @@
 
 use super::*;
 use crate::canary::{CanarySlot, LaunchTag};
+use crate::canary::{TokenCheckOff, TokenCheckOn};
+use crate::capacity::Cap;
 use crate::cpu::plan;
 use crate::cpu::testing::*;
 use crate::input::{Batch, ExpectedTokenTable, PlanInputs, ReqToToken};
+use crate::plan::VerifyEntry;
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
-use crate::{Cap, TokenCheckOff, TokenCheckOn, VerifyEntry};
 
 fn rows(st: &State) -> Vec<[i64; 8]> {
     st.ring.raw_rows().collect()
@@ -180,7 +182,7 @@ fn position_and_prev_hash_corruptions_set_their_own_bit() {
     st.verify(
         &verify_plan(&entries),
         TokenCheckOff,
-        &Launch::new(LaunchTag::SweepVSwa),
+        &LaunchSettings::new(LaunchTag::SweepVSwa),
     )
     .unwrap();
     // slot 1: its own prev hash is wrong (CHAIN); slot 2 chains from slot 1's *stored* fields,
@@ -338,7 +340,7 @@ fn ring_overflow_keeps_counting() {
             prev_slot: i,
         })
         .collect();
-    let launch = Launch::new(LaunchTag::HeadVSwa);
+    let launch = LaunchSettings::new(LaunchTag::HeadVSwa);
     let s = verify(
         &Spec::new(),
         &verify_plan(&entries),

@@ -1,12 +1,13 @@
 //! The worked example of spec §4 and the write scenarios of §8.
 
 use super::*;
+use crate::canary::TokenCheckOff;
 use crate::canary::{ChainPositionAssert, LaunchTag, Violation};
+use crate::capacity::{Cap, UncheckedCapacity};
 use crate::cpu::plan;
 use crate::cpu::testing::*;
 use crate::input::{Batch, InputAssertOn, PlanInputs, ReqToToken};
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
-use crate::{Cap, TokenCheckOff, UncheckedCapacity};
 
 fn slot(state: &State, s: usize) -> (i64, i64, i64, i64) {
     let r = state.buf.slot(s).unwrap();
@@ -115,7 +116,7 @@ fn chain_position_assert_follows_the_run_time_flag() {
     };
     let inputs = write_inputs(&[200, 201, 202], &[11, 13, 13], &[20, 21, 22]);
     let plan = write_plan(&[0, 3], &[50]);
-    let tag = Launch::new(LaunchTag::HeadVFull);
+    let tag = LaunchSettings::new(LaunchTag::HeadVFull);
 
     let mut on = setup();
     on.write(&plan, &inputs, &tag).unwrap();
@@ -339,7 +340,7 @@ fn boundary_values_round_trip_through_verify() {
     let entries: Vec<_> = slots
         .iter()
         .enumerate()
-        .map(|(i, &s)| crate::VerifyEntry {
+        .map(|(i, &s)| crate::plan::VerifyEntry {
             slot: s,
             expected_token: -1,
             expected_position: positions[i],
@@ -545,7 +546,7 @@ fn malformed_plans_and_inputs_mutate_nothing() {
 #[test]
 fn unchecked_capacities_are_compared() {
     let cap = |n| UncheckedCapacity::new("c", n).unwrap();
-    let shape = crate::UncheckedShape::from_capacities(cap(4), cap(2), cap(3));
+    let shape = crate::shape::UncheckedShape::from_capacities(cap(4), cap(2), cap(3));
     let plan = WritePlan::from_parts(cap(2), vec![0, 1, 1], vec![-1, -1], 1).unwrap();
     let inputs = WriteInputs::from_parts(cap(4), vec![1; 4], vec![0; 4], vec![1; 4]).unwrap();
     let mut st = State::new();
@@ -577,7 +578,7 @@ fn violations_display_as_sentences() {
     st.write(
         &write_plan(&[0, 1], &[-1]),
         &inputs,
-        &Launch::new(LaunchTag::TailKSwa),
+        &LaunchSettings::new(LaunchTag::TailKSwa),
     )
     .unwrap();
     let v: Violation = st.ring.violations().next().unwrap();

@@ -11,7 +11,7 @@ use kv_canary::{VerifyPlan, WritePlan};
 pub(super) fn replay_verify_plan(case: &Case) -> Replayed {
     let run = || {
         let cap = capacity("verify_capacity", case.inputs().int("verify_capacity")?)?;
-        let _ = VerifyPlan::with_capacity(cap);
+        let _ = VerifyPlan::try_with_capacity(cap)?;
         Ok(Vec::new())
     };
     run().into()
@@ -24,7 +24,7 @@ pub(super) fn replay_write_plan(case: &Case) -> Replayed {
             "write_req_capacity",
             case.inputs().int("write_req_capacity")?,
         )?;
-        let _ = WritePlan::with_capacity(cap);
+        let _ = WritePlan::try_with_capacity(cap)?;
         Ok(Vec::new())
     };
     run().into()

@@ -13,8 +13,8 @@ use crate::Error;
 use kv_canary::consts::VIOLATION_FIELDS;
 use kv_canary::Capacity;
 use kv_canary::{
-    CanaryBuffer, ChainPositionAssert, HealthCounters, Launch, LaunchTag, RealKv, RealKvHashMode,
-    RealKvParams, RealKvSource, RealKvSources, UncheckedCapacity, ViolationRing,
+    CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchSettings, LaunchTag, RealKv,
+    RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, UncheckedCapacity, ViolationRing,
 };
 
 /// What a launch mutates.
@@ -43,14 +43,14 @@ struct Settings {
 impl Settings {
     /// The typed launch: every source validated, at most four of them
     /// ([`TooManyRealKvSources`](kv_canary::Error::TooManyRealKvSources) otherwise).
-    pub fn launch(&self) -> Result<Launch<'_>, Error> {
+    pub fn launch(&self) -> Result<LaunchSettings<'_>, Error> {
         let sources = self
             .sources
             .iter()
             .map(|s| RealKvSource::from_shape(&s.bytes, &s.shape, s.params))
             .collect::<Result<Vec<_>, kv_canary::Error>>()?;
         let real_kv = RealKv::new(self.mode, RealKvSources::try_from_slice(&sources)?);
-        Ok(Launch::new(self.tag)
+        Ok(LaunchSettings::new(self.tag)
             .with_real_kv(real_kv)
             .with_chain_position_assert(self.chain_position_assert))
     }
@@ -64,7 +64,7 @@ pub(super) fn replay_launch<T>(
     case: &Case,
     backend: Backend,
     decode_op: impl FnOnce(&Fields<'_>) -> Result<T, Error>,
-    launch: impl FnOnce(&T, &Launch<'_>, &mut State) -> Result<(), Error>,
+    launch: impl FnOnce(&T, &LaunchSettings<'_>, &mut State) -> Result<(), Error>,
 ) -> Replayed {
     let inputs = case.inputs();
     let decoded =
@@ -265,7 +265,7 @@ mod tests {
     fn state(rows: Vec<i64>, index: i32) -> State {
         let cap = |n| UncheckedCapacity::new("c", n).unwrap();
         State {
-            buf: CanaryBuffer::with_capacity(cap(1)),
+            buf: CanaryBuffer::try_with_capacity(cap(1)).unwrap(),
             ring: ViolationRing::from_parts(cap(rows.len() / 8), rows, index).unwrap(),
             counters: HealthCounters::new(),
         }

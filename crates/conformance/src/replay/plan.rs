@@ -20,11 +20,11 @@ use crate::compare::Produced;
 use crate::tensor::Tensor;
 use crate::Backend;
 use crate::Error;
-use kv_canary::input::{ExpectedTokens, Group};
 use kv_canary::{
     cpu, Batch, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa, UncheckedCapacity,
     UncheckedShape, VerifyPlan, WritePlan,
 };
+use kv_canary::{ExpectedTokens, Group};
 
 type Verify = VerifyPlan<UncheckedCapacity>;
 type Write = WritePlan<UncheckedCapacity>;

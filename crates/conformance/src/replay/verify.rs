@@ -7,9 +7,9 @@ use super::{capacity, Replayed};
 use crate::case::{Case, Fields};
 use crate::Backend;
 use crate::Error;
-use kv_canary::canary::TokenCheck;
+use kv_canary::TokenCheck;
 use kv_canary::{
-    cpu, Launch, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan,
+    cpu, LaunchSettings, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan,
 };
 
 /// Replays one `verify` case on `backend`.
@@ -49,7 +49,7 @@ fn launch_verify<K: TokenCheck>(
     backend: Backend,
     plan: &VerifyPlan<UncheckedCapacity>,
     check: K,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     st: &mut State,
 ) -> Result<(), Error> {
     // The verify op never reads the write capacities; any positive value will do.

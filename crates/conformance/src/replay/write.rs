@@ -14,7 +14,7 @@ use super::{capacity, Replayed};
 use crate::case::{Case, Fields};
 use crate::Backend;
 use crate::Error;
-use kv_canary::{cpu, Launch, UncheckedCapacity, UncheckedShape, WriteInputs, WritePlan};
+use kv_canary::{cpu, LaunchSettings, UncheckedCapacity, UncheckedShape, WriteInputs, WritePlan};
 
 /// Replays one `write` case on `backend`.
 pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
@@ -96,16 +96,16 @@ trait ReplayAssert: kv_canary::cuda::DeviceInputAssert {}
 #[cfg(feature = "cuda")]
 impl<A: kv_canary::cuda::DeviceInputAssert> ReplayAssert for A {}
 #[cfg(not(feature = "cuda"))]
-trait ReplayAssert: kv_canary::input::WriteInputAssert {}
+trait ReplayAssert: kv_canary::WriteInputAssert {}
 #[cfg(not(feature = "cuda"))]
-impl<A: kv_canary::input::WriteInputAssert> ReplayAssert for A {}
+impl<A: kv_canary::WriteInputAssert> ReplayAssert for A {}
 
 /// One write launch on `backend`. A new backend adds its arm here.
 fn launch_write<A: ReplayAssert>(
     backend: Backend,
     plan: &WritePlan<UncheckedCapacity>,
     inputs: &WriteInputs<UncheckedCapacity, A>,
-    launch: &Launch<'_>,
+    launch: &LaunchSettings<'_>,
     st: &mut State,
 ) -> Result<(), Error> {
     // The write op never reads the verify capacity; any positive value will do.

@@ -1,4 +1,4 @@
-//! [`Launch`]: the per-launch settings shared by write and verify (spec §2.13).
+//! [`LaunchSettings`]: the per-launch settings shared by write and verify (spec §2.13).
 
 use super::LaunchTag;
 use crate::real_kv::RealKv;
@@ -74,13 +74,13 @@ impl Default for ChainPositionAssert {
 /// rows, the real-KV fingerprint settings and the chain-position assert flag (read by write only).
 ///
 /// ```
-/// use kv_canary::{ChainPositionAssert, Launch, LaunchTag};
-/// let head = Launch::new(LaunchTag::HeadKFull);
+/// use kv_canary::{ChainPositionAssert, LaunchSettings, LaunchTag};
+/// let head = LaunchSettings::new(LaunchTag::HeadKFull);
 /// let warm_up = head.with_chain_position_assert(ChainPositionAssert::OFF);
 /// assert!(!warm_up.chain_position_assert.is_on());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Launch<'a> {
+pub struct LaunchSettings<'a> {
     /// Stamped into field 0 of every violation row.
     pub tag: LaunchTag,
     /// The real-KV fingerprint (mode and sources).
@@ -89,10 +89,10 @@ pub struct Launch<'a> {
     pub chain_position_assert: ChainPositionAssert,
 }
 
-impl Launch<'static> {
+impl LaunchSettings<'static> {
     /// A launch with tag `tag`, no real-KV fingerprint and the chain-position assert on.
     pub const fn new(tag: LaunchTag) -> Self {
-        Launch {
+        LaunchSettings {
             tag,
             real_kv: RealKv::NONE,
             chain_position_assert: ChainPositionAssert::ON,
@@ -100,10 +100,10 @@ impl Launch<'static> {
     }
 }
 
-impl<'a> Launch<'a> {
+impl<'a> LaunchSettings<'a> {
     /// The same launch with another real-KV fingerprint.
-    pub fn with_real_kv<'b>(self, real_kv: RealKv<'b>) -> Launch<'b> {
-        Launch {
+    pub fn with_real_kv<'b>(self, real_kv: RealKv<'b>) -> LaunchSettings<'b> {
+        LaunchSettings {
             tag: self.tag,
             real_kv,
             chain_position_assert: self.chain_position_assert,
@@ -112,7 +112,7 @@ impl<'a> Launch<'a> {
 
     /// The same launch with another chain-position assert flag.
     pub fn with_chain_position_assert(self, flag: ChainPositionAssert) -> Self {
-        Launch {
+        LaunchSettings {
             chain_position_assert: flag,
             ..self
         }
