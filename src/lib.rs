@@ -83,6 +83,9 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The conformance runner includes kv-canary-testkit's `Offload`, written as `kv_canary::...`.
+extern crate self as kv_canary;
+
 pub mod canary;
 pub mod capacity;
 pub mod conformance;

@@ -45,7 +45,7 @@ pub enum Backend {
     #[default]
     Cpu,
     /// The CUDA kernels ([`crate::cuda`]) on this thread's default GPU, through
-    /// [`Offload`](crate::cuda::Offload) (feature `cuda`).
+    /// `Offload` (of kv-canary-testkit; feature `cuda`).
     #[cfg(feature = "cuda")]
     Cuda,
 }

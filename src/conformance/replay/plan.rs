@@ -189,7 +189,7 @@ fn launch<G: Group, X: ExpectedTokens>(
         Backend::Cpu => cpu::plan(shape, inputs, verify, write).map(drop),
         #[cfg(feature = "cuda")]
         Backend::Cuda => {
-            crate::cuda::Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))
+            super::offload::Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))
         }
     }
 }

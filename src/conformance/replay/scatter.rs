@@ -33,7 +33,7 @@ pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
             cpu::scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool).map(drop)
         }
         #[cfg(feature = "cuda")]
-        Backend::Cuda => crate::cuda::Offload::with_default(|gpu| {
+        Backend::Cuda => super::offload::Offload::with_default(|gpu| {
             gpu.scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool)
         }),
     };

@@ -65,7 +65,7 @@ fn launch_verify<K: TokenCheck>(
         )
         .map(drop),
         #[cfg(feature = "cuda")]
-        Backend::Cuda => crate::cuda::Offload::with_default(|gpu| {
+        Backend::Cuda => super::offload::Offload::with_default(|gpu| {
             gpu.verify(
                 &shape,
                 plan,

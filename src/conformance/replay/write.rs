@@ -125,7 +125,7 @@ fn launch_write<A: ReplayAssert>(
         )
         .map(drop),
         #[cfg(feature = "cuda")]
-        Backend::Cuda => crate::cuda::Offload::with_default(|gpu| {
+        Backend::Cuda => super::offload::Offload::with_default(|gpu| {
             gpu.write(
                 &shape,
                 plan,
