@@ -552,3 +552,27 @@ impl<'a, 'g> RawLaunch<'a, 'g> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bench_kernels_are_embedded() {
+        if std::env::var_os("DOCS_RS").is_some() {
+            return;
+        }
+        for entry in [
+            "kv_canary_gather_floor",
+            "kv_canary_chain_floor",
+            "kv_canary_chain_floor_vector",
+            "kv_canary_empty",
+            "kv_canary_spin",
+            "kv_canary_lut_floor",
+            "kv_canary_dependent_loads",
+        ] {
+            assert!(
+                super::BENCH_PTX.contains(&format!(".entry {entry}(")),
+                "{entry} missing"
+            );
+        }
+    }
+}

@@ -3,8 +3,9 @@
 //!
 //! Two targets: `sm_90` (Hopper; the PTX the kernels were tuned with, unchanged) and `sm_80`,
 //! which the driver JIT-compiles for every 8.x device (A100 8.0, A10/RTX 30 8.6, L4/L40 8.9).
-//! These kernels are integer and memory code: `sm_89` adds only FP8 conversions and `sm_86`
-//! nothing they use, so separate PTX for them would hold the same instructions. Under `DOCS_RS`
+//! Measured with nvcc 13.0: `-arch=sm_89` PTX of every kernel file is line for line the
+//! `sm_80` PTX but for its `.target` line (these are integer and memory kernels; `sm_89` adds
+//! only FP8 conversions), so a separate `sm_89` target would only double the build. Under `DOCS_RS`
 //! the strings are empty (docs.rs has no CUDA).
 
 use super::kernels::ModuleId;

@@ -109,3 +109,31 @@ pub(crate) fn cust_error(call: &'static str) -> impl FnOnce(cust::error::CudaErr
         code: e.into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn the_driver_code_is_kept_matchable_and_is_the_source() {
+        let err = check("cuMemAlloc", CUresult::CUDA_ERROR_OUT_OF_MEMORY).unwrap_err();
+        let Error::Cuda { call, code } = &err else {
+            panic!("not Error::Cuda: {err:?}");
+        };
+        assert_eq!(*call, "cuMemAlloc");
+        assert!(code.is(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!(code.raw(), 2);
+        // cust's error for the same failure is the same code.
+        assert_eq!(
+            *code,
+            CudaErrorCode::from(cust::error::CudaError::OutOfMemory)
+        );
+        let source = err.source().expect("a source");
+        assert!(source.downcast_ref::<CudaErrorCode>().is_some());
+        assert_eq!(check("cuMemAlloc", CUresult::CUDA_SUCCESS), Ok(()));
+        // Codes cust 0.3 does not name stay exact.
+        let captured = CudaErrorCode::from_result(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        assert_eq!(captured.raw(), 901);
+    }
+}

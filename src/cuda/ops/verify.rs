@@ -40,7 +40,7 @@ pub fn verify<'a, Q, V, W, E, VB, K, S, R>(
     shape: &Shape<V, W, E>,
     plan: &'a VerifyPlan<VB, Device>,
     check: K,
-    launch_settings: &DeviceSettings<'a>,
+    settings: &DeviceSettings<'a>,
     canary: &'a CanaryBuffer<S, Device>,
     ring: &'a ViolationRing<R, Device>,
     counters: &'a HealthCounters<Device>,
@@ -57,14 +57,7 @@ where
 {
     let target = on.target();
     let prepared = prepare(
-        &target,
-        shape,
-        plan,
-        check,
-        launch_settings,
-        canary,
-        ring,
-        counters,
+        &target, shape, plan, check, settings, canary, ring, counters,
     )?;
     // SAFETY: `VerifyArgs` mirrors the kernel's parameter (see `prepare`); every address in it
     // is a live buffer borrowed for 'a, at least the launch (the whole graph for a capture).
@@ -88,7 +81,7 @@ pub(crate) fn prepare<'a, V, W, E, VB, K, S, R>(
     shape: &Shape<V, W, E>,
     plan: &'a VerifyPlan<VB, Device>,
     check: K,
-    launch_settings: &DeviceSettings<'a>,
+    settings: &DeviceSettings<'a>,
     canary: &'a CanaryBuffer<S, Device>,
     ring: &'a ViolationRing<R, Device>,
     counters: &'a HealthCounters<Device>,
@@ -104,7 +97,7 @@ where
 {
     let _ = check;
     shape.verify_capacity().check(plan.capacity())?;
-    let kv = launch_settings.real_kv;
+    let kv = settings.real_kv;
     let args = VerifyArgs {
         slots: driver::ptr(&plan.slot_indices),
         tokens: driver::ptr(&plan.expected_tokens),
@@ -121,7 +114,7 @@ where
         write_index: driver::box_ptr(&ring.write_index),
         slot_counter: driver::box_ptr(&counters.slot_run_counter),
         kernel_counter: driver::box_ptr(&counters.kernel_run_counter),
-        tag: launch_settings.tag.value(),
+        tag: settings.tag.value(),
         status: target.status,
         kv: kv.abi(),
     };

@@ -50,7 +50,7 @@ pub fn write<'a, Q, V, W, E, WB, EB, A, S, R>(
     shape: &Shape<V, W, E>,
     plan: &'a WritePlan<WB, Device>,
     inputs: &'a WriteInputs<EB, A, Device>,
-    launch_settings: &DeviceSettings<'a>,
+    settings: &DeviceSettings<'a>,
     canary: &'a CanaryBuffer<S, Device>,
     ring: &'a ViolationRing<R, Device>,
     counters: &'a HealthCounters<Device>,
@@ -75,12 +75,12 @@ where
         allowed: "[1, u32::MAX] (one block per request row)",
     })?;
     let (exp_tokens, exp_positions) = A::addrs(&inputs.expected);
-    let (chain_assert, chain_assert_fixed) = match launch_settings.chain_position_assert {
+    let (chain_assert, chain_assert_fixed) = match settings.chain_position_assert {
         ChainAssert::Fixed(v) => (DevPtr::NULL, i64::from(v.flag())),
         ChainAssert::Flag(f) => (driver::box_ptr(&f.flag), 0),
     };
     let target = on.target();
-    let kv = launch_settings.real_kv;
+    let kv = settings.real_kv;
     let args = WriteArgs {
         offsets: driver::ptr(&plan.offsets),
         seeds: driver::ptr(&plan.seed_slot_indices),
@@ -102,7 +102,7 @@ where
         write_index: driver::box_ptr(&ring.write_index),
         slot_counter: driver::box_ptr(&counters.slot_run_counter),
         kernel_counter: driver::box_ptr(&counters.kernel_run_counter),
-        tag: launch_settings.tag.value(),
+        tag: settings.tag.value(),
         status: target.status,
         kv: kv.abi(),
     };
