@@ -75,7 +75,7 @@ pub use device::custom_module::{CustomKernel, CustomModule};
 pub use device::gpu::Gpu;
 pub use device::plan_inputs::{
     DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
-    DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, ExpectedPoolPtrs, PlanInputs, Swa,
+    DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, Swa,
 };
 pub use device::settings::{
     ChainAssert, ChainAssertFlag, DeviceRealKv, DeviceRealKvSource, DeviceSettings,
