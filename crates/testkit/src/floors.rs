@@ -59,22 +59,48 @@ fn download<T: cust::memory::DeviceCopy + Default + Clone>(
     Ok(host)
 }
 
+/// The entry points of `kernels/bench.cu`, looked up once (not inside a capture).
+const BENCH_KERNELS: [&str; 7] = [
+    "kv_canary_gather_floor",
+    "kv_canary_chain_floor",
+    "kv_canary_chain_floor_vector",
+    "kv_canary_empty",
+    "kv_canary_spin",
+    "kv_canary_lut_floor",
+    "kv_canary_dependent_loads",
+];
+
 /// The bench kernels of `kernels/bench.cu`, loaded into one [`Gpu`]'s context.
 #[derive(Debug)]
 pub struct Floors<'g> {
+    // Before the module: its functions are valid while it is loaded.
+    kernels: [CustomKernel; BENCH_KERNELS.len()],
     module: CustomModule<'g>,
 }
 
 impl<'g> Floors<'g> {
-    /// Loads the bench kernels on `gpu`.
+    /// Loads the bench kernels on `gpu` and looks up every entry point.
     pub fn new(gpu: &'g Gpu) -> Result<Self, Error> {
-        Ok(Floors {
-            module: CustomModule::from_ptx(gpu, BENCH_PTX)?,
-        })
+        let module = CustomModule::from_ptx(gpu, BENCH_PTX)?;
+        let mut kernels = Vec::with_capacity(BENCH_KERNELS.len());
+        for name in BENCH_KERNELS {
+            kernels.push(module.kernel(name)?);
+        }
+        let kernels = kernels.try_into().map_err(|_| Error::Malformed {
+            detail: "kv-canary-testkit: bench kernel table".to_owned(),
+        })?;
+        Ok(Floors { kernels, module })
     }
 
-    fn kernel(&self, name: &str) -> Result<CustomKernel<'_>, Error> {
-        self.module.kernel(name)
+    /// The kernel `name` of [`BENCH_KERNELS`] (a name outside it is an error).
+    fn kernel(&self, name: &str) -> Result<CustomKernel, Error> {
+        BENCH_KERNELS
+            .iter()
+            .position(|&k| k == name)
+            .map(|i| self.kernels[i])
+            .ok_or_else(|| Error::Malformed {
+                detail: format!("kv-canary-testkit: no bench kernel {name}"),
+            })
     }
 
     fn sm_count(&self) -> u32 {
@@ -428,7 +454,7 @@ impl Floors<'_> {
 /// bytes.
 unsafe fn launch_packed<'a, A: Copy, Q: Queue<'a> + ?Sized>(
     on: &Q,
-    kernel: &CustomKernel<'_>,
+    kernel: &CustomKernel,
     grid: u32,
     block: u32,
     args: &A,
@@ -560,15 +586,7 @@ mod tests {
         if std::env::var_os("DOCS_RS").is_some() {
             return;
         }
-        for entry in [
-            "kv_canary_gather_floor",
-            "kv_canary_chain_floor",
-            "kv_canary_chain_floor_vector",
-            "kv_canary_empty",
-            "kv_canary_spin",
-            "kv_canary_lut_floor",
-            "kv_canary_dependent_loads",
-        ] {
+        for entry in super::BENCH_KERNELS {
             assert!(
                 super::BENCH_PTX.contains(&format!(".entry {entry}(")),
                 "{entry} missing"

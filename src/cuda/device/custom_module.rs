@@ -7,7 +7,6 @@
 use super::gpu::Gpu;
 use crate::cuda::driver::module::Module;
 use crate::Error;
-use core::marker::PhantomData;
 use cust::sys::CUfunction;
 
 /// A module loaded from caller-supplied PTX into `gpu`'s context; unloaded on drop.
@@ -33,23 +32,23 @@ impl<'g> CustomModule<'g> {
         self.gpu
     }
 
-    /// The entry point `name` (`extern "C" __global__`).
-    pub fn kernel(&self, name: &str) -> Result<CustomKernel<'_>, Error> {
+    /// The entry point `name` (`extern "C" __global__`). Look kernels up before a capture:
+    /// the lookup is a driver call.
+    pub fn kernel(&self, name: &str) -> Result<CustomKernel, Error> {
         Ok(CustomKernel {
             function: self.module.function(name)?,
-            _module: PhantomData,
         })
     }
 }
 
-/// An entry point of a [`CustomModule`], valid while the module is loaded.
+/// An entry point of a [`CustomModule`], valid while the module is loaded (launching it later
+/// is excluded by [`launch_custom`](crate::cuda::launch_custom)'s contract).
 #[derive(Clone, Copy, Debug)]
-pub struct CustomKernel<'m> {
+pub struct CustomKernel {
     function: CUfunction,
-    _module: PhantomData<&'m Module>,
 }
 
-impl CustomKernel<'_> {
+impl CustomKernel {
     /// The raw function handle (for a bare driver launch to compare with).
     pub fn as_raw(&self) -> CUfunction {
         self.function

@@ -11,12 +11,13 @@ use crate::Error;
 ///
 /// `params` holds one pointer per kernel parameter, in order, each to a value laid out as the
 /// kernel reads that parameter (the driver copies them before returning, so temporaries do);
-/// `kernel` belongs to a module loaded on `on`'s device; every device address the parameters
+/// `kernel` belongs to a module loaded on `on`'s device that stays loaded while the launch (or a
+/// graph replaying it) can run; every device address the parameters
 /// hold points to a live allocation at least as large as the parameters tell the kernel it may
 /// access, for as long as the launch (or a graph replaying it) can run.
 pub unsafe fn launch_custom<'a, Q: Queue<'a> + ?Sized>(
     on: &Q,
-    kernel: &CustomKernel<'_>,
+    kernel: &CustomKernel,
     grid: u32,
     block: u32,
     shared_bytes: u32,
