@@ -2,28 +2,44 @@
 //!
 //! * Without the feature nothing happens: building, testing, linting and documenting the crate
 //!   needs nothing from CUDA.
+//! * First it writes `$OUT_DIR/kv_canary_shared.h` from the Rust side's one definition of every
+//!   constant and struct layout the kernels share (`src/cuda/abi/shared.rs`,
+//!   `src/cuda/abi/args.rs`): `constexpr`s, the status-code enums, and `sizeof`/`offsetof`
+//!   static asserts of every argument struct. `kernels/common.cuh` includes it.
 //! * With `DOCS_RS` set (docs.rs has no CUDA), every kernel gets an empty PTX file, so the
 //!   documentation still builds.
 //! * Otherwise nvcc is taken from `$NVCC`, else `$CUDA_PATH/bin/nvcc`, else
 //!   `/usr/local/cuda/bin/nvcc`, else the `PATH`; without one the build fails and names
 //!   `scripts/install-cuda-toolchain.sh`.
-//! * The target is `sm_90` (Hopper: H100, H200); `KV_CANARY_CUDA_ARCH` overrides it (`sm_80`,
-//!   `compute_90`, `90`, ...). The GPU is never asked (no `nvidia-smi`), so building needs none.
+//! * Targets: `sm_90` (Hopper, the tuned PTX) and `sm_80` (JIT-compiled by the driver for every
+//!   8.x device); `KV_CANARY_CUDA_ARCH` overrides the list (`sm_90`, `sm_80,sm_90`, `90`, ...).
+//!   The GPU is never asked (no `nvidia-smi`), so building needs none.
 //!
-//! The PTX lands in `$OUT_DIR/<name>.ptx` and `src/cuda/ptx.rs` embeds it with `include_str!`.
+//! The PTX lands in `$OUT_DIR/<name>.<arch>.ptx`; `$OUT_DIR/kv_canary_ptx.rs` (included by
+//! `src/cuda/abi/ptx.rs`) embeds it with `include_str!`.
 
 use std::env;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-/// Every kernel file; `src/cuda/ptx.rs` embeds one string per name.
-const KERNELS: [&str; 5] = ["plan", "verify", "write", "scatter", "bench"];
+#[path = "kernels/shared_header.rs"]
+mod shared_header;
+
+/// Every kernel file of the library; `src/cuda/abi/kernels.rs` lists their entry points.
+const KERNELS: [&str; 4] = ["plan", "verify", "write", "scatter"];
+/// The default targets, oldest first.
+const DEFAULT_ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 /// The newest PTX ISA a CUDA 13.0 driver (the H200 machine's 580) loads.
 const NEWEST_LOADABLE_PTX: (u32, u32) = (9, 0);
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=kernels");
+    println!("cargo:rerun-if-changed=src/cuda/abi/args.rs");
+    println!("cargo:rerun-if-changed=src/cuda/abi/ptr.rs");
+    println!("cargo:rerun-if-changed=src/cuda/abi/shared.rs");
+    println!("cargo:rerun-if-changed=kernels/shared_header.rs");
     for var in [
         "NVCC",
         "CUDA_PATH",
@@ -37,9 +53,15 @@ fn main() {
         return;
     }
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::write(out.join("kv_canary_shared.h"), shared_header::generate())
+        .expect("write the header");
+    let archs = archs();
+    std::fs::write(out.join("kv_canary_ptx.rs"), ptx_table(&archs)).expect("write the PTX table");
     if env::var_os("DOCS_RS").is_some() {
         for name in KERNELS {
-            std::fs::write(out.join(format!("{name}.ptx")), "").expect("write empty PTX");
+            for arch in &archs {
+                std::fs::write(out.join(format!("{name}.{arch}.ptx")), "").expect("empty PTX");
+            }
         }
         return;
     }
@@ -50,11 +72,15 @@ fn main() {
              with `sudo scripts/install-cuda-toolchain.sh`, or set NVCC=/path/to/nvcc."
         )
     });
-    let arch = arch();
-    let children: Vec<(&str, Child)> = KERNELS
-        .iter()
-        .map(|&name| (name, spawn_nvcc(&nvcc, &arch, name, &out)))
-        .collect();
+    let mut children: Vec<(String, Child)> = Vec::new();
+    for arch in &archs {
+        for name in KERNELS {
+            children.push((
+                format!("{name}.{arch}"),
+                spawn_nvcc(&nvcc, arch, name, &out),
+            ));
+        }
+    }
     let mut failed = Vec::new();
     for (name, child) in children {
         let result = child.wait_with_output().expect("wait for nvcc");
@@ -67,10 +93,46 @@ fn main() {
     }
     if !failed.is_empty() {
         panic!(
-            "kv-canary: nvcc ({}) failed on kernels {failed:?} for {arch}",
+            "kv-canary: nvcc ({}) failed on kernels {failed:?}",
             nvcc.display()
         );
     }
+}
+
+/// `$OUT_DIR/kv_canary_ptx.rs`: `TARGETS` and, per kernel file, its PTX of every target.
+fn ptx_table(archs: &[String]) -> String {
+    let mut s = String::from(
+        "/// Compute capability (`90` for 9.0) and nvcc arch of every embedded target.\n\
+         pub(crate) const TARGETS: &[(u32, &str)] = &[",
+    );
+    for arch in archs {
+        let _ = write!(s, "({}, {arch:?}), ", arch_cc(arch));
+    }
+    s.push_str(
+        "];\n/// Per kernel file (in `ModuleId` order): (compute capability, arch, PTX).\n\
+         pub(crate) const PTX: [&[(u32, &str, &str)]; 4] = [\n",
+    );
+    for name in KERNELS {
+        s.push_str("    &[");
+        for arch in archs {
+            let _ = write!(
+                s,
+                "({}, {arch:?}, include_str!(concat!(env!(\"OUT_DIR\"), \"/{name}.{arch}.ptx\"))), ",
+                arch_cc(arch)
+            );
+        }
+        s.push_str("],\n");
+    }
+    s.push_str("];\n");
+    s
+}
+
+/// The compute capability an arch targets (`sm_90` and `compute_90`: 90).
+fn arch_cc(arch: &str) -> u32 {
+    let digits: String = arch.chars().filter(|c| c.is_ascii_digit()).collect();
+    digits.parse().unwrap_or_else(|_| {
+        panic!("kv-canary: KV_CANARY_CUDA_ARCH entry {arch:?} names no compute capability")
+    })
 }
 
 /// `$NVCC`, `$CUDA_PATH/bin/nvcc`, `/usr/local/cuda/bin/nvcc`, then the `PATH`.
@@ -89,13 +151,27 @@ fn find_nvcc() -> Option<PathBuf> {
     candidates.into_iter().find(|p| p.is_file())
 }
 
-/// `-arch` for nvcc: `sm_90` unless `KV_CANARY_CUDA_ARCH` says otherwise (`90` means `sm_90`).
-fn arch() -> String {
-    match env::var("KV_CANARY_CUDA_ARCH") {
-        Ok(a) if a.chars().all(|c| c.is_ascii_digit()) && !a.is_empty() => format!("sm_{a}"),
-        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
-        _ => "sm_90".to_owned(),
-    }
+/// The targets: [`DEFAULT_ARCHS`] unless `KV_CANARY_CUDA_ARCH` lists others (comma-separated;
+/// `90` means `sm_90`), oldest first.
+fn archs() -> Vec<String> {
+    let mut archs: Vec<String> = match env::var("KV_CANARY_CUDA_ARCH") {
+        Ok(list) if !list.trim().is_empty() => list
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                if a.chars().all(|c| c.is_ascii_digit()) {
+                    format!("sm_{a}")
+                } else {
+                    a.to_owned()
+                }
+            })
+            .collect(),
+        _ => DEFAULT_ARCHS.map(str::to_owned).to_vec(),
+    };
+    archs.sort_by_key(|a| arch_cc(a));
+    archs.dedup();
+    archs
 }
 
 fn spawn_nvcc(nvcc: &Path, arch: &str, name: &str, out: &Path) -> Child {
@@ -104,8 +180,9 @@ fn spawn_nvcc(nvcc: &Path, arch: &str, name: &str, out: &Path) -> Child {
         .arg("-ptx")
         .arg(format!("-arch={arch}"))
         .args(["-std=c++17", "-O3", "-lineinfo", "-Ikernels"])
+        .arg(format!("-I{}", out.display()))
         .arg("-o")
-        .arg(out.join(format!("{name}.ptx")))
+        .arg(out.join(format!("{name}.{arch}.ptx")))
         .arg(&src)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -14,11 +14,12 @@
 //! typed/raw ratio of the medians. Without a CUDA device it says so and exits.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kv_canary::cuda::{self, floors::RawLaunch, Gpu, Stream};
+use kv_canary::cuda::{self, Gpu, Stream};
 use kv_canary::{
     Batch, BatchRow, CanaryBuffer, Error, HealthCounters, LaunchTag, ReqToToken, TokenCheckOff,
     UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing,
 };
+use kv_canary_testkit::floors::RawLaunch;
 use std::time::{Duration, Instant};
 
 const BATCH: u64 = 256;
@@ -103,7 +104,7 @@ fn host_cost(c: &mut Criterion) {
         .and_then(|r| r.to_device(&gpu))
         .expect("ring");
     let counters = HealthCounters::new().to_device(&gpu).expect("counters");
-    let launch = cuda::DeviceLaunch::new(LaunchTag::TailKFull);
+    let launch = cuda::DeviceSettings::new(LaunchTag::TailKFull);
     let raw_verify = RawLaunch::verify(
         &stream,
         &shape,

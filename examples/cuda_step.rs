@@ -8,7 +8,7 @@
 //! Run on a machine with a CUDA GPU: `cargo run --release --features cuda --example cuda_step`
 //! (or the binary staged by `scripts/gpu-build.sh`). Without a device it says so and exits.
 
-use kv_canary::cuda::{self, DeviceLaunch, Event, Gpu, Stream};
+use kv_canary::cuda::{self, DeviceSettings, Event, Gpu, Stream};
 use kv_canary::{
     Batch, CanaryBuffer, Cap, Error, HealthCounters, LaunchTag, ReqToToken, Shape, TokenCheckOff,
     ViolationRing,
@@ -44,8 +44,8 @@ fn main() -> Result<(), Error> {
     let counters = HealthCounters::new().to_device(&gpu)?;
     // One canary buffer here: the head verify and the write run with the HEAD tag, the tail
     // verify with the TAIL tag, so each violation row says which verify found it.
-    let head = DeviceLaunch::new(LaunchTag::HeadKFull);
-    let tail = DeviceLaunch::new(LaunchTag::TailKFull);
+    let head = DeviceSettings::new(LaunchTag::HeadKFull);
+    let tail = DeviceSettings::new(LaunchTag::TailKFull);
     let plan_inputs = cuda::PlanInputs::full(&batch, &table);
     let events: Vec<Event> = (0..5).map(|_| Event::new()).collect::<Result<_, _>>()?;
 

@@ -28,12 +28,11 @@
 //     table and pool loads of round i + 2 are in flight). The lean kernels take grid-strided
 //     rounds one at a time (a binary search a round), with at most 64 registers.
 //
-// Differences from the CPU reference are listed in src/cuda/plan.rs.
+// Differences from the CPU reference are listed in src/cuda/ops/plan.rs.
 #include "common.cuh"
 
 namespace kvc {
 
-constexpr int PLAN_MAX_ROWS = 4096;
 constexpr u64 SAT = 1ull << 63;     // saturation bound of the write-length scan: "overflowed i64"
 constexpr u32 NO_ERR = 0xFFFFFFFFu;  // error key of a row without error (keys are row * 8 + kind)
 
@@ -751,7 +750,7 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
 }  // namespace kvc
 
 using kvc::PlanArgs;
-static_assert(sizeof(PlanArgs) == 31 * 8, "PlanArgs layout (src/cuda/abi.rs)");
+KVC_CHECK_LAYOUT_PlanArgs(PlanArgs);
 
 // Entry names: kv_canary_plan_{small,large,lean,leanl}{,_pool}{,_lut_clamp,_lut}.
 //  * small: 128 threads, rounds of 4 entries a thread, software-pipelined, at most 1024 rows

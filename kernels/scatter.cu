@@ -5,7 +5,6 @@
 
 namespace kvc {
 
-constexpr int SCATTER_THREADS = 256;
 
 struct ScatterArgs {
     const i64* flat_in;
@@ -46,7 +45,7 @@ __device__ __forceinline__ void scatter_body(const ScatterArgs& a) {
 }  // namespace kvc
 
 using kvc::ScatterArgs;
-static_assert(sizeof(ScatterArgs) == 8 * 8, "ScatterArgs layout (src/cuda/abi.rs)");
+KVC_CHECK_LAYOUT_ScatterArgs(ScatterArgs);
 
 extern "C" __global__ void __launch_bounds__(kvc::SCATTER_THREADS) kv_canary_scatter(ScatterArgs a) {
     kvc::scatter_body(a);

@@ -15,7 +15,6 @@
 
 namespace kvc {
 
-constexpr int VERIFY_THREADS = 512;
 
 struct VerifyArgs {
     const i64* slots;
@@ -158,7 +157,6 @@ __device__ __forceinline__ void verify_grouped(const VerifyArgs& a) {
 // ---------------------------------------------------------------------------------------------
 // Staged ALL mode.
 // ---------------------------------------------------------------------------------------------
-constexpr int STAGED_THREADS = 256;
 constexpr int STAGED_WARPS = STAGED_THREADS / 32;
 constexpr int STAGE_ENTRIES = 8;
 constexpr int STAGES = 2;
@@ -170,7 +168,7 @@ struct Stage {
     ulonglong2 strip[STAGE_ENTRIES * MAX_REAL_KV_SOURCES][8];
     ulonglong2 slot[STAGE_ENTRIES][4];
 };
-static_assert(sizeof(Stage) == 4608, "Stage layout (src/cuda/verify.rs: STAGED_SHARED_BYTES)");
+static_assert(sizeof(Stage) == RUST_VERIFY_STAGE_BYTES, "Stage layout (src/cuda/abi/shared.rs)");
 
 // Copies 16 bytes from global `src` to shared memory at byte `offset` past `base` (generic
 // address of the stage; `base_s` its shared-window address).
@@ -355,7 +353,7 @@ __device__ __forceinline__ void verify_staged(const VerifyArgs& a) {
 }  // namespace kvc
 
 using kvc::VerifyArgs;
-static_assert(sizeof(VerifyArgs) == 17 * 8 + 26 * 8, "VerifyArgs layout (src/cuda/abi.rs)");
+KVC_CHECK_LAYOUT_VerifyArgs(VerifyArgs);
 
 #define KVC_VERIFY_ENTRY(NAME, BODY, KV, CHECK, MIN_BLOCKS)                                        \
     extern "C" __global__ void __launch_bounds__(kvc::VERIFY_THREADS, MIN_BLOCKS) NAME(VerifyArgs a) { \

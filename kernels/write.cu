@@ -421,7 +421,8 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
 }  // namespace kvc
 
 using kvc::WriteArgs;
-static_assert(sizeof(WriteArgs) == 22 * 8 + 26 * 8, "WriteArgs layout (src/cuda/abi.rs)");
+KVC_CHECK_LAYOUT_WriteArgs(WriteArgs);
+static_assert(kvc::WRITE_THREADS == kvc::RUST_WRITE_THREADS, "WRITE_THREADS (src/cuda/abi/shared.rs)");
 
 #define KVC_WRITE_ENTRY(NAME, KV, ASSERT)                                                     \
     extern "C" __global__ void __launch_bounds__(kvc::WRITE_THREADS, 2) NAME(WriteArgs a) { \

@@ -9,7 +9,8 @@
 # the `cuda_step` example, the conformance runner (`kv-canary-conformance`, staged as
 # `conformance`) and the `cuda` and `cuda_host` benchmarks, then copies into DEST:
 #   cuda_gpu  golden_gpu  cuda_step  conformance  cuda_bench  cuda_host   the binaries (PTX embedded)
-#   ptx/*.ptx                                       the kernels as built (for cuobjdump/ncu)
+#   ptx/*.ptx                                       the kernels as built (<file>.<arch>.ptx for
+#                                                   sm_80 and sm_90, bench.ptx of the testkit)
 #   golden/                                         tests/golden (the conformance vectors)
 #   gpu-run-remote.sh  bench-plot.py                what runs there
 # DEST is meant to be ignored by git (.device-run is in .git/info/exclude) and carried to the
@@ -59,8 +60,11 @@ $benches"
 for bin in cuda_gpu golden_gpu cuda_step conformance cuda_bench cuda_host; do
   [[ -x "$dest/$bin" ]] || { echo "[gpu-build] ERROR: $bin was not built" >&2; exit 1; }
 done
-ptx_dir=$(dirname "$(ls -t target/release/build/kv-canary-*/out/plan.ptx | sed -n 1p)")
-cp "$ptx_dir"/*.ptx "$dest/ptx/"
+# The library's PTX (<file>.<arch>.ptx for sm_80 and sm_90) and the testkit's bench kernels.
+ptx_dir=$(dirname "$(ls -t target/release/build/kv-canary-[0-9a-f]*/out/plan.sm_90.ptx | sed -n 1p)")
+cp "$ptx_dir"/*.ptx "$ptx_dir/kv_canary_shared.h" "$dest/ptx/"
+bench_ptx=$(ls -t target/release/build/kv-canary-testkit-*/out/bench.ptx | sed -n 1p)
+cp "$bench_ptx" "$dest/ptx/bench.ptx"
 cp -r tests/golden "$dest/golden"
 cp scripts/gpu-run-remote.sh scripts/bench-plot.py "$dest/"
 echo "[gpu-build] staged $(du -sh "$dest" | cut -f1) in $dest"

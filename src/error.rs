@@ -272,12 +272,14 @@ pub enum Error {
         /// What the driver said.
         detail: String,
     },
-    /// A CUDA driver call failed.
+    /// A CUDA driver call failed (feature `cuda`). [`source`](std::error::Error::source) is
+    /// the [`CudaErrorCode`](crate::cuda::CudaErrorCode).
+    #[cfg(feature = "cuda")]
     Cuda {
-        /// The call or operation.
-        what: &'static str,
-        /// The driver's error text.
-        detail: String,
+        /// The driver call (`cuMemAlloc`).
+        call: &'static str,
+        /// The driver's result code.
+        code: crate::cuda::CudaErrorCode,
     },
 }
 
@@ -483,12 +485,21 @@ impl fmt::Display for Error {
             ),
             Malformed { detail } => f.write_str(detail),
             NoCudaDevice { detail } => write!(f, "no CUDA device: {detail}"),
-            Cuda { what, detail } => write!(f, "CUDA {what} failed: {detail}"),
+            #[cfg(feature = "cuda")]
+            Cuda { call, code } => write!(f, "CUDA {call} failed: {code}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            #[cfg(feature = "cuda")]
+            Error::Cuda { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -22,8 +22,9 @@ mod timing;
 mod verify;
 mod write;
 
-use kv_canary::cuda::{floors, Gpu, Stream};
+use kv_canary::cuda::{Gpu, Stream};
 use kv_canary::Error;
+use kv_canary_testkit::floors;
 use std::io::Write as _;
 use std::path::PathBuf;
 use timing::{Lead, Row};
@@ -152,13 +153,13 @@ fn copy_roofline(stream: &Stream<'_>, o: &Options) -> Result<f64, Error> {
     let n = 1usize << 30;
     let src =
         cust::memory::DeviceBuffer::<u8>::from_slice(&vec![1u8; n]).map_err(|e| Error::Cuda {
-            what: "alloc",
-            detail: e.to_string(),
+            call: "cuMemAlloc",
+            code: e.into(),
         })?;
     let dst =
         cust::memory::DeviceBuffer::<u8>::from_slice(&vec![0u8; n]).map_err(|e| Error::Cuda {
-            what: "alloc",
-            detail: e.to_string(),
+            call: "cuMemAlloc",
+            code: e.into(),
         })?;
     let reps = if o.quick { 5 } else { 20 };
     let stats = timing::time(stream, Lead::Idle, 3, reps, || {

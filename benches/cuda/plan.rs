@@ -3,9 +3,10 @@
 
 use crate::timing::{self, print_table, Lead, Row};
 use crate::Options;
-use kv_canary::cuda::{self, floors::L2Flush, Gpu, LaunchConfig, PlanKernel, Stream};
+use kv_canary::cuda::{self, Gpu, KernelTuning, PlanKernel, Stream};
 use kv_canary::ExpectedTokenTable;
 use kv_canary::{Batch, BatchRow, Error, ReqToToken, UncheckedCapacity, UncheckedShape};
+use kv_canary_testkit::floors::{Floors, L2Flush};
 use rand::{RngExt as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
 
@@ -241,6 +242,7 @@ fn bench_one(
     gpu: &Gpu,
     wl: &Workload,
     o: &Options,
+    floors: &Floors<'_>,
     flush: &L2Flush,
     rows: &mut Vec<Row>,
     alternatives: &[(&str, Gpu)],
@@ -257,7 +259,7 @@ fn bench_one(
     let graph = stream.capture(|c| launch(c, &p, wl.window))?;
     let s = graph.stream();
     let timing::Replays { warm, queued, cold } =
-        timing::replays(s, flush, 10, reps, || graph.replay())?;
+        timing::replays(s, floors, flush, 10, reps, || graph.replay())?;
     s.status()?;
     for (mode, l2, stats) in [
         ("eager", "warm", eager),
@@ -280,7 +282,9 @@ fn bench_one(
     for (_, alt) in alternatives {
         let mut stream = Stream::new(alt)?;
         let result = stream.capture(|c| launch(c, &p, wl.window)).and_then(|g| {
-            let st = timing::time(g.stream(), Lead::Spin, 10, reps.min(100), || g.replay())?;
+            let st = timing::time(g.stream(), Lead::Spin(floors), 10, reps.min(100), || {
+                g.replay()
+            })?;
             g.stream().status()?;
             Ok(st.median_us)
         });
@@ -298,13 +302,16 @@ fn bench_one(
 
 pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     let flush = L2Flush::new(256 << 20)?;
+    let floors = &Floors::new(gpu)?;
     let mut rows = Vec::new();
     // What a launch costs by itself: empty kernels, graph replay.
     for (grid, block) in [(1u32, 32u32), (gpu.sm_count() * 2, 512)] {
         let mut stream = Stream::new(gpu)?;
-        let graph = stream.capture(|c| cuda::floors::empty(c, grid, block))?;
+        let graph = stream.capture(|c| floors.empty(c, grid, block))?;
         let st = timing::time(graph.stream(), Lead::Idle, 10, o.reps, || graph.replay())?;
-        let q = timing::time(graph.stream(), Lead::Spin, 10, o.reps, || graph.replay())?;
+        let q = timing::time(graph.stream(), Lead::Spin(floors), 10, o.reps, || {
+            graph.replay()
+        })?;
         println!(
             "empty kernel <<<{grid}, {block}>>>, graph replay: {:.1} us idle, {:.1} us queued (medians)",
             st.median_us, q.median_us
@@ -326,18 +333,20 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     {
         use cust::memory::DeviceBuffer;
         let cuda = |e: cust::error::CudaError| Error::Cuda {
-            what: "dependent-load buffers",
-            detail: e.to_string(),
+            call: "dependent-load buffers",
+            code: e.into(),
         };
         let next: Vec<i64> = (0..4096i64).map(|i| (i * 1031 + 7) % 4096).collect();
         let dnext = DeviceBuffer::from_slice(&next).map_err(cuda)?;
         let dout = DeviceBuffer::from_slice(&[0i64]).map_err(cuda)?;
-        let chase = cuda::floors::DependentLoads::new(&dnext, &dout)?;
+        let chase = kv_canary_testkit::floors::DependentLoads::new(floors, &dnext, &dout)?;
         print!("dependent loads then a store, one warp, graph replay queued (median):");
         for hops in [0usize, 1, 2, 3, 4, 8] {
             let mut stream = Stream::new(gpu)?;
             let graph = stream.capture(|c| chase.queue(c, hops))?;
-            let st = timing::time(graph.stream(), Lead::Spin, 10, o.reps, || graph.replay())?;
+            let st = timing::time(graph.stream(), Lead::Spin(floors), 10, o.reps, || {
+                graph.replay()
+            })?;
             print!("  {hops}: {:.2} us", st.median_us);
             rows.push(Row::floor(
                 "plan",
@@ -349,10 +358,10 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         println!();
     }
     // The same plans under other kernels and grids (same context: the buffers are shared).
-    let default = gpu.launch_config();
+    let default = gpu.kernel_tuning();
     let alternative = |kernel: PlanKernel, per_sm: u32| -> Result<Gpu, Error> {
         let mut g = Gpu::new()?;
-        g.set_launch_config(LaunchConfig {
+        g.set_kernel_tuning(KernelTuning {
             plan_kernel: kernel,
             plan_blocks_per_sm: if kernel == PlanKernel::Large {
                 per_sm
@@ -388,12 +397,12 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     }
     println!("\nplan kernel and grid sweep\n{header}");
     for wl in WORKLOADS.iter().filter(|w| o.wants(w.name)) {
-        if let Err(e) = bench_one(gpu, wl, o, &flush, &mut rows, &alternatives) {
+        if let Err(e) = bench_one(gpu, wl, o, floors, &flush, &mut rows, &alternatives) {
             println!("  {:<44} FAILED: {e}", wl.name);
         }
     }
     if o.wants("SWA") {
-        lut_floor(gpu, o, &mut rows)?;
+        lut_floor(gpu, floors, o, &mut rows)?;
     }
     print_table(
         "plan (microseconds, median; SGLang = its graph replay)",
@@ -404,9 +413,14 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
 
 /// The SWA workload's memory traffic alone (`floors::LutFloor`): 1 Mi random indices into a
 /// LUT of `POOL_SLOTS + 1` elements, as the SWA plan gathers them, with and without the stores.
-fn lut_floor(gpu: &Gpu, o: &Options, rows: &mut Vec<Row>) -> Result<(), Error> {
+fn lut_floor(
+    gpu: &Gpu,
+    floors: &Floors<'_>,
+    o: &Options,
+    rows: &mut Vec<Row>,
+) -> Result<(), Error> {
     use cust::memory::DeviceBuffer;
-    use kv_canary::cuda::floors::{LutFloor, LutFloorMode};
+    use kv_canary_testkit::floors::{LutFloor, LutFloorMode};
     let n = 1usize << 20;
     let mut rng = ChaCha8Rng::seed_from_u64(0x1F7_F100);
     let idx: Vec<i32> = (0..n)
@@ -416,15 +430,20 @@ fn lut_floor(gpu: &Gpu, o: &Options, rows: &mut Vec<Row>) -> Result<(), Error> {
         .map(|_| rng.random_range(1..=POOL_SLOTS / 4))
         .collect();
     let cuda = |e: cust::error::CudaError| Error::Cuda {
-        what: "LUT floor buffers",
-        detail: e.to_string(),
+        call: "LUT floor buffers",
+        code: e.into(),
     };
     let didx = DeviceBuffer::from_slice(&idx).map_err(cuda)?;
     let dlut = DeviceBuffer::from_slice(&lut).map_err(cuda)?;
     let outs: Vec<DeviceBuffer<i64>> = (0..4)
         .map(|_| DeviceBuffer::from_slice(&vec![0i64; n]).map_err(cuda))
         .collect::<Result<_, _>>()?;
-    let floor = LutFloor::new(&didx, &dlut, [&outs[0], &outs[1], &outs[2], &outs[3]])?;
+    let floor = LutFloor::new(
+        floors,
+        &didx,
+        &dlut,
+        [&outs[0], &outs[1], &outs[2], &outs[3]],
+    )?;
     let stream = Stream::new(gpu)?;
     print!("SWA plan traffic alone, 1 Mi entries (queued, median):");
     for (label, mode) in [
@@ -432,7 +451,7 @@ fn lut_floor(gpu: &Gpu, o: &Options, rows: &mut Vec<Row>) -> Result<(), Error> {
         ("stores only", LutFloorMode::StoreOnly),
         ("gathers only", LutFloorMode::GatherOnly),
     ] {
-        let st = timing::time(&stream, Lead::Spin, 10, o.reps, || {
+        let st = timing::time(&stream, Lead::Spin(floors), 10, o.reps, || {
             floor.queue(&stream, mode)
         })?;
         print!("  {label} {:.1} us", st.median_us);

@@ -1,7 +1,8 @@
 //! Event timing and result rows.
 
-use kv_canary::cuda::{floors, floors::L2Flush, Event, Stream};
+use kv_canary::cuda::{Event, Stream};
 use kv_canary::Error;
+use kv_canary_testkit::floors::{Floors, L2Flush};
 
 /// Median and spread of one timing, microseconds.
 #[derive(Clone, Copy, Debug)]
@@ -19,7 +20,7 @@ pub enum Lead<'f> {
     Idle,
     /// A kernel spinning for [`SPIN_NS`]: the host has queued the whole repetition before the
     /// GPU reaches its start event, so the region times the device's work alone ("queued").
-    Spin,
+    Spin(&'f Floors<'f>),
     /// A write of a buffer larger than the L2 (cold L2); it also keeps the GPU busy.
     Flush(&'f L2Flush),
 }
@@ -45,7 +46,7 @@ pub fn time(
     for (start, stop) in &events {
         match lead {
             Lead::Idle => {}
-            Lead::Spin => floors::spin(stream, SPIN_NS)?,
+            Lead::Spin(floors) => floors.spin(stream, SPIN_NS)?,
             Lead::Flush(f) => f.queue(stream)?,
         }
         stream.record(start)?;
@@ -78,6 +79,7 @@ pub struct Replays {
 /// ([`Lead::Flush`] with `flush`, at most 100 repetitions).
 pub fn replays(
     stream: &Stream<'_>,
+    floors: &Floors<'_>,
     flush: &L2Flush,
     warmup: usize,
     reps: usize,
@@ -85,7 +87,7 @@ pub fn replays(
 ) -> Result<Replays, Error> {
     Ok(Replays {
         warm: time(stream, Lead::Idle, warmup, reps, &mut replay)?,
-        queued: time(stream, Lead::Spin, warmup, reps, &mut replay)?,
+        queued: time(stream, Lead::Spin(floors), warmup, reps, &mut replay)?,
         cold: time(stream, Lead::Flush(flush), 3, reps.min(100), &mut replay)?,
     })
 }

@@ -6,14 +6,14 @@
 use crate::timing::{self, print_table, Lead, Row};
 use crate::Options;
 use kv_canary::cuda::{
-    self, floors, floors::L2Flush, DeviceLaunch, DeviceRealKv, DeviceRealKvSource, Gpu,
-    LaunchConfig, Stream,
+    self, DeviceRealKv, DeviceRealKvSource, DeviceSettings, Gpu, KernelTuning, Stream,
 };
 use kv_canary::hash::{chain_step, fold_words, splitmix64, CHAIN_HEAD};
 use kv_canary::{
     CanaryBuffer, CanarySlot, Error, HealthCounters, LaunchTag, RealKvHashMode, RealKvParams,
     RowLayout, TokenCheckOff, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing,
 };
+use kv_canary_testkit::floors::{self, Floors, L2Flush};
 
 /// Slots of the 1 GiB canary buffer.
 pub const SLOTS: usize = 1 << 25;
@@ -76,6 +76,7 @@ fn build(n: usize, slots: &[u32], rk: i64) -> (Vec<u8>, [Vec<i64>; 4]) {
 
 pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     let flush = L2Flush::new(256 << 20)?;
+    let floors_kit = &Floors::new(gpu)?;
     let slots = shuffled_slots(0xC0DE);
     let mut rows = Vec::new();
     let sizes: &[(&str, usize, f64, Option<f64>)] = &[
@@ -92,8 +93,8 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     }
     let stream = Stream::new(gpu)?;
     let sink = cust::memory::DeviceBuffer::<i64>::from_slice(&[0]).map_err(|e| Error::Cuda {
-        what: "alloc",
-        detail: e.to_string(),
+        call: "cuMemAlloc",
+        code: e.into(),
     })?;
     let mut floor_16m = 0.0;
     let mut alt_lines: Vec<String> = Vec::new();
@@ -116,7 +117,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         let shape = UncheckedShape::from_capacities(cap("v", n), cap("w", 1), cap("e", 1));
         let ring = ViolationRing::try_with_capacity(cap("ring", 1024))?.to_device(gpu)?;
         let counters = HealthCounters::new().to_device(gpu)?;
-        let launch = DeviceLaunch::new(LaunchTag::TailKFull);
+        let launch = DeviceSettings::new(LaunchTag::TailKFull);
         let eager = timing::time(&stream, Lead::Idle, 5, o.reps, || {
             cuda::verify(
                 &stream,
@@ -143,7 +144,9 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
             )
         })?;
         let timing::Replays { warm, queued, cold } =
-            timing::replays(graph.stream(), &flush, 5, o.reps, || graph.replay())?;
+            timing::replays(graph.stream(), floors_kit, &flush, 5, o.reps, || {
+                graph.replay()
+            })?;
         graph.stream().status()?;
         let r = ring.to_host()?;
         assert_eq!(
@@ -153,8 +156,15 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         );
         // The gather floor over the same entries, the same buffer.
         let (dslots, dprevs) = (plan_array(&e[0])?, plan_array(&e[3])?);
-        let gather =
-            floors::GatherFloor::new(&dslots, &dprevs, n, canary_bytes(&canary), 32, &sink)?;
+        let gather = floors::GatherFloor::new(
+            floors_kit,
+            &dslots,
+            &dprevs,
+            n,
+            canary_bytes(&canary),
+            32,
+            &sink,
+        )?;
         let floor = timing::time(&stream, Lead::Idle, 5, o.reps, || gather.queue(&stream))?;
         if i == 2 {
             floor_16m = floor.median_us;
@@ -232,7 +242,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                 DeviceRealKvSource::new(&kv[2], layout, params)?,
                 DeviceRealKvSource::new(&kv[3], layout, params)?,
             ];
-            let launch = DeviceLaunch::new(LaunchTag::TailKFull)
+            let launch = DeviceSettings::new(LaunchTag::TailKFull)
                 .with_real_kv(DeviceRealKv::new(RealKvHashMode::All, sources));
             let plan = VerifyPlan::from_parts(
                 cap("v", n),
@@ -270,7 +280,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                 )
             })?;
             let timing::Replays { warm, queued, cold } =
-                timing::replays(g.stream(), &flush, 5, o.reps, || g.replay())?;
+                timing::replays(g.stream(), floors_kit, &flush, 5, o.reps, || g.replay())?;
             g.stream().status()?;
             assert_eq!(
                 ring.to_host()?.write_index(),
@@ -278,33 +288,33 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
                 "the real-KV canary must verify clean"
             );
             // The same launch on other kernels and grids (same context, shared buffers).
-            let default = gpu.launch_config();
+            let default = gpu.kernel_tuning();
             let mut line = String::from("  ALL, 1 M entries, graph warm us:");
             for (label, config) in [
                 (
                     "unstaged 1/SM",
-                    LaunchConfig {
+                    KernelTuning {
                         verify_all_staged: false,
                         ..default
                     },
                 ),
                 (
                     "staged 2/SM",
-                    LaunchConfig {
+                    KernelTuning {
                         verify_all_staged_blocks_per_sm: 2,
                         ..default
                     },
                 ),
                 (
                     "staged 1/SM",
-                    LaunchConfig {
+                    KernelTuning {
                         verify_all_staged_blocks_per_sm: 1,
                         ..default
                     },
                 ),
             ] {
                 let mut alt = Gpu::new()?;
-                alt.set_launch_config(config);
+                alt.set_kernel_tuning(config);
                 let mut s5 = Stream::new(&alt)?;
                 let g = s5.capture(|c| {
                     cuda::verify(
@@ -361,8 +371,8 @@ fn canary_bytes(
 
 fn plan_array(v: &[i64]) -> Result<cust::memory::DeviceBuffer<i64>, Error> {
     cust::memory::DeviceBuffer::from_slice(v).map_err(|e| Error::Cuda {
-        what: "alloc",
-        detail: e.to_string(),
+        call: "cuMemAlloc",
+        code: e.into(),
     })
 }
 

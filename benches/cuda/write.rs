@@ -5,15 +5,14 @@
 use crate::timing::{self, print_table, Lead, Row};
 use crate::verify::{shuffled_slots, SLOTS};
 use crate::Options;
-use kv_canary::cuda::{
-    self, floors, floors::L2Flush, DeviceLaunch, DeviceRealKv, DeviceRealKvSource, Gpu, Stream,
-};
+use kv_canary::cuda::{self, DeviceRealKv, DeviceRealKvSource, DeviceSettings, Gpu, Stream};
 use kv_canary::hash::splitmix64;
 use kv_canary::{
     CanaryBuffer, ChainPositionAssert, Error, HealthCounters, LaunchTag, RealKvHashMode,
     RealKvParams, RowLayout, UncheckedCapacity, UncheckedShape, ViolationRing, WriteInputs,
     WritePlan,
 };
+use kv_canary_testkit::floors::{self, Floors, L2Flush};
 
 const KV_BYTES: usize = 128;
 
@@ -73,20 +72,21 @@ const WORKLOADS: &[Workload] = &[
 
 pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
     let flush = L2Flush::new(256 << 20)?;
+    let floors_kit = &Floors::new(gpu)?;
     let slots = shuffled_slots(0xF00D);
     let stream = Stream::new(gpu)?;
     // The chain floor: 8192 dependent mix3 steps in one thread.
     let out = floors::filled(8, 0).and_then(|_| {
         cust::memory::DeviceBuffer::<i64>::from_slice(&[0]).map_err(|e| Error::Cuda {
-            what: "alloc",
-            detail: e.to_string(),
+            call: "cuMemAlloc",
+            code: e.into(),
         })
     })?;
     let floor = timing::time(&stream, Lead::Idle, 3, o.reps.min(50), || {
-        floors::chain_floor(&stream, 8192, &out, false)
+        floors_kit.chain(&stream, 8192, &out, false)
     })?;
     let vector_floor = timing::time(&stream, Lead::Idle, 3, o.reps.min(50), || {
-        floors::chain_floor(&stream, 8192, &out, true)
+        floors_kit.chain(&stream, 8192, &out, true)
     })?;
     let mut rows = vec![
         Row::floor(
@@ -147,7 +147,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         let shape = UncheckedShape::from_capacities(cap("v", 1), cap("w", wl.reqs), cap("e", n));
         let ring = ViolationRing::try_with_capacity(cap("ring", 1024))?.to_device(gpu)?;
         let counters = HealthCounters::new().to_device(gpu)?;
-        let mut launch = DeviceLaunch::new(LaunchTag::TailKFull)
+        let mut launch = DeviceSettings::new(LaunchTag::TailKFull)
             .with_chain_position_assert(ChainPositionAssert::OFF);
         if wl.real_kv {
             launch = launch.with_real_kv(DeviceRealKv::new(RealKvHashMode::All, sources));
@@ -164,7 +164,9 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
             )
         })?;
         let timing::Replays { warm, queued, cold } =
-            timing::replays(graph.stream(), &flush, 3, o.reps, || graph.replay())?;
+            timing::replays(graph.stream(), floors_kit, &flush, 3, o.reps, || {
+                graph.replay()
+            })?;
         graph.stream().status()?;
         let target = wl
             .target_us

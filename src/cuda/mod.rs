@@ -55,35 +55,38 @@
 //! [`Stream::status`] synchronises and returns it as the same [`Error`](crate::Error) the CPU
 //! op returns. Each launch documents what it skips and how that differs from the CPU op, which
 //! validates everything before it modifies anything.
+//!
+//! # Layers
+//!
+//! `abi` (argument structs, status codes, the kernel table, the embedded PTX; the source of the
+//! generated kernel header) <- `driver` (every raw driver call, the one launch function) <-
+//! `device` ([`Gpu`], [`Stream`], device buffers and settings) <- `ops` (the launches). Each
+//! layer imports only from the layers before it.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod abi;
-mod canary;
+mod device;
 mod driver;
-pub mod floors;
-mod gpu;
-mod inputs;
-mod memory;
-mod offload;
-mod plan;
-mod ptx;
-mod scatter;
-mod status;
-mod stream;
-mod verify;
-mod write;
-mod write_inputs;
+mod ops;
 
-pub use canary::{ChainAssert, ChainAssertFlag, DeviceLaunch, DeviceRealKv, DeviceRealKvSource};
-pub use gpu::{Gpu, LaunchConfig, PlanKernel};
-pub use inputs::{
+/// The driver's result codes ([`CudaErrorCode::is`] takes one).
+pub use cust::sys::CUresult;
+pub use device::custom_module::{CustomKernel, CustomModule};
+pub use device::gpu::Gpu;
+pub use device::plan_inputs::{
     DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
     DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, Swa,
 };
-pub use offload::Offload;
-pub use plan::plan;
-pub use scatter::scatter_req_token_ids;
-pub use stream::{Capture, Event, Graph, Queue, Stream};
-pub use verify::verify;
-pub use write::write;
-pub use write_inputs::DeviceInputAssert;
+pub use device::settings::{
+    ChainAssert, ChainAssertFlag, DeviceRealKv, DeviceRealKvSource, DeviceSettings,
+};
+pub use device::stream::{Capture, Event, Graph, Queue, Stream};
+pub use device::tuning::{KernelTuning, PlanKernel};
+pub use device::write_inputs::DeviceInputAssert;
+pub use driver::error::CudaErrorCode;
+pub use ops::custom::launch_custom;
+pub use ops::plan::plan;
+pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
+pub use ops::scatter::scatter_req_token_ids;
+pub use ops::verify::verify;
+pub use ops::write::write;

@@ -4,13 +4,14 @@
 
 use crate::rng::Rng;
 use crate::{ensure, fail, Backend};
-use kv_canary::cuda::{Gpu, Offload};
+use kv_canary::cuda::Gpu;
 use kv_canary::{
     cpu, CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,
     HealthCounters, LaunchSettings, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
     RealKvSources, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry,
     VerifyPlan, ViolationRing, WriteInputs, WritePlan,
 };
+use kv_canary_testkit::Offload;
 
 type U = UncheckedCapacity;
 
@@ -706,7 +707,7 @@ pub fn scatter_differential(_: &Gpu) -> Result<(), String> {
 
 /// The worked example of spec §4 then §5, on the GPU through device buffers directly.
 pub fn worked_example(gpu: &Gpu) -> Result<(), String> {
-    use kv_canary::cuda::{self, DeviceLaunch, Stream};
+    use kv_canary::cuda::{self, DeviceSettings, Stream};
     use kv_canary::{Cap, Shape};
     let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
     let mut buf = CanaryBuffer::<Cap<32>>::new();
@@ -744,7 +745,7 @@ pub fn worked_example(gpu: &Gpu) -> Result<(), String> {
         plan.to_device(gpu).map_err(fail("plan"))?,
         inputs.to_device(gpu).map_err(fail("inputs"))?,
     );
-    let launch = DeviceLaunch::new(LaunchTag::HeadKFull);
+    let launch = DeviceSettings::new(LaunchTag::HeadKFull);
     cuda::write(
         &stream, &shape, &dplan, &dinputs, &launch, &dbuf, &ring, &counters,
     )

@@ -2,7 +2,7 @@
 
 use crate::rng::Rng;
 use crate::{ensure, fail};
-use kv_canary::cuda::{self, Gpu, LaunchConfig, PlanKernel, Stream};
+use kv_canary::cuda::{self, Gpu, KernelTuning, PlanKernel, Stream};
 use kv_canary::{cpu, Batch, BatchRow, Cap, ReqToToken, Shape};
 
 /// One plan launch captured once, replayed over 20 different batches refilled in place; every
@@ -68,10 +68,10 @@ pub fn plan_replay(gpu: &Gpu) -> Result<(), String> {
 pub fn plan_lut_replay(gpu: &Gpu) -> Result<(), String> {
     lut_replay_on(gpu, "default kernel", None)?;
     let mut small = Gpu::new().map_err(fail("gpu"))?;
-    small.set_launch_config(LaunchConfig {
+    small.set_kernel_tuning(KernelTuning {
         plan_kernel: PlanKernel::Small,
         plan_small_blocks_per_sm: 1,
-        ..small.launch_config()
+        ..small.kernel_tuning()
     });
     let round = small.sm_count() as usize * 512;
     lut_replay_on(&small, "small kernel, 1/SM", Some(round))
@@ -179,7 +179,7 @@ fn lut_replay_on(gpu: &Gpu, label: &str, round: Option<usize>) -> Result<(), Str
 /// refilled in place and the chain-position assert flipped on the device after warm-up; after
 /// every replay all state equals the CPU ops run on the same inputs.
 pub fn step_replay(gpu: &Gpu) -> Result<(), String> {
-    use kv_canary::cuda::{ChainAssertFlag, DeviceLaunch};
+    use kv_canary::cuda::{ChainAssertFlag, DeviceSettings};
     use kv_canary::{
         CanaryBuffer, CanarySlot, ChainPositionAssert, HealthCounters, LaunchSettings, LaunchTag,
         TokenCheckOff, ViolationRing,
@@ -213,7 +213,7 @@ pub fn step_replay(gpu: &Gpu) -> Result<(), String> {
     let counters = host.4.to_device(gpu).map_err(fail("counters"))?;
     let inputs = host.5.to_device(gpu).map_err(fail("inputs"))?;
     let flag = ChainAssertFlag::new(gpu, ChainPositionAssert::OFF).map_err(fail("flag"))?;
-    let launch = DeviceLaunch::new(LaunchTag::TailKFull).with_chain_assert_flag(&flag);
+    let launch = DeviceSettings::new(LaunchTag::TailKFull).with_chain_assert_flag(&flag);
     let plan_inputs = cuda::PlanInputs::full(&batch, &table);
     let mut stream = Stream::new(gpu).map_err(fail("stream"))?;
     let graph = stream

@@ -3,12 +3,13 @@
 
 use crate::rng::Rng;
 use crate::{ensure, fail, Backend};
-use kv_canary::cuda::{Gpu, LaunchConfig, Offload, PlanKernel};
+use kv_canary::cuda::{Gpu, KernelTuning, PlanKernel};
 use kv_canary::{
     cpu, Batch, BatchRow, Error, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa,
     UncheckedCapacity, UncheckedShape, VerifyPlan, WritePlan,
 };
 use kv_canary::{ExpectedTokens, Group};
+use kv_canary_testkit::Offload;
 
 type Verify = VerifyPlan<UncheckedCapacity>;
 type Write = WritePlan<UncheckedCapacity>;
@@ -477,12 +478,12 @@ pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
     ];
     for (kernel, per_sm) in kernels {
         let mut gpu = Gpu::new().map_err(fail("gpu"))?;
-        gpu.set_launch_config(LaunchConfig {
+        gpu.set_kernel_tuning(KernelTuning {
             plan_kernel: kernel,
             plan_blocks_per_sm: per_sm,
             plan_small_blocks_per_sm: per_sm,
             plan_lean_blocks_per_sm: per_sm,
-            ..gpu.launch_config()
+            ..gpu.kernel_tuning()
         });
         let kernel = format!("{kernel:?} {per_sm}/SM");
         let offload = Offload::new(&gpu).map_err(fail("offload"))?;

@@ -53,7 +53,7 @@ pub enum Backend {
     #[default]
     Cpu,
     /// The CUDA kernels (`kv_canary::cuda`) on this thread's default GPU, through
-    /// `kv_canary::cuda::Offload` (feature `cuda`).
+    /// `kv_canary_testkit::Offload` (feature `cuda`).
     #[cfg(feature = "cuda")]
     Cuda,
 }

@@ -190,7 +190,7 @@ fn launch<G: Group, X: ExpectedTokens>(
         Backend::Cpu => cpu::plan(shape, inputs, verify, write).map(drop)?,
         #[cfg(feature = "cuda")]
         Backend::Cuda => {
-            kv_canary::cuda::Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))?
+            kv_canary_testkit::Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))?
         }
     }
     Ok(())

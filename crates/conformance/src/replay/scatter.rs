@@ -34,7 +34,7 @@ pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
             cpu::scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool).map(drop)
         }
         #[cfg(feature = "cuda")]
-        Backend::Cuda => kv_canary::cuda::Offload::with_default(|gpu| {
+        Backend::Cuda => kv_canary_testkit::Offload::with_default(|gpu| {
             gpu.scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool)
         }),
     };

@@ -67,7 +67,7 @@ fn launch_verify<K: TokenCheck>(
         )
         .map(drop)?,
         #[cfg(feature = "cuda")]
-        Backend::Cuda => kv_canary::cuda::Offload::with_default(|gpu| {
+        Backend::Cuda => kv_canary_testkit::Offload::with_default(|gpu| {
             gpu.verify(
                 &shape,
                 plan,

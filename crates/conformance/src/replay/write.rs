@@ -126,7 +126,7 @@ fn launch_write<A: ReplayAssert>(
         )
         .map(drop)?,
         #[cfg(feature = "cuda")]
-        Backend::Cuda => kv_canary::cuda::Offload::with_default(|gpu| {
+        Backend::Cuda => kv_canary_testkit::Offload::with_default(|gpu| {
             gpu.write(
                 &shape,
                 plan,

@@ -1,20 +1,112 @@
-//! Hardware floors the benchmark measures beside the ops (issue #5): device-to-device copy
+//! Hardware floors the benchmark measures beside the ops (issue #5; formerly
+//! `kv_canary::cuda::floors`): device-to-device copy
 //! bandwidth, the verify op's gathers without its checks, the write op's serial hash chain
 //! without its memory, an L2 flush for cold-cache timings, and raw launches to compare a typed
 //! launch's host cost against. Not needed by engines.
 
-use super::abi::{PlanArgs, VerifyArgs};
-use super::canary::DeviceLaunch;
-use super::driver::{self, check};
-use super::inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
-use super::stream::{Prepared, Queue, Stream};
-use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
-use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
-use crate::plan::{VerifyPlan, WritePlan};
-use crate::{Device, Error, Shape};
-use core::marker::PhantomData;
 use cust::memory::DeviceBuffer;
-use cust::sys;
+use cust::sys::{self, CUresult};
+use kv_canary::cuda::{
+    launch_custom, CustomKernel, CustomModule, DeviceExpectedTokens, DeviceGroup, DeviceSettings,
+    Gpu, PlanInputs, PreparedLaunch, Queue, Stream,
+};
+use kv_canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
+use kv_canary::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
+use kv_canary::{Device, Element, Error, Shape};
+use kv_canary::{VerifyPlan, WritePlan};
+
+/// `kernels/bench.cu`, compiled by this crate's build script.
+const BENCH_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/bench.ptx"));
+
+/// `Ok` for `CUDA_SUCCESS`, else [`Error::Cuda`] of `call`.
+fn check(call: &'static str, result: CUresult) -> Result<(), Error> {
+    if result == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            call,
+            code: kv_canary::cuda::CudaErrorCode::from_result(result),
+        })
+    }
+}
+
+/// The raw device address of a buffer.
+fn addr<T: cust::memory::DeviceCopy>(buffer: &DeviceBuffer<T>) -> u64 {
+    buffer.as_device_ptr().as_raw()
+}
+
+/// A zeroed device buffer of `len` elements in the current context.
+fn zeroed<T: cust::memory::DeviceCopy + Default + Clone>(
+    len: usize,
+) -> Result<DeviceBuffer<T>, Error> {
+    DeviceBuffer::from_slice(&vec![T::default(); len]).map_err(|e| Error::Cuda {
+        call: "cuMemAlloc/cuMemcpyHtoD",
+        code: e.into(),
+    })
+}
+
+/// The first `n` elements of a device buffer (synchronous).
+fn download<T: cust::memory::DeviceCopy + Default + Clone>(
+    buffer: &DeviceBuffer<T>,
+    n: usize,
+) -> Result<Vec<T>, Error> {
+    let mut host = vec![T::default(); buffer.len()];
+    cust::memory::CopyDestination::copy_to(&**buffer, &mut host[..]).map_err(|e| Error::Cuda {
+        call: "cuMemcpyDtoH",
+        code: e.into(),
+    })?;
+    host.truncate(n);
+    Ok(host)
+}
+
+/// The entry points of `kernels/bench.cu`, looked up once (not inside a capture).
+const BENCH_KERNELS: [&str; 7] = [
+    "kv_canary_gather_floor",
+    "kv_canary_chain_floor",
+    "kv_canary_chain_floor_vector",
+    "kv_canary_empty",
+    "kv_canary_spin",
+    "kv_canary_lut_floor",
+    "kv_canary_dependent_loads",
+];
+
+/// The bench kernels of `kernels/bench.cu`, loaded into one [`Gpu`]'s context.
+#[derive(Debug)]
+pub struct Floors<'g> {
+    // Before the module: its functions are valid while it is loaded.
+    kernels: [CustomKernel; BENCH_KERNELS.len()],
+    module: CustomModule<'g>,
+}
+
+impl<'g> Floors<'g> {
+    /// Loads the bench kernels on `gpu` and looks up every entry point.
+    pub fn new(gpu: &'g Gpu) -> Result<Self, Error> {
+        let module = CustomModule::from_ptx(gpu, BENCH_PTX)?;
+        let mut kernels = Vec::with_capacity(BENCH_KERNELS.len());
+        for name in BENCH_KERNELS {
+            kernels.push(module.kernel(name)?);
+        }
+        let kernels = kernels.try_into().map_err(|_| Error::Malformed {
+            detail: "kv-canary-testkit: bench kernel table".to_owned(),
+        })?;
+        Ok(Floors { kernels, module })
+    }
+
+    /// The kernel `name` of [`BENCH_KERNELS`] (a name outside it is an error).
+    fn kernel(&self, name: &str) -> Result<CustomKernel, Error> {
+        BENCH_KERNELS
+            .iter()
+            .position(|&k| k == name)
+            .map(|i| self.kernels[i])
+            .ok_or_else(|| Error::Malformed {
+                detail: format!("kv-canary-testkit: no bench kernel {name}"),
+            })
+    }
+
+    fn sm_count(&self) -> u32 {
+        self.module.gpu().sm_count()
+    }
+}
 
 /// A scratch buffer larger than the L2 cache; writing it evicts everything else.
 pub struct L2Flush {
@@ -25,22 +117,21 @@ impl L2Flush {
     /// A flush buffer of `bytes` (use a few times the L2 size: the H200 has 60 MB).
     pub fn new(bytes: usize) -> Result<Self, Error> {
         Ok(L2Flush {
-            scratch: driver::zeroed(bytes)?,
+            scratch: zeroed(bytes)?,
         })
     }
 
     /// Queues a write of the whole buffer on `stream`.
     pub fn queue(&self, stream: &Stream<'_>) -> Result<(), Error> {
-        let t = stream.target();
         // SAFETY: the scratch buffer is live and exactly `len` bytes long; the memset is
         // stream-ordered and the buffer outlives the call (it is borrowed, and the caller
         // synchronises before dropping it like any buffer used on a stream).
         check("cuMemsetD8Async", unsafe {
             sys::cuMemsetD8Async(
-                driver::addr(&self.scratch),
+                addr(&self.scratch),
                 0x5A,
                 self.scratch.len(),
-                t.stream,
+                stream.as_raw(),
             )
         })
     }
@@ -48,11 +139,11 @@ impl L2Flush {
 
 /// A device buffer of `len` bytes, every byte `value` (synchronous).
 pub fn filled(len: usize, value: u8) -> Result<DeviceBuffer<u8>, Error> {
-    let buf = driver::zeroed::<u8>(len)?;
+    let buf = zeroed::<u8>(len)?;
     if len > 0 {
         // SAFETY: `buf` is a live allocation of exactly `len` bytes.
         check("cuMemsetD8", unsafe {
-            sys::cuMemsetD8_v2(driver::addr(&buf), value, len)
+            sys::cuMemsetD8_v2(addr(&buf), value, len)
         })?;
     }
     Ok(buf)
@@ -72,11 +163,10 @@ pub fn device_copy(
             found: dst.len(),
         });
     }
-    let t = stream.target();
     // SAFETY: both buffers are live allocations of `src.len()` bytes; the copy is
     // stream-ordered.
     check("cuMemcpyDtoDAsync", unsafe {
-        sys::cuMemcpyDtoDAsync_v2(driver::addr(dst), driver::addr(src), src.len(), t.stream)
+        sys::cuMemcpyDtoDAsync_v2(addr(dst), addr(src), src.len(), stream.as_raw())
     })
 }
 
@@ -85,6 +175,7 @@ pub fn device_copy(
 /// op's memory traffic alone, on a full grid like the verify launch. The indices are checked
 /// once, when it is built (the kernel trusts them).
 pub struct GatherFloor<'a> {
+    floors: &'a Floors<'a>,
     slots: &'a DeviceBuffer<i64>,
     prevs: &'a DeviceBuffer<i64>,
     n: usize,
@@ -96,6 +187,7 @@ pub struct GatherFloor<'a> {
 impl<'a> GatherFloor<'a> {
     /// Checks every index against the buffer (synchronous downloads) and keeps the buffers.
     pub fn new(
+        floors: &'a Floors<'a>,
         slots: &'a DeviceBuffer<i64>,
         prevs: &'a DeviceBuffer<i64>,
         n: usize,
@@ -115,6 +207,7 @@ impl<'a> GatherFloor<'a> {
         check_indices("gather floor slots", slots, n, 0, num_slots)?;
         check_indices("gather floor prevs", prevs, n, i64::MIN, num_slots)?;
         Ok(GatherFloor {
+            floors,
             slots,
             prevs,
             n,
@@ -130,35 +223,34 @@ impl<'a> GatherFloor<'a> {
         #[derive(Clone, Copy)]
         struct Args(u64, u64, i64, u64, i64, u64);
         let args = Args(
-            driver::addr(self.slots),
-            driver::addr(self.prevs),
+            addr(self.slots),
+            addr(self.prevs),
             self.n as i64,
-            driver::addr(self.buf),
+            addr(self.buf),
             self.stride as i64,
-            driver::addr(self.sink),
+            addr(self.sink),
         );
-        let t = stream.target();
-        let grid = t.gpu.sm_count() * 4;
+        let grid = self.floors.sm_count() * 4;
+        let kernel = self.floors.kernel("kv_canary_gather_floor")?;
         // SAFETY: six parameters, passed as one packed struct of six 8-byte fields, which is
         // how the kernel's parameter buffer is laid out; every slot index was checked against
         // the buffer in `new`, and the index buffers have been borrowed shared since, so safe
         // code cannot have rewritten them (cust writes a `DeviceBuffer` through `&mut` only);
         // `n` is within both index arrays and `sink` holds one element.
-        unsafe { launch_packed(&t, t.gpu.kernels().gather_floor, grid, 512, &args) }
+        unsafe { launch_packed(stream, &kernel, grid, 512, &args) }
     }
 }
 
 /// Checks that the first `n` elements of `indices` lie in `[lowest, num_slots)` (synchronous
 /// download); the first that does not is [`Error::SlotOutOfRange`] named `what`.
-fn check_indices<T: crate::Element + Default + Into<i64>>(
+fn check_indices<T: Element + cust::memory::DeviceCopy + Into<i64>>(
     what: &'static str,
     indices: &DeviceBuffer<T>,
     n: usize,
     lowest: i64,
     num_slots: usize,
 ) -> Result<(), Error> {
-    let mut host = vec![T::default(); n];
-    driver::download(&mut host, indices, 0)?;
+    let host = download(indices, n)?;
     match host
         .into_iter()
         .map(Into::into)
@@ -191,6 +283,7 @@ pub enum LutFloorMode {
 /// [`LutFloorMode`]), on a full grid. The indices are checked against the LUT once, when it is
 /// built (the kernel trusts them).
 pub struct LutFloor<'a> {
+    floors: &'a Floors<'a>,
     idx: &'a DeviceBuffer<i32>,
     lut: &'a DeviceBuffer<i64>,
     out: [&'a DeviceBuffer<i64>; 4],
@@ -200,6 +293,7 @@ pub struct LutFloor<'a> {
 impl<'a> LutFloor<'a> {
     /// Checks every index against the LUT and every output's length (synchronous download).
     pub fn new(
+        floors: &'a Floors<'a>,
         idx: &'a DeviceBuffer<i32>,
         lut: &'a DeviceBuffer<i64>,
         out: [&'a DeviceBuffer<i64>; 4],
@@ -213,7 +307,13 @@ impl<'a> LutFloor<'a> {
             });
         }
         check_indices("LUT floor index", idx, n, 0, lut.len())?;
-        Ok(LutFloor { idx, lut, out, n })
+        Ok(LutFloor {
+            floors,
+            idx,
+            lut,
+            out,
+            n,
+        })
     }
 
     /// Queues one pass on `stream`.
@@ -222,21 +322,21 @@ impl<'a> LutFloor<'a> {
         #[derive(Clone, Copy)]
         struct Args(u64, i64, u64, u64, u64, u64, u64, i64);
         let args = Args(
-            driver::addr(self.idx),
+            addr(self.idx),
             self.n as i64,
-            driver::addr(self.lut),
-            driver::addr(self.out[0]),
-            driver::addr(self.out[1]),
-            driver::addr(self.out[2]),
-            driver::addr(self.out[3]),
+            addr(self.lut),
+            addr(self.out[0]),
+            addr(self.out[1]),
+            addr(self.out[2]),
+            addr(self.out[3]),
             mode as i64,
         );
-        let t = stream.target();
-        let grid = t.gpu.sm_count() * 4;
+        let grid = self.floors.sm_count() * 4;
+        let kernel = self.floors.kernel("kv_canary_lut_floor")?;
         // SAFETY: eight 8-byte parameters laid out as the packed struct; every index is inside
         // the LUT (checked in `new`; the buffers have been borrowed shared since) and every
         // output holds at least `n` elements (at least one, for the gather-only sink).
-        unsafe { launch_packed(&t, t.gpu.kernels().lut_floor, grid, 512, &args) }
+        unsafe { launch_packed(stream, &kernel, grid, 512, &args) }
     }
 }
 
@@ -244,6 +344,7 @@ impl<'a> LutFloor<'a> {
 /// store to `out[0]`, in one warp: the least a kernel whose work is a chain of round trips to
 /// memory costs.
 pub struct DependentLoads<'a> {
+    floors: &'a Floors<'a>,
     next: &'a DeviceBuffer<i64>,
     out: &'a DeviceBuffer<i64>,
 }
@@ -251,9 +352,12 @@ pub struct DependentLoads<'a> {
 impl<'a> DependentLoads<'a> {
     /// Checks that every element of `next` is an index inside it (synchronous download) and
     /// that `out` holds an element.
-    pub fn new(next: &'a DeviceBuffer<i64>, out: &'a DeviceBuffer<i64>) -> Result<Self, Error> {
-        let mut host = vec![0i64; next.len()];
-        driver::download(&mut host, next, 0)?;
+    pub fn new(
+        floors: &'a Floors<'a>,
+        next: &'a DeviceBuffer<i64>,
+        out: &'a DeviceBuffer<i64>,
+    ) -> Result<Self, Error> {
+        let host = download(next, next.len())?;
         if next.is_empty()
             || out.is_empty()
             || host.iter().any(|&x| x < 0 || x as usize >= host.len())
@@ -264,7 +368,7 @@ impl<'a> DependentLoads<'a> {
                 allowed: "a non-empty chain of indices inside it, and an output",
             });
         }
-        Ok(DependentLoads { next, out })
+        Ok(DependentLoads { floors, next, out })
     }
 
     /// Queues one chase of `hops` loads on `on` (a stream, or a capture).
@@ -272,80 +376,73 @@ impl<'a> DependentLoads<'a> {
         #[repr(C)]
         #[derive(Clone, Copy)]
         struct Args(u64, i64, u64);
-        let args = Args(driver::addr(self.next), hops as i64, driver::addr(self.out));
-        let t = on.target();
+        let args = Args(addr(self.next), hops as i64, addr(self.out));
+        let kernel = self.floors.kernel("kv_canary_dependent_loads")?;
         // SAFETY: three 8-byte parameters laid out as the packed struct; every index the chase
         // can reach is inside `next` (checked in `new`; borrowed shared since) and `out` holds
         // one element.
-        unsafe { launch_packed(&t, t.gpu.kernels().dependent_loads, 1, 32, &args) }
+        unsafe { launch_packed(on, &kernel, 1, 32, &args) }
     }
 }
 
-/// Queues the chain floor: `n` dependent `mix3` steps in one thread, no memory traffic; the
-/// result lands in `out[0]`. With `vector`, the chain starts from the thread index, so nvcc
-/// cannot run it on the uniform datapath (as it does for the plain floor, whose every value is
-/// uniform): the floor of a chain whose inputs are per-thread, like the write kernel's.
-pub fn chain_floor(
-    stream: &Stream<'_>,
-    n: usize,
-    out: &DeviceBuffer<i64>,
-    vector: bool,
-) -> Result<(), Error> {
-    if out.is_empty() {
-        return Err(Error::LengthMismatch {
-            what: "chain floor output",
-            expected: 1,
-            found: 0,
-        });
+impl Floors<'_> {
+    /// Queues the chain floor: `n` dependent `mix3` steps in one thread, no memory traffic; the
+    /// result lands in `out[0]`. With `vector`, the chain starts from the thread index, so nvcc
+    /// cannot run it on the uniform datapath (as it does for the plain floor, whose every value
+    /// is uniform): the floor of a chain whose inputs are per-thread, like the write kernel's.
+    pub fn chain(
+        &self,
+        stream: &Stream<'_>,
+        n: usize,
+        out: &DeviceBuffer<i64>,
+        vector: bool,
+    ) -> Result<(), Error> {
+        if out.is_empty() {
+            return Err(Error::LengthMismatch {
+                what: "chain floor output",
+                expected: 1,
+                found: 0,
+            });
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Args(i64, u64);
+        let args = Args(n as i64, addr(out));
+        let kernel = self.kernel(if vector {
+            "kv_canary_chain_floor_vector"
+        } else {
+            "kv_canary_chain_floor"
+        })?;
+        // SAFETY: two 8-byte parameters laid out as the packed struct; `out` holds one element.
+        unsafe { launch_packed(stream, &kernel, 1, 1, &args) }
     }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Args(i64, u64);
-    let args = Args(n as i64, driver::addr(out));
-    let t = stream.target();
-    let k = t.gpu.kernels();
-    let kernel = if vector {
-        k.chain_floor_vector
-    } else {
-        k.chain_floor
-    };
-    // SAFETY: two 8-byte parameters laid out as the packed struct; `out` holds one element.
-    unsafe { launch_packed(&t, kernel, 1, 1, &args) }
-}
 
-/// Queues an empty kernel of `grid` blocks of `block` threads: what a launch (or a graph replay
-/// of one kernel node) costs by itself.
-pub fn empty<'a, Q: Queue<'a> + ?Sized>(on: &Q, grid: u32, block: u32) -> Result<(), Error> {
-    let t = on.target();
-    // SAFETY: the kernel takes no parameters and touches no memory.
-    check("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(
-            t.gpu.kernels().empty,
-            grid.max(1),
-            1,
-            1,
-            block.max(1),
-            1,
-            1,
-            0,
-            t.stream,
-            core::ptr::null_mut(),
-            core::ptr::null_mut(),
-        )
-    })
-}
+    /// Queues an empty kernel of `grid` blocks of `block` threads: what a launch (or a graph
+    /// replay of one kernel node) costs by itself.
+    pub fn empty<'a, Q: Queue<'a> + ?Sized>(
+        &self,
+        on: &Q,
+        grid: u32,
+        block: u32,
+    ) -> Result<(), Error> {
+        let kernel = self.kernel("kv_canary_empty")?;
+        // SAFETY: the kernel takes no parameters and touches no memory.
+        unsafe { launch_custom(on, &kernel, grid, block, 0, &mut []) }
+    }
 
-/// Queues one thread that spins for `ns` nanoseconds of the GPU's global timer. Queued ahead
-/// of a timed region, it keeps the GPU busy while the host queues the region, so the region's
-/// events time the device's work rather than the host's submission latency.
-pub fn spin(stream: &Stream<'_>, ns: u64) -> Result<(), Error> {
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Args(i64);
-    let args = Args(i64::try_from(ns).unwrap_or(i64::MAX));
-    let t = stream.target();
-    // SAFETY: one 8-byte parameter laid out as the packed struct; the kernel touches no memory.
-    unsafe { launch_packed(&t, t.gpu.kernels().spin, 1, 1, &args) }
+    /// Queues one thread that spins for `ns` nanoseconds of the GPU's global timer. Queued
+    /// ahead of a timed region, it keeps the GPU busy while the host queues the region, so the
+    /// region's events time the device's work rather than the host's submission latency.
+    pub fn spin(&self, stream: &Stream<'_>, ns: u64) -> Result<(), Error> {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Args(i64);
+        let args = Args(i64::try_from(ns).unwrap_or(i64::MAX));
+        let kernel = self.kernel("kv_canary_spin")?;
+        // SAFETY: one 8-byte parameter laid out as the packed struct; the kernel touches no
+        // memory.
+        unsafe { launch_packed(stream, &kernel, 1, 1, &args) }
+    }
 }
 
 /// Launches a kernel of several scalar parameters from one `#[repr(C)]` struct of 8-byte
@@ -353,10 +450,11 @@ pub fn spin(stream: &Stream<'_>, ns: u64) -> Result<(), Error> {
 ///
 /// # Safety
 ///
-/// As for `stream::launch`, with `A`'s fields being the kernel's parameters in order, all 8 bytes.
-unsafe fn launch_packed<A: Copy>(
-    t: &super::stream::Target<'_>,
-    kernel: sys::CUfunction,
+/// As for [`launch_custom`], with `A`'s fields being the kernel's parameters in order, all 8
+/// bytes.
+unsafe fn launch_packed<'a, A: Copy, Q: Queue<'a> + ?Sized>(
+    on: &Q,
+    kernel: &CustomKernel,
     grid: u32,
     block: u32,
     args: &A,
@@ -368,51 +466,32 @@ unsafe fn launch_packed<A: Copy>(
         (0..fields).map(|i| unsafe { base.add(i) } as *mut core::ffi::c_void).collect();
     // SAFETY: one pointer per kernel parameter, each to 8 readable bytes; the caller vouches
     // for the kernel's expectations.
-    check("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(
-            kernel,
-            grid.max(1),
-            1,
-            1,
-            block,
-            1,
-            1,
-            0,
-            t.stream,
-            ptrs.as_mut_ptr(),
-            core::ptr::null_mut(),
-        )
-    })
+    unsafe { launch_custom(on, kernel, grid, block, 0, &mut ptrs) }
 }
 
 /// A typed launch recorded as the raw driver launch it wraps: the same kernel, grid, block,
-/// shared memory and argument struct, queued by a bare `cuLaunchKernel` (cooperative for a
-/// checked-LUT plan) on the same stream. `cust::launch!` issues the same call once it holds
-/// its function and the argument pointers, so this is the floor a typed launch is compared
-/// with (issue #5: the typed launch costs the host the same time, within 2 %).
+/// shared memory and argument struct ([`PreparedLaunch`]), queued by a bare `cuLaunchKernel`
+/// (cooperative for a checked-LUT plan) on the same stream. `cust::launch!` issues the same
+/// call once it holds its function and the argument pointers, so this is the floor a typed
+/// launch is compared with (issue #5: the typed launch costs the host the same time, within
+/// 2 %).
 ///
 /// The buffers the launch reads and writes stay borrowed for `'a`, as for the typed launch.
+#[derive(Debug)]
 pub struct RawLaunch<'a, 'g> {
-    stream: &'a Stream<'g>,
-    launch: RawArgs,
-    _buffers: PhantomData<&'a ()>,
-}
-
-#[derive(Clone, Copy)]
-enum RawArgs {
-    Verify(Prepared<VerifyArgs>),
-    Plan(Prepared<PlanArgs>),
+    launch: PreparedLaunch<'a, 'g>,
 }
 
 impl<'a, 'g> RawLaunch<'a, 'g> {
-    /// What [`cuda::verify`](super::verify()) would queue on `stream` with these arguments.
+    /// What [`cuda::verify`](kv_canary::cuda::verify()) would queue on `stream` with these
+    /// arguments.
     #[allow(clippy::too_many_arguments)]
     pub fn verify<V, W, E, VB, K, S, R>(
         stream: &'a Stream<'g>,
         shape: &Shape<V, W, E>,
         plan: &'a VerifyPlan<VB, Device>,
         check: K,
-        launch_settings: &DeviceLaunch<'a>,
+        settings: &DeviceSettings<'a>,
         canary: &'a CanaryBuffer<S, Device>,
         ring: &'a ViolationRing<R, Device>,
         counters: &'a HealthCounters<Device>,
@@ -426,24 +505,15 @@ impl<'a, 'g> RawLaunch<'a, 'g> {
         S: Capacity,
         R: Capacity,
     {
-        let launch = super::verify::prepare(
-            &stream.target(),
-            shape,
-            plan,
-            check,
-            launch_settings,
-            canary,
-            ring,
-            counters,
-        )?;
         Ok(RawLaunch {
-            stream,
-            launch: RawArgs::Verify(launch),
-            _buffers: PhantomData,
+            launch: PreparedLaunch::verify(
+                stream, shape, plan, check, settings, canary, ring, counters,
+            )?,
         })
     }
 
-    /// What [`cuda::plan`](super::plan()) would queue on `stream` with these arguments.
+    /// What [`cuda::plan`](kv_canary::cuda::plan()) would queue on `stream` with these
+    /// arguments.
     pub fn plan<V, W, E, VB, WB, BB, G, X>(
         stream: &'a Stream<'g>,
         shape: &Shape<V, W, E>,
@@ -461,58 +531,47 @@ impl<'a, 'g> RawLaunch<'a, 'g> {
         G: DeviceGroup<'a>,
         X: DeviceExpectedTokens<'a, W>,
     {
-        let launch = super::plan::prepare(&stream.target(), shape, inputs, verify, write)?;
         Ok(RawLaunch {
-            stream,
-            launch: RawArgs::Plan(launch),
-            _buffers: PhantomData,
+            launch: PreparedLaunch::plan(stream, shape, inputs, verify, write)?,
         })
     }
 
     /// Queues the recorded launch with one bare driver call.
     pub fn queue(&self) -> Result<(), Error> {
-        let raw = self.stream.raw_handle();
-        let (kernel, grid, block, shared, cooperative, mut param) = match &self.launch {
-            RawArgs::Verify(l) => (
-                l.kernel,
-                l.grid,
-                l.block,
-                l.shared,
-                l.cooperative,
-                &l.args as *const VerifyArgs as *mut core::ffi::c_void,
-            ),
-            RawArgs::Plan(l) => (
-                l.kernel,
-                l.grid,
-                l.block,
-                l.shared,
-                l.cooperative,
-                &l.args as *const PlanArgs as *mut core::ffi::c_void,
-            ),
-        };
-        if cooperative {
+        let p = self.launch.raw_parts();
+        let mut param = p.param as *mut core::ffi::c_void;
+        if p.cooperative {
             // SAFETY: as below, for the cooperative launch the typed plan would make.
             return check("cuLaunchCooperativeKernel", unsafe {
                 sys::cuLaunchCooperativeKernel(
-                    kernel, grid, 1, 1, block, 1, 1, shared, raw, &mut param,
+                    p.function,
+                    p.grid,
+                    1,
+                    1,
+                    p.block,
+                    1,
+                    1,
+                    p.shared_bytes,
+                    p.stream,
+                    &mut param,
                 )
             });
         }
         // SAFETY: the kernel, grid and argument struct are exactly what the typed launch
         // would queue (built by the same `prepare`), so the typed launch's safety argument
         // holds: the struct mirrors the kernel's parameter and every buffer it names is
-        // borrowed for 'a; the stream is alive ('a).
+        // borrowed for 'a; the stream is alive ('a); `param` points into `self.launch`.
         check("cuLaunchKernel", unsafe {
             sys::cuLaunchKernel(
-                kernel,
-                grid,
+                p.function,
+                p.grid,
                 1,
                 1,
-                block,
+                p.block,
                 1,
                 1,
-                shared,
-                raw,
+                p.shared_bytes,
+                p.stream,
                 &mut param,
                 core::ptr::null_mut(),
             )
@@ -520,8 +579,18 @@ impl<'a, 'g> RawLaunch<'a, 'g> {
     }
 }
 
-impl core::fmt::Debug for RawLaunch<'_, '_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("RawLaunch").finish_non_exhaustive()
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bench_kernels_are_embedded() {
+        if std::env::var_os("DOCS_RS").is_some() {
+            return;
+        }
+        for entry in super::BENCH_KERNELS {
+            assert!(
+                super::BENCH_PTX.contains(&format!(".entry {entry}(")),
+                "{entry} missing"
+            );
+        }
     }
 }

@@ -1,41 +1,33 @@
-//! The few raw driver calls this backend makes itself, each behind a checked, typed wrapper.
+//! Device memory: allocation, synchronous transfers and typed addresses.
 //!
-//! cust 0.3 keeps its result conversion private and copies through `&mut self`; the backend
-//! needs copies into buffers it only shares (see the module docs), so it calls the driver.
+//! cust 0.3 copies through `&mut self`; the backend needs copies into buffers it only shares
+//! (see the module docs of `cuda`), so it calls the driver.
 
+use super::error::{check, cust_error};
+use crate::cuda::abi::ptr::DevPtr;
 use crate::Element;
 use crate::Error;
 use cust::memory::{DeviceBox, DeviceBuffer};
-use cust::sys::{self, CUresult};
+use cust::sys;
 
-/// `Ok` for `CUDA_SUCCESS`, else [`Error::Cuda`] naming the call and the driver's code.
-pub(crate) fn check(what: &'static str, result: CUresult) -> Result<(), Error> {
-    if result == CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::Cuda {
-            what,
-            detail: format!("{result:?}"),
-        })
-    }
-}
-
-/// A cust error as [`Error::Cuda`].
-pub(crate) fn cust_error(what: &'static str) -> impl FnOnce(cust::error::CudaError) -> Error {
-    move |e| Error::Cuda {
-        what,
-        detail: format!("{e:?} ({e})"),
-    }
-}
-
-/// The device address of a buffer's first element.
+/// The raw device address of a buffer's first element.
 pub(crate) fn addr<T: Element>(buffer: &DeviceBuffer<T>) -> u64 {
     buffer.as_device_ptr().as_raw()
 }
 
-/// The device address of a boxed scalar.
-pub(crate) fn box_addr<T: Element>(b: &DeviceBox<T>) -> u64 {
-    b.as_device_ptr().as_raw()
+/// The typed device address of a buffer's first element.
+pub(crate) fn ptr<T: Element>(buffer: &DeviceBuffer<T>) -> DevPtr<T> {
+    DevPtr::from_addr(addr(buffer))
+}
+
+/// The typed device address of a boxed scalar.
+pub(crate) fn box_ptr<T: Element>(b: &DeviceBox<T>) -> DevPtr<T> {
+    DevPtr::from_addr(b.as_device_ptr().as_raw())
+}
+
+/// The raw device address of a boxed scalar.
+fn box_addr<T: Element>(b: &DeviceBox<T>) -> u64 {
+    box_ptr(b).addr()
 }
 
 /// A zero-filled device buffer of `len` elements.

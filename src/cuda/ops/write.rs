@@ -1,19 +1,19 @@
 //! The write launch (spec §4) on device buffers.
 
-use super::abi::WriteArgs;
-use super::canary::{ChainAssert, DeviceLaunch};
-use super::driver;
-use super::stream::{launch, Queue};
-use super::write_inputs::DeviceInputAssert;
+use super::Prepared;
 use crate::canary::{CanaryBuffer, HealthCounters, ViolationRing};
 use crate::capacity::{Capacity, SameWriteEntryCapacity, SameWriteReqCapacity};
+use crate::cuda::abi::args::WriteArgs;
+use crate::cuda::abi::kernels::Kernel;
+use crate::cuda::abi::ptr::DevPtr;
+use crate::cuda::device::settings::{ChainAssert, DeviceSettings};
+use crate::cuda::device::stream::Queue;
+use crate::cuda::device::write_inputs::DeviceInputAssert;
+use crate::cuda::driver::launch::LaunchDims;
+use crate::cuda::driver::memory as driver;
 use crate::input::WriteInputs;
 use crate::plan::WritePlan;
 use crate::{Device, Error, Shape};
-
-/// Threads per write block (`WRITE_THREADS` in kernels/write.cu): the chain warp, eight worker
-/// warps and two idle ones (warps 4 and 8, which share the chain's scheduler).
-const WRITE_THREADS: u32 = 352;
 
 /// Queues the write op of spec §4 on `on`: stamps every planned token of `inputs` into
 /// `canary`, extending each request's hash chain, and reports assert failures into `ring`.
@@ -50,7 +50,7 @@ pub fn write<'a, Q, V, W, E, WB, EB, A, S, R>(
     shape: &Shape<V, W, E>,
     plan: &'a WritePlan<WB, Device>,
     inputs: &'a WriteInputs<EB, A, Device>,
-    launch_settings: &DeviceLaunch<'a>,
+    settings: &DeviceSettings<'a>,
     canary: &'a CanaryBuffer<S, Device>,
     ring: &'a ViolationRing<R, Device>,
     counters: &'a HealthCounters<Device>,
@@ -75,39 +75,51 @@ where
         allowed: "[1, u32::MAX] (one block per request row)",
     })?;
     let (exp_tokens, exp_positions) = A::addrs(&inputs.expected);
-    let (chain_assert, chain_assert_fixed) = match launch_settings.chain_position_assert {
-        ChainAssert::Fixed(v) => (0, i64::from(v.flag())),
-        ChainAssert::Flag(f) => (driver::box_addr(&f.flag), 0),
+    let (chain_assert, chain_assert_fixed) = match settings.chain_position_assert {
+        ChainAssert::Fixed(v) => (DevPtr::NULL, i64::from(v.flag())),
+        ChainAssert::Flag(f) => (driver::box_ptr(&f.flag), 0),
     };
     let target = on.target();
-    let kv = launch_settings.real_kv;
+    let kv = settings.real_kv;
     let args = WriteArgs {
-        offsets: driver::addr(&plan.offsets),
-        seeds: driver::addr(&plan.seed_slot_indices),
-        num_valid_reqs: driver::box_addr(&plan.num_valid_reqs),
+        offsets: driver::ptr(&plan.offsets),
+        seeds: driver::ptr(&plan.seed_slot_indices),
+        num_valid_reqs: driver::box_ptr(&plan.num_valid_reqs),
         req_capacity: req_capacity as i64,
-        input_ids: driver::addr(&inputs.input_ids),
-        positions: driver::addr(&inputs.positions),
-        out_cache_loc: driver::addr(&inputs.out_cache_loc),
+        input_ids: driver::ptr(&inputs.input_ids),
+        positions: driver::ptr(&inputs.positions),
+        out_cache_loc: driver::ptr(&inputs.out_cache_loc),
         entry_capacity: inputs.capacity().get() as i64,
         exp_tokens,
         exp_positions,
         chain_assert,
         chain_assert_fixed,
-        buf: driver::addr(&canary.bytes),
+        buf: driver::ptr(&canary.bytes),
         num_slots: canary.num_slots() as i64,
         stride: canary.stride().get() as i64,
-        ring: driver::addr(&ring.rows),
+        ring: driver::ptr(&ring.rows),
         ring_capacity: ring.capacity().get() as i64,
-        write_index: driver::box_addr(&ring.write_index),
-        slot_counter: driver::box_addr(&counters.slot_run_counter),
-        kernel_counter: driver::box_addr(&counters.kernel_run_counter),
-        tag: launch_settings.tag.value(),
+        write_index: driver::box_ptr(&ring.write_index),
+        slot_counter: driver::box_ptr(&counters.slot_run_counter),
+        kernel_counter: driver::box_ptr(&counters.kernel_run_counter),
+        tag: settings.tag.value(),
         status: target.status,
         kv: kv.abi(),
     };
-    let variant = kv.kind() * 2 + usize::from(A::ENABLED);
-    let kernel = target.gpu.kernels().write[variant];
+    let kernel = Kernel::Write {
+        fold: kv.fold(),
+        assert: A::ENABLED,
+    };
+    let launch = Prepared {
+        function: target.gpu.function(kernel)?,
+        dims: LaunchDims {
+            grid,
+            block: kernel.threads(),
+            shared_bytes: 0,
+            cooperative: false,
+        },
+        args,
+    };
     // SAFETY: `WriteArgs` mirrors the kernel's parameter. Every address is a live buffer
     // borrowed for 'a: offsets hold req_capacity + 1 entries and seeds req_capacity (the kernel
     // runs one block per row < req_capacity and reads offsets[r + 1]); the per-token arrays
@@ -117,5 +129,5 @@ where
     // ring holds ring_capacity rows and rows past it are dropped; real-KV sources hold
     // num_rows rows of row_stride bytes (validated layout) and every row is checked; the
     // chain-assert flag, counters and write index are live scalars.
-    unsafe { launch(&target, kernel, grid, WRITE_THREADS, 0, &args) }
+    unsafe { launch.queue(target.stream) }
 }

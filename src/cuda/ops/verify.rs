@@ -1,20 +1,16 @@
 //! The verify launch (spec §5) on device buffers.
 
-use super::abi::VerifyArgs;
-use super::canary::DeviceLaunch;
-use super::driver;
-use super::stream::{Prepared, Queue, Target};
+use super::{Prepared, VerifyLaunch};
 use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity};
+use crate::cuda::abi::args::VerifyArgs;
+use crate::cuda::abi::kernels::{Fold, Kernel, STAGED_SHARED_BYTES};
+use crate::cuda::device::settings::DeviceSettings;
+use crate::cuda::device::stream::{Queue, Target};
+use crate::cuda::driver::launch::LaunchDims;
+use crate::cuda::driver::memory as driver;
 use crate::plan::VerifyPlan;
 use crate::{Device, Error, Shape};
-
-/// Threads per verify block (`VERIFY_THREADS` in kernels/verify.cu).
-const VERIFY_THREADS: u32 = 512;
-/// Threads per staged ALL block (`STAGED_THREADS`).
-const STAGED_THREADS: u32 = 256;
-/// Dynamic shared memory of a staged ALL block: 8 warps x 2 stages x 4608 bytes (`Stage`).
-pub(crate) const STAGED_SHARED_BYTES: u32 = 8 * 2 * 4608;
 
 /// Queues the verify op of spec §5 on `on`: checks the plan's active entries against `canary`
 /// and appends a row per failing entry to `ring`.
@@ -44,7 +40,7 @@ pub fn verify<'a, Q, V, W, E, VB, K, S, R>(
     shape: &Shape<V, W, E>,
     plan: &'a VerifyPlan<VB, Device>,
     check: K,
-    launch_settings: &DeviceLaunch<'a>,
+    settings: &DeviceSettings<'a>,
     canary: &'a CanaryBuffer<S, Device>,
     ring: &'a ViolationRing<R, Device>,
     counters: &'a HealthCounters<Device>,
@@ -61,18 +57,11 @@ where
 {
     let target = on.target();
     let prepared = prepare(
-        &target,
-        shape,
-        plan,
-        check,
-        launch_settings,
-        canary,
-        ring,
-        counters,
+        &target, shape, plan, check, settings, canary, ring, counters,
     )?;
     // SAFETY: `VerifyArgs` mirrors the kernel's parameter (see `prepare`); every address in it
     // is a live buffer borrowed for 'a, at least the launch (the whole graph for a capture).
-    unsafe { prepared.queue(&target) }
+    unsafe { prepared.queue(target.stream) }
 }
 
 /// The launch [`verify`] queues: kernel, grid and arguments, checked and built.
@@ -92,11 +81,11 @@ pub(crate) fn prepare<'a, V, W, E, VB, K, S, R>(
     shape: &Shape<V, W, E>,
     plan: &'a VerifyPlan<VB, Device>,
     check: K,
-    launch_settings: &DeviceLaunch<'a>,
+    settings: &DeviceSettings<'a>,
     canary: &'a CanaryBuffer<S, Device>,
     ring: &'a ViolationRing<R, Device>,
     counters: &'a HealthCounters<Device>,
-) -> Result<Prepared<VerifyArgs>, Error>
+) -> Result<VerifyLaunch, Error>
 where
     V: SameVerifyCapacity<VB>,
     W: Capacity,
@@ -108,62 +97,58 @@ where
 {
     let _ = check;
     shape.verify_capacity().check(plan.capacity())?;
-    let kv = launch_settings.real_kv;
+    let kv = settings.real_kv;
     let args = VerifyArgs {
-        slots: driver::addr(&plan.slot_indices),
-        tokens: driver::addr(&plan.expected_tokens),
-        positions: driver::addr(&plan.expected_positions),
-        prevs: driver::addr(&plan.prev_slot_indices),
-        num_valid: driver::box_addr(&plan.num_valid),
-        enable: driver::box_addr(&plan.enable),
+        slots: driver::ptr(&plan.slot_indices),
+        tokens: driver::ptr(&plan.expected_tokens),
+        positions: driver::ptr(&plan.expected_positions),
+        prevs: driver::ptr(&plan.prev_slot_indices),
+        num_valid: driver::box_ptr(&plan.num_valid),
+        enable: driver::box_ptr(&plan.enable),
         capacity: plan.capacity().get() as i64,
-        buf: driver::addr(&canary.bytes),
+        buf: driver::ptr(&canary.bytes),
         num_slots: canary.num_slots() as i64,
         stride: canary.stride().get() as i64,
-        ring: driver::addr(&ring.rows),
+        ring: driver::ptr(&ring.rows),
         ring_capacity: ring.capacity().get() as i64,
-        write_index: driver::box_addr(&ring.write_index),
-        slot_counter: driver::box_addr(&counters.slot_run_counter),
-        kernel_counter: driver::box_addr(&counters.kernel_run_counter),
-        tag: launch_settings.tag.value(),
+        write_index: driver::box_ptr(&ring.write_index),
+        slot_counter: driver::box_ptr(&counters.slot_run_counter),
+        kernel_counter: driver::box_ptr(&counters.kernel_run_counter),
+        tag: settings.tag.value(),
         status: target.status,
         kv: kv.abi(),
     };
-    let kind = kv.kind();
-    let config = target.gpu.launch_config();
-    let staged = kind == 2
+    let fold = kv.fold();
+    let config = target.gpu.kernel_tuning();
+    let staged = fold == Fold::All
         && config.verify_all_staged
         && args.stride % 16 == 0
         && args.kv.read_bytes[..args.kv.num_sources as usize]
             .iter()
             .all(|&b| b <= 128);
-    let kernels = target.gpu.kernels();
-    let (kernel, grid, threads, shared) = if staged {
+    let tokens = K::ENABLED;
+    let (kernel, per_sm, shared_bytes) = if staged {
         (
-            kernels.verify_all_staged[usize::from(K::ENABLED)],
-            target.gpu.sm_count() * config.verify_all_staged_blocks_per_sm,
-            STAGED_THREADS,
+            Kernel::VerifyStaged { tokens },
+            config.verify_all_staged_blocks_per_sm,
             STAGED_SHARED_BYTES,
         )
     } else {
-        let per_sm = match kind {
-            0 => config.verify_blocks_per_sm,
-            1 => config.verify_fold_blocks_per_sm,
-            _ => config.verify_all_blocks_per_sm,
+        let per_sm = match fold {
+            Fold::None => config.verify_blocks_per_sm,
+            Fold::Partial => config.verify_fold_blocks_per_sm,
+            Fold::All => config.verify_all_blocks_per_sm,
         };
-        (
-            kernels.verify[kind * 2 + usize::from(K::ENABLED)],
-            target.gpu.sm_count() * per_sm,
-            VERIFY_THREADS,
-            0,
-        )
+        (Kernel::Verify { fold, tokens }, per_sm, 0)
     };
     Ok(Prepared {
-        kernel,
-        grid,
-        block: threads,
-        shared,
+        function: target.gpu.function(kernel)?,
+        dims: LaunchDims {
+            grid: target.gpu.sm_count() * per_sm,
+            block: kernel.threads(),
+            shared_bytes,
+            cooperative: false,
+        },
         args,
-        cooperative: false,
     })
 }

@@ -1,14 +1,14 @@
 //! `scatter_req_token_ids` (spec §6) on device buffers.
 
-use super::abi::ScatterArgs;
-use super::driver;
-use super::inputs::DeviceExpectedTable;
-use super::stream::{launch, Queue};
+use super::Prepared;
+use crate::cuda::abi::args::ScatterArgs;
+use crate::cuda::abi::kernels::Kernel;
+use crate::cuda::device::plan_inputs::DeviceExpectedTable;
+use crate::cuda::device::stream::Queue;
+use crate::cuda::driver::launch::LaunchDims;
+use crate::cuda::driver::memory as driver;
 use crate::Error;
 use cust::memory::DeviceBuffer;
-
-/// Threads per scatter block (`SCATTER_THREADS` in kernels/scatter.cu).
-const SCATTER_THREADS: u32 = 256;
 
 /// Queues `scatter_req_token_ids` on `on`: for each request `r` of the `bs =
 /// req_pool_indices.len()` rows, copies the low 32 bits of `flat_in[offsets[r] ..
@@ -47,11 +47,11 @@ pub fn scatter_req_token_ids<'a, Q: Queue<'a> + ?Sized>(
     })?;
     let target = on.target();
     let args = ScatterArgs {
-        flat_in: driver::addr(flat_in),
+        flat_in: driver::ptr(flat_in),
         num_tokens: flat_in.len() as i64,
-        offsets: driver::addr(offsets),
-        req_pool_indices: driver::addr(req_pool_indices),
-        pool: driver::addr(&pool_out.data),
+        offsets: driver::ptr(offsets),
+        req_pool_indices: driver::ptr(req_pool_indices),
+        pool: driver::ptr(&pool_out.data),
         pool_rows: pool_out.rows() as i64,
         pool_width: pool_out.width() as i64,
         status: target.status,
@@ -61,13 +61,16 @@ pub fn scatter_req_token_ids<'a, Q: Queue<'a> + ?Sized>(
     // reads flat_in only inside [start, end) after checking 0 <= start <= end <= num_tokens,
     // and writes pool row rp only after checking rp < pool_rows, columns < pool_width.
     unsafe {
-        launch(
-            &target,
-            target.gpu.kernels().scatter,
-            grid,
-            SCATTER_THREADS,
-            0,
-            &args,
-        )
+        Prepared {
+            function: target.gpu.function(Kernel::Scatter)?,
+            dims: LaunchDims {
+                grid,
+                block: Kernel::Scatter.threads(),
+                shared_bytes: 0,
+                cooperative: false,
+            },
+            args,
+        }
+        .queue(target.stream)
     }
 }

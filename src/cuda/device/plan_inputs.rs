@@ -1,9 +1,10 @@
 //! Device twins of the plan inputs: batch columns (with the batch size in device memory),
 //! `req_to_token` and the expected-token pool, the SWA lookup table and valid lengths.
 
-use super::driver;
 use super::gpu::Gpu;
 use crate::capacity::{Capacity, SameWriteReqCapacity};
+use crate::cuda::abi::ptr::DevPtr;
+use crate::cuda::driver::memory as driver;
 use crate::input::{
     Batch, Full, NoExpectedTokens, PositionOffset, ReqTable, SlotIds, SwaWindow, TableKind,
     TokenIds,
@@ -27,7 +28,8 @@ pub struct DeviceBatch<W: Capacity> {
 
 impl<W: Capacity> DeviceBatch<W> {
     /// Empty columns (`bs = 0`) for up to `capacity` rows. Prefer [`crate::Shape::device_batch`].
-    pub fn new(_gpu: &Gpu, capacity: W) -> Result<Self, Error> {
+    pub fn new(gpu: &Gpu, capacity: W) -> Result<Self, Error> {
+        gpu.make_current()?;
         let n = capacity.get();
         Ok(DeviceBatch {
             capacity,
@@ -90,7 +92,8 @@ pub type DeviceExpectedTable = DeviceTable<TokenIds>;
 impl<K: TableKind> DeviceTable<K> {
     /// A device copy of `host` (same rows and width). Rows or widths of 2^31 or more are
     /// rejected (the plan kernel keeps rows and positions in 32 bits).
-    pub fn from_host(_gpu: &Gpu, host: &ReqTable<K>) -> Result<Self, Error> {
+    pub fn from_host(gpu: &Gpu, host: &ReqTable<K>) -> Result<Self, Error> {
+        gpu.make_current()?;
         if i32::try_from(host.width()).is_err() || i32::try_from(host.rows()).is_err() {
             return Err(Error::TableShape {
                 what: K::NAME,
@@ -164,7 +167,8 @@ pub struct DeviceLut {
 
 impl DeviceLut {
     /// A device copy of `lut`; an empty table is rejected.
-    pub fn from_host(_gpu: &Gpu, lut: &[i64]) -> Result<Self, Error> {
+    pub fn from_host(gpu: &Gpu, lut: &[i64]) -> Result<Self, Error> {
+        gpu.make_current()?;
         if lut.is_empty() {
             return Err(Error::ZeroCapacity {
                 what: "full_to_swa_index_mapping length",
@@ -209,7 +213,8 @@ pub struct DeviceValidLens<W: Capacity> {
 
 impl<W: Capacity> DeviceValidLens<W> {
     /// No lengths yet, room for `capacity`. Prefer [`crate::Shape::device_valid_lens`].
-    pub fn new(_gpu: &Gpu, capacity: W) -> Result<Self, Error> {
+    pub fn new(gpu: &Gpu, capacity: W) -> Result<Self, Error> {
+        gpu.make_current()?;
         Ok(DeviceValidLens {
             capacity,
             lens: driver::zeroed(capacity.get())?,
@@ -274,7 +279,7 @@ pub struct Swa<'a> {
 impl<'a> Swa<'a> {
     /// An SWA group of `window` positions translating through `lut`, checked like the CPU op:
     /// a slot past the LUT's end is [`Error::LutIndexOutOfRange`] and nothing is written (the
-    /// plan then runs as one cooperative launch, see [`plan`](super::plan)).
+    /// plan then runs as one cooperative launch, see [`plan`](crate::cuda::plan())).
     pub fn new(window: u64, lut: &'a DeviceLut) -> Self {
         Swa {
             window,
@@ -343,17 +348,21 @@ impl<'a, 'l: 'a> DeviceGroup<'a> for Swa<'l> {
     }
 }
 
+/// A device expected-token pool as the plan launch passes it: the table, the valid lengths and
+/// their count.
+pub type ExpectedPoolPtrs<'a> = (&'a DeviceExpectedTable, DevPtr<i64>, DevPtr<i32>);
+
 /// Where the device plan takes expected tokens from: [`NoExpectedTokens`] or a
 /// [`DeviceExpectedPool`] whose lengths have the write-request capacity `W` and whose buffers
 /// are borrowed for at least `'a`. Sealed.
 pub trait DeviceExpectedTokens<'a, W: Capacity>: Copy + sealed::Sealed {
     /// The pool and its lengths, after checking the lengths' capacity against `w`.
-    fn pool(&self, w: W) -> Result<Option<(&'a DeviceExpectedTable, u64, u64)>, Error>;
+    fn pool(&self, w: W) -> Result<Option<ExpectedPoolPtrs<'a>>, Error>;
 }
 
 impl sealed::Sealed for NoExpectedTokens {}
 impl<'a, W: Capacity> DeviceExpectedTokens<'a, W> for NoExpectedTokens {
-    fn pool(&self, _: W) -> Result<Option<(&'a DeviceExpectedTable, u64, u64)>, Error> {
+    fn pool(&self, _: W) -> Result<Option<ExpectedPoolPtrs<'a>>, Error> {
         Ok(None)
     }
 }
@@ -364,12 +373,12 @@ where
     W: SameWriteReqCapacity<LB>,
     LB: Capacity,
 {
-    fn pool(&self, w: W) -> Result<Option<(&'a DeviceExpectedTable, u64, u64)>, Error> {
+    fn pool(&self, w: W) -> Result<Option<ExpectedPoolPtrs<'a>>, Error> {
         w.check(self.valid_lens.capacity)?;
         Ok(Some((
             self.table,
-            driver::addr(&self.valid_lens.lens),
-            driver::box_addr(&self.valid_lens.len),
+            driver::ptr(&self.valid_lens.lens),
+            driver::box_ptr(&self.valid_lens.len),
         )))
     }
 }

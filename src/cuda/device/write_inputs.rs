@@ -1,9 +1,10 @@
 //! Device twins of the write op's per-token inputs, typed by the write-entry capacity and by
 //! the input assert like the host ones.
 
-use super::driver;
 use super::gpu::Gpu;
 use crate::capacity::Capacity;
+use crate::cuda::abi::ptr::DevPtr;
+use crate::cuda::driver::memory as driver;
 use crate::input::{
     ExpectedWriteInputs, InputAssertOff, InputAssertOn, WriteInputAssert, WriteInputs,
 };
@@ -29,9 +30,9 @@ pub trait DeviceInputAssert: WriteInputAssert + sealed::Sealed {
         host: &mut Self::Expected<Host>,
         device: &Self::Expected<Device>,
     ) -> Result<(), Error>;
-    /// Device addresses of the expected tokens and positions (0 when off).
+    /// Device addresses of the expected tokens and positions (null when off).
     #[doc(hidden)]
-    fn addrs(device: &Self::Expected<Device>) -> (u64, u64);
+    fn addrs(device: &Self::Expected<Device>) -> (DevPtr<i64>, DevPtr<i64>);
 }
 
 impl sealed::Sealed for InputAssertOff {}
@@ -48,8 +49,8 @@ impl DeviceInputAssert for InputAssertOff {
     fn download(_: &mut (), _: &()) -> Result<(), Error> {
         Ok(())
     }
-    fn addrs(_: &()) -> (u64, u64) {
-        (0, 0)
+    fn addrs(_: &()) -> (DevPtr<i64>, DevPtr<i64>) {
+        (DevPtr::NULL, DevPtr::NULL)
     }
 }
 
@@ -78,18 +79,16 @@ impl DeviceInputAssert for InputAssertOn {
         driver::download(&mut host.tokens, &device.tokens, 0)?;
         driver::download(&mut host.positions, &device.positions, 0)
     }
-    fn addrs(device: &ExpectedWriteInputs<Device>) -> (u64, u64) {
-        (
-            driver::addr(&device.tokens),
-            driver::addr(&device.positions),
-        )
+    fn addrs(device: &ExpectedWriteInputs<Device>) -> (DevPtr<i64>, DevPtr<i64>) {
+        (driver::ptr(&device.tokens), driver::ptr(&device.positions))
     }
 }
 
 impl<E: Capacity, A: DeviceInputAssert> WriteInputs<E, A, Device> {
     /// Device inputs of `capacity` entries: tokens and positions 0, every `out_cache_loc` -1
     /// (skip), expected tensors (assert on) 0.
-    pub fn on_device(_gpu: &Gpu, capacity: E) -> Result<Self, Error> {
+    pub fn on_device(gpu: &Gpu, capacity: E) -> Result<Self, Error> {
+        gpu.make_current()?;
         let n = capacity.get();
         let out_cache_loc = driver::zeroed(n)?;
         driver::upload(&out_cache_loc, 0, &vec![-1; n])?;

@@ -1,16 +1,18 @@
-//! Device twins of the plan buffers: allocation from a shape and typed transfers that keep the
+//! Device twins of the plan buffers (verify and write plans): allocation from a shape and typed transfers that keep the
 //! capacity type (`VerifyPlan<C>` <-> `VerifyPlan<C, Device>`).
 
-use super::driver;
 use super::gpu::Gpu;
+use super::plan_inputs::{DeviceBatch, DeviceValidLens};
 use crate::capacity::Capacity;
+use crate::cuda::driver::memory as driver;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::{Device, Error, Shape};
 
 impl<C: Capacity> VerifyPlan<C, Device> {
     /// A device verify plan of `capacity` entries: arrays zeroed, `verify_num_valid = 0`,
     /// `enable = 1`, like [`VerifyPlan::try_with_capacity`]. Prefer [`Shape::device_verify_plan`].
-    pub fn on_device(_gpu: &Gpu, capacity: C) -> Result<Self, Error> {
+    pub fn on_device(gpu: &Gpu, capacity: C) -> Result<Self, Error> {
+        gpu.make_current()?;
         let n = capacity.get();
         Ok(VerifyPlan {
             capacity,
@@ -59,7 +61,8 @@ impl<C: Capacity> VerifyPlan<C> {
 impl<C: Capacity> WritePlan<C, Device> {
     /// A device write plan for `capacity` requests, zeroed like [`WritePlan::try_with_capacity`].
     /// Prefer [`Shape::device_write_plan`].
-    pub fn on_device(_gpu: &Gpu, capacity: C) -> Result<Self, Error> {
+    pub fn on_device(gpu: &Gpu, capacity: C) -> Result<Self, Error> {
+        gpu.make_current()?;
         let n = capacity.get();
         let len = n.checked_add(1).ok_or(Error::OutOfRange {
             what: "write_req_capacity",
@@ -112,12 +115,12 @@ impl<V: Capacity, W: Capacity, E: Capacity> Shape<V, W, E> {
     }
 
     /// Device batch columns for up to the write-request capacity rows.
-    pub fn device_batch(&self, gpu: &Gpu) -> Result<super::DeviceBatch<W>, Error> {
-        super::DeviceBatch::new(gpu, self.write_req_capacity())
+    pub fn device_batch(&self, gpu: &Gpu) -> Result<DeviceBatch<W>, Error> {
+        DeviceBatch::new(gpu, self.write_req_capacity())
     }
 
     /// Device expected-token valid lengths for up to the write-request capacity rows.
-    pub fn device_valid_lens(&self, gpu: &Gpu) -> Result<super::DeviceValidLens<W>, Error> {
-        super::DeviceValidLens::new(gpu, self.write_req_capacity())
+    pub fn device_valid_lens(&self, gpu: &Gpu) -> Result<DeviceValidLens<W>, Error> {
+        DeviceValidLens::new(gpu, self.write_req_capacity())
     }
 }

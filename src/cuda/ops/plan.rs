@@ -1,88 +1,41 @@
 //! The plan launch (spec §3.2) on device buffers.
 
-use super::abi::PlanArgs;
-use super::driver;
-use super::gpu::PlanKernel;
-use super::inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
-use super::stream::{Prepared, Queue, Target};
+use super::{PlanLaunch, Prepared};
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
+use crate::cuda::abi::args::PlanArgs;
+use crate::cuda::abi::kernels::{plan_shared_bytes, Kernel, LutMode, PlanFamily};
+use crate::cuda::abi::ptr::DevPtr;
+use crate::cuda::abi::shared::PLAN_MAX_ROWS;
+use crate::cuda::device::plan_inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
+use crate::cuda::device::stream::{Queue, Target};
+use crate::cuda::device::tuning::{KernelTuning, PlanKernel};
+use crate::cuda::driver::launch::LaunchDims;
+use crate::cuda::driver::memory as driver;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::{Device, Error, Shape};
 
-/// Threads of a large plan block (`kv_canary_plan_large*` in kernels/plan.cu) and entries a
-/// thread takes per round.
-const LARGE: (u32, u32) = (512, 4);
-/// Threads of a small plan block (`kv_canary_plan_small*`) and entries a thread takes per round.
-const SMALL: (u32, u32) = (128, 4);
-/// Rows one plan block scans (`PLAN_MAX_ROWS`).
-const PLAN_MAX_ROWS: usize = crate::consts::PLAN_BS_BLOCK_SIZE;
-/// Rows a small plan block scans (eight a thread).
-const SMALL_MAX_ROWS: usize = 1024;
-/// Rows a lean plan block of 256 threads scans (four a thread); the lean kernel of 512 threads
-/// scans up to `PLAN_MAX_ROWS` (eight a thread).
-const LEAN_MAX_ROWS: usize = 1024;
-/// Shared memory of one multiprocessor (sm_90: 228 KB) and what the driver reserves per block.
-const SM_SHARED_BYTES: u32 = 228 * 1024;
+/// What the driver reserves of a multiprocessor's shared memory per block.
 const BLOCK_RESERVED_SHARED_BYTES: u32 = 1024;
 
-/// The fused plan kernels (kernels/plan.cu), in the order of `Kernels::plan`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Family {
-    /// `kv_canary_plan_small*`: 128 threads, software-pipelined, at most 1024 rows.
-    Small = 0,
-    /// `kv_canary_plan_large*`: 512 threads, software-pipelined, up to 4096 rows.
-    Large = 1,
-    /// `kv_canary_plan_lean*`: 256 threads, a round at a time, at most 1024 rows.
-    Lean = 2,
-    /// `kv_canary_plan_leanl*`: 512 threads, a round at a time, up to 4096 rows.
-    LeanLarge = 3,
-}
-
-impl Family {
-    /// Threads of a block and entries a thread takes per round.
-    const fn block(self) -> (u32, u32) {
-        match self {
-            Family::Small => SMALL,
-            Family::Large | Family::LeanLarge => LARGE,
-            Family::Lean => (256, 4),
-        }
-    }
-
-    /// Blocks per multiprocessor the configuration asks for.
-    fn blocks_per_sm(self, config: &super::LaunchConfig) -> u32 {
-        match self {
-            Family::Small => config.plan_small_blocks_per_sm,
-            Family::Large => config.plan_blocks_per_sm,
-            Family::Lean => config.plan_lean_blocks_per_sm,
-            Family::LeanLarge => (config.plan_lean_blocks_per_sm / 2).max(1),
-        }
-    }
-
-    /// Blocks per multiprocessor that are sure to be resident together (a cooperative launch):
-    /// at most `per_sm`, what the kernel's launch bounds guarantee by registers (the pipelined
-    /// kernels: one) and what `shared` bytes a block leave room for.
-    fn resident_per_sm(self, per_sm: u32, shared: u32) -> u32 {
-        let by_registers = match self {
-            Family::Small | Family::Large => 1,
-            Family::Lean => 4,
-            Family::LeanLarge => 2,
-        };
-        let by_shared = SM_SHARED_BYTES / (shared + BLOCK_RESERVED_SHARED_BYTES);
-        per_sm.min(by_registers).min(by_shared).max(1)
+/// Blocks per multiprocessor the tuning asks for of `family`.
+fn blocks_per_sm(family: PlanFamily, tuning: &KernelTuning) -> u32 {
+    match family {
+        PlanFamily::Small => tuning.plan_small_blocks_per_sm,
+        PlanFamily::Large => tuning.plan_blocks_per_sm,
+        PlanFamily::Lean => tuning.plan_lean_blocks_per_sm,
+        PlanFamily::LeanLarge => (tuning.plan_lean_blocks_per_sm / 2).max(1),
     }
 }
 
-/// Dynamic shared memory of a plan block of `threads` threads holding `rows` rows
-/// (kernels/plan.cu, `Smem`): 32 bytes a slot, `rows + rows / rpt + 1` slots, where `rpt`,
-/// the rows a thread scans, is the smallest power of two with `rpt * threads >= rows` (row
-/// `r` lives in slot `r + r / rpt` when `rpt > 1`, against bank conflicts).
-pub(crate) const fn plan_shared_bytes(rows: usize, threads: u32) -> u32 {
-    let mut rpt = 1usize;
-    while rpt * (threads as usize) < rows {
-        rpt *= 2;
-    }
-    let pad = if rpt > 1 { rows / rpt } else { 0 };
-    ((rows + pad + 1) * 32) as u32
+/// Blocks per multiprocessor of `family` that are sure to be resident together (a cooperative
+/// launch): at most `per_sm`, what the kernel's launch bounds guarantee by registers and what
+/// `shared` bytes a block leave room for in `sm_shared` bytes of a multiprocessor.
+fn resident_per_sm(family: PlanFamily, per_sm: u32, shared: u32, sm_shared: u32) -> u32 {
+    let by_shared = sm_shared / (shared + BLOCK_RESERVED_SHARED_BYTES);
+    per_sm
+        .min(family.resident_by_registers())
+        .min(by_shared)
+        .max(1)
 }
 
 /// Queues the plan op of spec §3.2 on `on`: `inputs` -> `verify` and `write`, in one launch.
@@ -90,7 +43,7 @@ pub(crate) const fn plan_shared_bytes(rows: usize, threads: u32) -> u32 {
 /// The device twin of [`cpu::plan`](crate::cpu::plan): the same capacity relations at compile
 /// time (shape vs verify plan, write plan, batch and valid lengths), the same outputs byte for
 /// byte. Nothing is synchronised and nothing is returned but launch errors: read the outputs
-/// with `to_host`, and malformed data with [`Stream::status`](super::Stream::status).
+/// with `to_host`, and malformed data with [`Stream::status`](crate::cuda::Stream::status).
 ///
 /// # On the device
 ///
@@ -115,14 +68,14 @@ pub(crate) const fn plan_shared_bytes(rows: usize, threads: u32) -> u32 {
 /// of 256 threads (the lean kernel: grid-strided rounds of four entries a thread, one at a time,
 /// at most 64 registers) for plans of at most 1024 rows, else blocks of 512 threads
 /// (software-pipelined rounds over a contiguous chunk a block); see
-/// [`LaunchConfig`](super::LaunchConfig).
+/// [`KernelTuning`](crate::cuda::KernelTuning).
 ///
 /// The one difference from the CPU op: **`bs > 4096`** is [`Error::BatchTooLarge`], nothing
 /// written (a block scans at most 4096 rows in shared memory, as SGLang's GPU path; the CPU op
 /// plans any `bs`).
 ///
-/// [`Swa::clamping`]: super::Swa::clamping
-/// [`PlanKernel::Auto`]: super::PlanKernel::Auto
+/// [`Swa::clamping`]: crate::cuda::Swa::clamping
+/// [`PlanKernel::Auto`]: crate::cuda::PlanKernel::Auto
 pub fn plan<'a, L, V, W, E, VB, WB, BB, G, X>(
     on: &L,
     shape: &Shape<V, W, E>,
@@ -146,7 +99,7 @@ where
     // SAFETY: the arguments mirror the kernel's parameter and every address in them is a live
     // buffer borrowed for 'a, at least the launch (the whole graph for a capture); see
     // `prepare` for the bounds the kernels keep.
-    unsafe { launch.queue(&target) }
+    unsafe { launch.queue(target.stream) }
 }
 
 /// The launch [`plan`] queues (cooperative with a checked LUT): kernel, grid and arguments,
@@ -168,7 +121,7 @@ pub(crate) fn prepare<'a, V, W, E, VB, WB, BB, G, X>(
     inputs: &PlanInputs<'a, BB, G, X>,
     verify: &'a VerifyPlan<VB, Device>,
     write: &'a WritePlan<WB, Device>,
-) -> Result<Prepared<PlanArgs>, Error>
+) -> Result<PlanLaunch, Error>
 where
     V: SameVerifyCapacity<VB>,
     W: SameWriteReqCapacity<WB> + SameWriteReqCapacity<BB>,
@@ -196,49 +149,48 @@ where
     let lut = inputs.group.lut();
     let (pool_ptr, pool_rows, pool_width, lens, lens_len) = match pool {
         Some((t, lens, len)) => (
-            driver::addr(&t.data),
+            driver::ptr(&t.data),
             t.rows() as i64,
             t.width() as i64,
             lens,
             len,
         ),
-        None => (0, 0, 0, 0, 0),
+        None => (DevPtr::NULL, 0, 0, DevPtr::NULL, DevPtr::NULL),
     };
     let smem_rows = write.capacity().get().min(PLAN_MAX_ROWS);
-    let config = target.gpu.launch_config();
+    let config = target.gpu.kernel_tuning();
     let sms = target.gpu.sm_count();
     let window = i64::try_from(inputs.group.window()).unwrap_or(i64::MAX);
     let (v_slots, v_tokens, v_positions, v_prevs) = (
-        driver::addr(&verify.slot_indices),
-        driver::addr(&verify.expected_tokens),
-        driver::addr(&verify.expected_positions),
-        driver::addr(&verify.prev_slot_indices),
+        driver::ptr(&verify.slot_indices),
+        driver::ptr(&verify.expected_tokens),
+        driver::ptr(&verify.expected_positions),
+        driver::ptr(&verify.prev_slot_indices),
     );
-    let pool_variant = usize::from(pool.is_some());
     let checked = lut.is_some() && inputs.group.checks_lut();
     // The benchmark's sweep (docs/cuda.md): the lean kernel for plans of at most 1024 rows (its
     // grid-strided rounds keep the stores of all blocks together; as fast as the small one on
     // one-round plans), the large one above 1024 rows.
-    let auto = if smem_rows <= LEAN_MAX_ROWS {
-        Family::Lean
+    let auto = if smem_rows <= PlanFamily::Lean.max_rows() {
+        PlanFamily::Lean
     } else {
-        Family::Large
+        PlanFamily::Large
     };
     let family = match config.plan_kernel {
-        PlanKernel::Small if smem_rows <= SMALL_MAX_ROWS => Family::Small,
-        PlanKernel::Small | PlanKernel::Large => Family::Large,
-        PlanKernel::Lean if smem_rows <= LEAN_MAX_ROWS => Family::Lean,
-        PlanKernel::Lean => Family::LeanLarge,
+        PlanKernel::Small if smem_rows <= PlanFamily::Small.max_rows() => PlanFamily::Small,
+        PlanKernel::Small | PlanKernel::Large => PlanFamily::Large,
+        PlanKernel::Lean if smem_rows <= PlanFamily::Lean.max_rows() => PlanFamily::Lean,
+        PlanKernel::Lean => PlanFamily::LeanLarge,
         PlanKernel::Auto => auto,
     };
     let (threads, per_thread) = family.block();
-    let per_sm = family.blocks_per_sm(&config);
+    let per_sm = blocks_per_sm(family, &config);
     let shared = plan_shared_bytes(smem_rows, threads);
     // Enough entry blocks for the capacity in one round each, plus a block of its own for the
     // write metadata, within the grid limit; a checked LUT needs every block resident (as many
     // a multiprocessor as its registers and shared memory allow, whatever else the GPU runs).
     let max_blocks = if checked {
-        sms * family.resident_per_sm(per_sm, shared)
+        sms * resident_per_sm(family, per_sm, shared, target.gpu.shared_bytes_per_sm())
     } else {
         sms * per_sm
     };
@@ -250,14 +202,14 @@ where
         (max_blocks, max_blocks)
     };
     let args = PlanArgs {
-        req_pool_indices: driver::addr(&inputs.batch.req_pool_indices),
-        prefix_lens: driver::addr(&inputs.batch.prefix_lens),
-        extend_lens: driver::addr(&inputs.batch.extend_seq_lens),
-        bs: driver::box_addr(&inputs.batch.bs),
-        table: driver::addr(&table.data),
+        req_pool_indices: driver::ptr(&inputs.batch.req_pool_indices),
+        prefix_lens: driver::ptr(&inputs.batch.prefix_lens),
+        extend_lens: driver::ptr(&inputs.batch.extend_seq_lens),
+        bs: driver::box_ptr(&inputs.batch.bs),
+        table: driver::ptr(&table.data),
         table_rows: table.rows() as i64,
         table_width: table.width() as i64,
-        lut: lut.map_or(0, |l| driver::addr(&l.data)),
+        lut: lut.map_or(DevPtr::NULL, |l| driver::ptr(&l.data)),
         lut_len: lut.map_or(0, |l| l.len() as i64),
         pool: pool_ptr,
         pool_rows,
@@ -270,54 +222,36 @@ where
         v_tokens,
         v_positions,
         v_prevs,
-        v_num_valid: driver::box_addr(&verify.num_valid),
-        v_enable: driver::box_addr(&verify.enable),
+        v_num_valid: driver::box_ptr(&verify.num_valid),
+        v_enable: driver::box_ptr(&verify.enable),
         verify_capacity: verify_capacity as i64,
-        w_offsets: driver::addr(&write.offsets),
-        w_seeds: driver::addr(&write.seed_slot_indices),
-        w_num_valid_reqs: driver::box_addr(&write.num_valid_reqs),
+        w_offsets: driver::ptr(&write.offsets),
+        w_seeds: driver::ptr(&write.seed_slot_indices),
+        w_num_valid_reqs: driver::box_ptr(&write.num_valid_reqs),
         write_capacity: write.capacity().get() as i64,
         status: target.status,
         scratch: target.scratch,
         smem_rows: smem_rows as i64,
         entry_blocks: i64::from(entry_blocks),
     };
-    let lut_mode = match (lut.is_some(), checked) {
-        (false, _) => 0,
-        (true, false) => 1,
-        (true, true) => 2,
+    let lut = match (lut.is_some(), checked) {
+        (false, _) => LutMode::None,
+        (true, false) => LutMode::Clamp,
+        (true, true) => LutMode::Checked,
     };
-    let kernel = target.gpu.kernels().plan[family as usize][lut_mode * 2 + pool_variant];
+    let kernel = Kernel::Plan {
+        family,
+        lut,
+        pool: pool.is_some(),
+    };
     Ok(Prepared {
-        kernel,
-        grid,
-        block: threads,
-        shared,
+        function: target.gpu.function(kernel)?,
+        dims: LaunchDims {
+            grid,
+            block: threads,
+            shared_bytes: shared,
+            cooperative: checked,
+        },
         args,
-        cooperative: checked,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shared_memory_fits_an_sm_for_every_row_count() {
-        // 227 KB: the most a Hopper block may opt into.
-        for rows in 1..=PLAN_MAX_ROWS {
-            assert!(
-                plan_shared_bytes(rows, LARGE.0) <= 227 * 1024,
-                "{rows} rows"
-            );
-        }
-        for rows in 1..=SMALL_MAX_ROWS {
-            assert!(plan_shared_bytes(rows, SMALL.0) <= plan_shared_bytes(PLAN_MAX_ROWS, LARGE.0));
-        }
-        // Row r of thread t sits in slot r + r / rpt: 4096 rows of 512 threads (rpt 8) take
-        // 4096 + 512 slots plus the total.
-        assert_eq!(plan_shared_bytes(4096, 512), (4096 + 512 + 1) * 32);
-        assert_eq!(plan_shared_bytes(512, 512), (512 + 1) * 32);
-        assert_eq!(plan_shared_bytes(513, 512), (513 + 256 + 1) * 32);
-    }
 }

@@ -1,24 +1,24 @@
 //! [`Offload`]: the GPU ops on *host* buffers (upload, launch, synchronise, download), for the
-//! conformance runner and the GPU-vs-CPU differential tests.
+//! conformance runner and the GPU-vs-CPU differential tests (formerly `kv_canary::cuda::Offload`).
+//!
+//! Written against the library's public API only (as `kv_canary::...`): while the conformance
+//! runner still lives inside the library, it includes this file too.
 //!
 //! Engines keep their buffers on the device and launch directly; this path allocates device
 //! twins per call and is only as fast as that allows.
 
-use super::canary::{ChainAssert, DeviceLaunch, DeviceRealKv, DeviceRealKvSource};
-use super::driver;
-use super::gpu::Gpu;
-use super::inputs::{
-    self, DeviceBatch, DeviceExpectedTable, DeviceLut, DeviceReqToToken, DeviceValidLens,
-};
-use super::stream::Stream;
-use super::write_inputs::DeviceInputAssert;
-use crate::canary::{CanaryBuffer, HealthCounters, LaunchSettings, TokenCheck, ViolationRing};
-use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
-use crate::input::{ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, WriteInputs};
-use crate::plan::{VerifyPlan, WritePlan};
-use crate::real_kv::{RealKvParams, RowLayout};
-use crate::{Error, Shape};
 use cust::memory::DeviceBuffer;
+use kv_canary::cuda::{
+    self, ChainAssert, DeviceBatch, DeviceExpectedTable, DeviceInputAssert, DeviceLut,
+    DeviceRealKv, DeviceRealKvSource, DeviceReqToToken, DeviceSettings, DeviceValidLens, Gpu,
+    Stream,
+};
+use kv_canary::{CanaryBuffer, HealthCounters, LaunchSettings, TokenCheck, ViolationRing};
+use kv_canary::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
+use kv_canary::{Error, Shape};
+use kv_canary::{ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, WriteInputs};
+use kv_canary::{RealKvParams, RowLayout};
+use kv_canary::{VerifyPlan, WritePlan};
 
 /// Runs the ops of this backend on host buffers through one stream of a [`Gpu`].
 #[derive(Debug)]
@@ -39,8 +39,8 @@ impl<'g> Offload<'g> {
         &self.stream
     }
 
-    /// The plan op on the GPU with [`cpu::plan`](crate::cpu::plan)'s signature: uploads the
-    /// inputs and both plan buffers, launches [`cuda::plan`](super::plan), synchronises, and
+    /// The plan op on the GPU with [`cpu::plan`](kv_canary::cpu::plan)'s signature: uploads the
+    /// inputs and both plan buffers, launches [`cuda::plan`](kv_canary::cuda::plan()), synchronises, and
     /// downloads both buffers back into `verify` and `write` (whatever the device holds, so a
     /// launch that wrote before failing would show). Returns the error the kernels recorded,
     /// if any.
@@ -88,31 +88,31 @@ impl<'g> Offload<'g> {
             }
         };
         let (dv, dw) = (verify.to_device(gpu)?, write.to_device(gpu)?);
-        let base = inputs::PlanInputs::full(&batch, &table).with_offset(inputs.offset);
+        let base = cuda::PlanInputs::full(&batch, &table).with_offset(inputs.offset);
         let s = &self.stream;
         s.clear_status()?;
         let window = inputs.group.window();
         match (&lut, &pool) {
-            (None, None) => super::plan(s, shape, &base, &dv, &dw),
-            (None, Some((t, l))) => super::plan(
+            (None, None) => cuda::plan(s, shape, &base, &dv, &dw),
+            (None, Some((t, l))) => cuda::plan(
                 s,
                 shape,
                 &base.with_expected(t.with_valid_lens(l)),
                 &dv,
                 &dw,
             ),
-            (Some(lut), None) => super::plan(
+            (Some(lut), None) => cuda::plan(
                 s,
                 shape,
-                &base.with_group(inputs::Swa::new(window, lut)),
+                &base.with_group(cuda::Swa::new(window, lut)),
                 &dv,
                 &dw,
             ),
             (Some(lut), Some((t, l))) => {
                 let i = base
-                    .with_group(inputs::Swa::new(window, lut))
+                    .with_group(cuda::Swa::new(window, lut))
                     .with_expected(t.with_valid_lens(l));
-                super::plan(s, shape, &i, &dv, &dw)
+                cuda::plan(s, shape, &i, &dv, &dw)
             }
         }?;
         let status = s.status();
@@ -123,8 +123,8 @@ impl<'g> Offload<'g> {
 }
 
 impl<'g> Offload<'g> {
-    /// The write op on the GPU with [`cpu::write`](crate::cpu::write)'s signature: uploads the
-    /// plan, inputs, real-KV source bytes and state, launches [`cuda::write`](super::write),
+    /// The write op on the GPU with [`cpu::write`](kv_canary::cpu::write)'s signature: uploads the
+    /// plan, inputs, real-KV source bytes and state, launches [`cuda::write`](kv_canary::cuda::write()),
     /// synchronises and downloads the canary buffer, ring and counters back (whatever the
     /// device holds). Returns the error the kernel recorded, if any.
     #[allow(clippy::too_many_arguments)]
@@ -156,14 +156,14 @@ impl<'g> Offload<'g> {
             counters.to_device(gpu)?,
         );
         let sources = SourceBytes::upload(launch)?;
-        let device_launch = DeviceLaunch {
+        let settings = DeviceSettings {
             tag: launch.tag,
             real_kv: sources.real_kv(launch)?,
             chain_position_assert: ChainAssert::Fixed(launch.chain_position_assert),
         };
         let s = &self.stream;
         s.clear_status()?;
-        super::write(s, shape, &dp, &di, &device_launch, &dc, &dr, &dn)?;
+        cuda::write(s, shape, &dp, &di, &settings, &dc, &dr, &dn)?;
         let status = s.status();
         *canary = dc.to_host()?;
         *ring = dr.to_host()?;
@@ -171,8 +171,8 @@ impl<'g> Offload<'g> {
         status
     }
 
-    /// The verify op on the GPU with [`cpu::verify`](crate::cpu::verify)'s signature; uploads,
-    /// launches [`cuda::verify`](super::verify), synchronises, downloads the ring and counters.
+    /// The verify op on the GPU with [`cpu::verify`](kv_canary::cpu::verify)'s signature; uploads,
+    /// launches [`cuda::verify`](kv_canary::cuda::verify()), synchronises, downloads the ring and counters.
     #[allow(clippy::too_many_arguments)]
     pub fn verify<V, W, E, VB, K, S, R>(
         &self,
@@ -201,14 +201,14 @@ impl<'g> Offload<'g> {
             counters.to_device(gpu)?,
         );
         let sources = SourceBytes::upload(launch)?;
-        let device_launch = DeviceLaunch {
+        let settings = DeviceSettings {
             tag: launch.tag,
             real_kv: sources.real_kv(launch)?,
             chain_position_assert: ChainAssert::Fixed(launch.chain_position_assert),
         };
         let s = &self.stream;
         s.clear_status()?;
-        super::verify(s, shape, &dp, check, &device_launch, &dc, &dr, &dn)?;
+        cuda::verify(s, shape, &dp, check, &settings, &dc, &dr, &dn)?;
         let status = s.status();
         *ring = dr.to_host()?;
         *counters = dn.to_host()?;
@@ -216,7 +216,7 @@ impl<'g> Offload<'g> {
     }
 
     /// `scatter_req_token_ids` on the GPU with the CPU op's signature: uploads, launches
-    /// [`cuda::scatter_req_token_ids`](super::scatter_req_token_ids), synchronises and
+    /// [`cuda::scatter_req_token_ids`](kv_canary::cuda::scatter_req_token_ids()), synchronises and
     /// downloads the pool.
     pub fn scatter_req_token_ids(
         &self,
@@ -227,9 +227,8 @@ impl<'g> Offload<'g> {
     ) -> Result<(), Error> {
         let gpu = self.stream.gpu();
         let upload = |v: &[i64]| -> Result<DeviceBuffer<i64>, Error> {
-            let d = driver::zeroed(v.len())?;
-            driver::upload(&d, 0, v)?;
-            Ok(d)
+            gpu.make_current()?;
+            device_copy(v)
         };
         let (f, o, r) = (
             upload(flat_in)?,
@@ -239,11 +238,19 @@ impl<'g> Offload<'g> {
         let pool = DeviceExpectedTable::from_host(gpu, pool_out)?;
         let s = &self.stream;
         s.clear_status()?;
-        super::scatter_req_token_ids(s, &f, &o, &r, &pool)?;
+        cuda::scatter_req_token_ids(s, &f, &o, &r, &pool)?;
         let status = s.status();
         *pool_out = pool.to_host()?;
         status
     }
+}
+
+/// A device copy of `host` (synchronous), in the context current on this thread.
+fn device_copy<T: cust::memory::DeviceCopy>(host: &[T]) -> Result<DeviceBuffer<T>, Error> {
+    DeviceBuffer::from_slice(host).map_err(|e| Error::Cuda {
+        call: "cuMemAlloc/cuMemcpyHtoD",
+        code: e.into(),
+    })
 }
 
 /// Device copies of a host launch's real-KV source bytes.
@@ -254,9 +261,7 @@ impl SourceBytes {
         let sources = launch.real_kv.sources().as_slice();
         let mut out = Vec::with_capacity(sources.len());
         for src in sources {
-            let d = driver::zeroed(src.bytes().len())?;
-            driver::upload(&d, 0, src.bytes())?;
-            out.push(d);
+            out.push(device_copy(src.bytes())?);
         }
         Ok(SourceBytes(out))
     }

@@ -1,0 +1,261 @@
+//! The kernels' argument structs, field for field as in `kernels/*.cu`.
+//!
+//! Every field is 8 bytes wide (typed device addresses [`DevPtr`], numbers as `i64`), so
+//! `#[repr(C)]` and the C++ structs agree without padding rules. The layouts are the one source:
+//! `build.rs` includes this file and writes `sizeof`/`offsetof` static asserts of every field into
+//! `$OUT_DIR/kv_canary_shared.h`, which each `.cu` file checks its struct against.
+//!
+//! Plain Rust without paths into the crate (the build script includes it).
+
+use super::ptr::DevPtr;
+
+/// The layout of one argument struct: its C++ name, size and field offsets.
+#[allow(dead_code)] // read by build.rs
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    /// The struct's name (the same in Rust and C++).
+    pub name: &'static str,
+    /// `sizeof`.
+    pub size: usize,
+    /// `(field, offsetof)` in declaration order.
+    pub fields: &'static [(&'static str, usize)],
+}
+
+/// Declares an argument struct and its [`Layout`].
+macro_rules! kernel_args {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident: $ty:ty,)* }) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// The layout the kernels are checked against.
+            #[allow(dead_code)] // read by build.rs
+            pub const LAYOUT: Layout = Layout {
+                name: stringify!($name),
+                size: core::mem::size_of::<$name>(),
+                fields: &[$((stringify!($field), core::mem::offset_of!($name, $field))),*],
+            };
+        }
+    };
+}
+
+kernel_args! {
+    /// `kvc::RealKv` (kernels/common.cuh).
+    #[derive(Default)]
+    RealKv {
+        /// Source base addresses.
+        base: [DevPtr<u8>; 4],
+        /// Bytes between rows.
+        row_stride: [i64; 4],
+        /// Rows of each source.
+        num_rows: [i64; 4],
+        /// Tokens per row.
+        page_size: [i64; 4],
+        /// Bytes per token.
+        bytes_per_token: [i64; 4],
+        /// Bytes folded per token.
+        read_bytes: [i64; 4],
+        /// Sources in use (0..=4).
+        num_sources: i64,
+        /// `RealKvHashMode`.
+        mode: i64,
+    }
+}
+
+kernel_args! {
+    /// `kvc::PlanArgs` (kernels/plan.cu).
+    PlanArgs {
+        /// Batch column.
+        req_pool_indices: DevPtr<i64>,
+        /// Batch column.
+        prefix_lens: DevPtr<i64>,
+        /// Batch column.
+        extend_lens: DevPtr<i64>,
+        /// The batch size.
+        bs: DevPtr<i32>,
+        /// `req_to_token`.
+        table: DevPtr<i32>,
+        /// Its rows.
+        table_rows: i64,
+        /// Its width.
+        table_width: i64,
+        /// The SWA LUT (null: none).
+        lut: DevPtr<i64>,
+        /// Its length.
+        lut_len: i64,
+        /// The expected-token pool (null: none).
+        pool: DevPtr<i32>,
+        /// Its rows.
+        pool_rows: i64,
+        /// Its width.
+        pool_width: i64,
+        /// Valid lengths.
+        valid_lens: DevPtr<i64>,
+        /// Their count.
+        valid_lens_len: DevPtr<i32>,
+        /// SWA window (0: none).
+        window: i64,
+        /// Position offset.
+        offset: i64,
+        /// Verify plan outputs.
+        v_slots: DevPtr<i64>,
+        /// Verify plan outputs.
+        v_tokens: DevPtr<i64>,
+        /// Verify plan outputs.
+        v_positions: DevPtr<i64>,
+        /// Verify plan outputs.
+        v_prevs: DevPtr<i64>,
+        /// Verify plan outputs.
+        v_num_valid: DevPtr<i32>,
+        /// Verify plan outputs.
+        v_enable: DevPtr<i32>,
+        /// Verify capacity.
+        verify_capacity: i64,
+        /// Write plan outputs.
+        w_offsets: DevPtr<i64>,
+        /// Write plan outputs.
+        w_seeds: DevPtr<i64>,
+        /// Write plan outputs.
+        w_num_valid_reqs: DevPtr<i32>,
+        /// Write-request capacity.
+        write_capacity: i64,
+        /// The stream's status word.
+        status: DevPtr<i64>,
+        /// The stream's launch scratch.
+        scratch: DevPtr<i64>,
+        /// Rows in shared memory.
+        smem_rows: i64,
+        /// Blocks that copy entries.
+        entry_blocks: i64,
+    }
+}
+
+kernel_args! {
+    /// `kvc::VerifyArgs` (kernels/verify.cu).
+    VerifyArgs {
+        /// Plan arrays.
+        slots: DevPtr<i64>,
+        /// Plan arrays.
+        tokens: DevPtr<i64>,
+        /// Plan arrays.
+        positions: DevPtr<i64>,
+        /// Plan arrays.
+        prevs: DevPtr<i64>,
+        /// Plan scalars.
+        num_valid: DevPtr<i32>,
+        /// Plan scalars.
+        enable: DevPtr<i32>,
+        /// Plan capacity.
+        capacity: i64,
+        /// Canary bytes.
+        buf: DevPtr<u8>,
+        /// Canary slots.
+        num_slots: i64,
+        /// Slot stride in bytes.
+        stride: i64,
+        /// Violation rows.
+        ring: DevPtr<i64>,
+        /// Ring rows.
+        ring_capacity: i64,
+        /// Ring write index.
+        write_index: DevPtr<i32>,
+        /// Health counter.
+        slot_counter: DevPtr<i64>,
+        /// Health counter.
+        kernel_counter: DevPtr<i64>,
+        /// Launch tag.
+        tag: i64,
+        /// The stream's status word.
+        status: DevPtr<i64>,
+        /// Real-KV sources.
+        kv: RealKv,
+    }
+}
+
+kernel_args! {
+    /// `kvc::WriteArgs` (kernels/write.cu).
+    WriteArgs {
+        /// Write plan.
+        offsets: DevPtr<i64>,
+        /// Write plan.
+        seeds: DevPtr<i64>,
+        /// Write plan.
+        num_valid_reqs: DevPtr<i32>,
+        /// Write-request capacity.
+        req_capacity: i64,
+        /// Per-token inputs.
+        input_ids: DevPtr<i64>,
+        /// Per-token inputs.
+        positions: DevPtr<i64>,
+        /// Per-token inputs.
+        out_cache_loc: DevPtr<i64>,
+        /// Write-entry capacity.
+        entry_capacity: i64,
+        /// Expected tokens (null: assert off).
+        exp_tokens: DevPtr<i64>,
+        /// Expected positions (null: assert off).
+        exp_positions: DevPtr<i64>,
+        /// Chain-position assert flag (null: fixed).
+        chain_assert: DevPtr<i32>,
+        /// The fixed chain-position assert.
+        chain_assert_fixed: i64,
+        /// Canary bytes.
+        buf: DevPtr<u8>,
+        /// Canary slots.
+        num_slots: i64,
+        /// Slot stride in bytes.
+        stride: i64,
+        /// Violation rows.
+        ring: DevPtr<i64>,
+        /// Ring rows.
+        ring_capacity: i64,
+        /// Ring write index.
+        write_index: DevPtr<i32>,
+        /// Health counter.
+        slot_counter: DevPtr<i64>,
+        /// Health counter.
+        kernel_counter: DevPtr<i64>,
+        /// Launch tag.
+        tag: i64,
+        /// The stream's status word.
+        status: DevPtr<i64>,
+        /// Real-KV sources.
+        kv: RealKv,
+    }
+}
+
+kernel_args! {
+    /// `kvc::ScatterArgs` (kernels/scatter.cu).
+    ScatterArgs {
+        /// Flat token ids.
+        flat_in: DevPtr<i64>,
+        /// Their count.
+        num_tokens: i64,
+        /// Per-request offsets.
+        offsets: DevPtr<i64>,
+        /// Pool rows.
+        req_pool_indices: DevPtr<i64>,
+        /// The pool.
+        pool: DevPtr<i32>,
+        /// Its rows.
+        pool_rows: i64,
+        /// Its width.
+        pool_width: i64,
+        /// The stream's status word.
+        status: DevPtr<i64>,
+    }
+}
+
+/// Every argument struct, for the generated layout asserts.
+#[allow(dead_code)] // read by build.rs
+pub const LAYOUTS: [Layout; 5] = [
+    RealKv::LAYOUT,
+    PlanArgs::LAYOUT,
+    VerifyArgs::LAYOUT,
+    WriteArgs::LAYOUT,
+    ScatterArgs::LAYOUT,
+];

@@ -1,0 +1,56 @@
+//! [`CustomModule`]: PTX of the caller's own, loaded into a [`Gpu`]'s context, and its
+//! [`CustomKernel`]s (queued by [`launch_custom`](crate::cuda::launch_custom)).
+//!
+//! Like candle's custom PTX: kernels that are not this crate's (the benchmark floors of
+//! `kv-canary-testkit`, or an engine's own) launched through the same driver layer.
+
+use super::gpu::Gpu;
+use crate::cuda::driver::module::Module;
+use crate::Error;
+use cust::sys::CUfunction;
+
+/// A module loaded from caller-supplied PTX into `gpu`'s context; unloaded on drop.
+#[derive(Debug)]
+pub struct CustomModule<'g> {
+    gpu: &'g Gpu,
+    module: Module,
+}
+
+impl<'g> CustomModule<'g> {
+    /// Loads `ptx` (the driver JIT-compiles it for the device; PTX newer than the driver is
+    /// [`Error::Cuda`] of `cuModuleLoadData`).
+    pub fn from_ptx(gpu: &'g Gpu, ptx: &str) -> Result<Self, Error> {
+        gpu.make_current()?;
+        Ok(CustomModule {
+            gpu,
+            module: Module::from_ptx(ptx)?,
+        })
+    }
+
+    /// The device it is loaded on.
+    pub fn gpu(&self) -> &'g Gpu {
+        self.gpu
+    }
+
+    /// The entry point `name` (`extern "C" __global__`). Look kernels up before a capture:
+    /// the lookup is a driver call.
+    pub fn kernel(&self, name: &str) -> Result<CustomKernel, Error> {
+        Ok(CustomKernel {
+            function: self.module.function(name)?,
+        })
+    }
+}
+
+/// An entry point of a [`CustomModule`], valid while the module is loaded (launching it later
+/// is excluded by [`launch_custom`](crate::cuda::launch_custom)'s contract).
+#[derive(Clone, Copy, Debug)]
+pub struct CustomKernel {
+    function: CUfunction,
+}
+
+impl CustomKernel {
+    /// The raw function handle (for a bare driver launch to compare with).
+    pub fn as_raw(&self) -> CUfunction {
+        self.function
+    }
+}

@@ -1,0 +1,180 @@
+//! [`Gpu`]: one CUDA device with its context, its kernels (loaded lazily) and its tuning.
+
+use super::tuning::KernelTuning;
+use crate::cuda::abi::kernels::{Kernel, ModuleId};
+use crate::cuda::abi::ptx;
+use crate::cuda::driver::context::{DeviceInfo, PrimaryContext};
+use crate::cuda::driver::module::{self, Module};
+use crate::Error;
+use core::cell::OnceCell;
+use cust::sys::CUfunction;
+
+/// A loaded kernel file: its module and the functions of its kernels, in the order of
+/// `ModuleId::kernels`.
+struct LoadedModule {
+    functions: Vec<CUfunction>,
+    // Dropped after the functions' handles (they are plain handles; nothing uses them later).
+    _module: Module,
+}
+
+/// One CUDA device: its (primary) context, the kernels of `kernels/*.cu` loaded from their
+/// embedded PTX, and its multiprocessor count.
+///
+/// Everything CUDA in this module starts here. Each kernel file is loaded on the first launch
+/// of one of its kernels (a [`Stream::capture`](super::stream::Stream::capture) loads all of
+/// them first: loading is not a stream operation). The PTX is the newest target not newer than
+/// the device (`sm_90` on Hopper, `sm_80` JIT-compiled on 8.x devices); devices older than 8.0
+/// are [`Error::NoCudaDevice`].
+///
+/// Buffers are allocated in this context (their constructors make it current) and must not
+/// outlive it in use (dropping them later is harmless). Not `Send`: launches run in the context
+/// current on the calling thread.
+pub struct Gpu {
+    info: DeviceInfo,
+    tuning: KernelTuning,
+    // Dropped before the context.
+    modules: [OnceCell<LoadedModule>; 4],
+    context: PrimaryContext,
+}
+
+impl Gpu {
+    /// Device 0. Without a CUDA device (CI machines, `cuInit` reports
+    /// `CUDA_ERROR_NO_DEVICE`) this is [`Error::NoCudaDevice`], which GPU tests report as
+    /// skipped.
+    pub fn new() -> Result<Gpu, Error> {
+        Gpu::with_ordinal(0)
+    }
+
+    /// Device `ordinal`.
+    pub fn with_ordinal(ordinal: u32) -> Result<Gpu, Error> {
+        let (context, info) = PrimaryContext::retain(ordinal)?;
+        let (major, minor) = info.compute_capability;
+        if major * 10 + minor < ptx::oldest_target() {
+            return Err(Error::NoCudaDevice {
+                detail: format!(
+                    "device {ordinal} ({}) has compute capability {major}.{minor}; the kernels \
+                     are built for {:?} (8.0 and newer)",
+                    info.name,
+                    ptx::TARGETS
+                        .iter()
+                        .map(|(_, arch)| *arch)
+                        .collect::<Vec<_>>()
+                ),
+            });
+        }
+        Ok(Gpu {
+            info,
+            tuning: KernelTuning::default(),
+            modules: Default::default(),
+            context,
+        })
+    }
+
+    /// The device's name (`NVIDIA H200`).
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// Streaming multiprocessors (132 on an H200).
+    pub fn sm_count(&self) -> u32 {
+        self.info.sm_count
+    }
+
+    /// The compute capability (`(9, 0)` on an H200).
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.info.compute_capability
+    }
+
+    /// The kernel tuning launches use.
+    pub fn kernel_tuning(&self) -> KernelTuning {
+        self.tuning
+    }
+
+    /// Changes the tuning of later launches (each count is clamped to at least 1).
+    pub fn set_kernel_tuning(&mut self, tuning: KernelTuning) {
+        self.tuning = tuning.clamped();
+    }
+
+    /// Makes this device's (primary) context current on the calling thread: every allocation
+    /// and module load of the backend does it first, so buffers land on the device they are
+    /// allocated for. Call it before allocating with cust directly.
+    pub fn make_current(&self) -> Result<(), Error> {
+        self.context.make_current()
+    }
+
+    /// Shared memory of one multiprocessor, in bytes (228 KB on an H200).
+    pub(crate) fn shared_bytes_per_sm(&self) -> u32 {
+        self.info.shared_bytes_per_sm
+    }
+
+    /// The function of `kernel`, loading its module on first use.
+    pub(crate) fn function(&self, kernel: Kernel) -> Result<CUfunction, Error> {
+        let loaded = self.module(kernel.module())?;
+        loaded
+            .functions
+            .get(kernel.index_in_module())
+            .copied()
+            .ok_or_else(|| Error::Malformed {
+                detail: format!("kv-canary: kernel {kernel:?} is missing from its module"),
+            })
+    }
+
+    /// Loads every kernel file not loaded yet (before a capture).
+    pub(crate) fn load_all(&self) -> Result<(), Error> {
+        for m in ModuleId::ALL {
+            self.module(m)?;
+        }
+        Ok(())
+    }
+
+    fn module(&self, id: ModuleId) -> Result<&LoadedModule, Error> {
+        let cell = &self.modules[id.index()];
+        if cell.get().is_none() {
+            let loaded = self.load(id)?;
+            let _ = cell.set(loaded);
+        }
+        cell.get().ok_or_else(|| Error::Malformed {
+            detail: format!("kv-canary: module {} did not load", id.file()),
+        })
+    }
+
+    fn load(&self, id: ModuleId) -> Result<LoadedModule, Error> {
+        self.make_current()?;
+        let (major, minor) = self.info.compute_capability;
+        let (_, text) = ptx::for_device(id, major, minor).ok_or_else(|| Error::NoCudaDevice {
+            detail: format!(
+                "no PTX of {} for compute capability {major}.{minor}",
+                id.file()
+            ),
+        })?;
+        let module = Module::from_ptx(text)?;
+        let mut functions = Vec::new();
+        for kernel in id.kernels() {
+            let f = module.function(&kernel.name())?;
+            let shared = kernel.max_shared_bytes();
+            if shared > 0 {
+                // Plan blocks keep up to 4096 rows (144 KB), staged verify blocks 72 KB; a
+                // device that offers less serves the launches that fit.
+                let bytes = shared.min(self.info.shared_bytes_per_block_optin);
+                // SAFETY: `f` is a function of `module`, loaded above and kept with it.
+                unsafe { module::set_max_dynamic_shared(f, bytes) }?;
+            }
+            functions.push(f);
+        }
+        Ok(LoadedModule {
+            functions,
+            _module: module,
+        })
+    }
+}
+
+impl core::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("name", &self.info.name)
+            .field("sm_count", &self.info.sm_count)
+            .field("compute_capability", &self.info.compute_capability)
+            .field("tuning", &self.tuning)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,86 @@
+//! [`KernelTuning`]: the plan kernel choice and the grid sizes a [`Gpu`](super::gpu::Gpu)'s
+//! launches use.
+
+/// Which plan kernel a launch uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanKernel {
+    /// The lean kernel (256 threads) for plans of at most 1024 rows, the large one (512
+    /// threads) above.
+    Auto,
+    /// Always blocks of 128 threads (at most 1024 write requests; larger plans use `Large`).
+    Small,
+    /// Always blocks of 512 threads.
+    Large,
+    /// Entries in grid-strided rounds, one at a time instead of software-pipelined, so fewer
+    /// registers (at most 64) and more warps per multiprocessor: blocks of 256 threads for at
+    /// most 1024 rows, of 512 threads above.
+    Lean,
+}
+
+/// Kernel tuning: which plan kernel runs and the grid sizes of the launches, in blocks per
+/// multiprocessor (the write op always runs one block
+/// per request row). The defaults fill an H200 at full occupancy; the benchmark sweeps them.
+/// (Formerly `LaunchConfig`.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelTuning {
+    /// Plan kernel choice.
+    pub plan_kernel: PlanKernel,
+    /// Plan, large kernel: at most this many blocks of 512 threads per SM (one fits with 4096
+    /// rows: 144 KB of shared memory, up to 124 registers). Every plan grid also shrinks to
+    /// what the verify capacity needs; with a checked LUT (every block must be resident) the
+    /// large and small kernels take at most one block per SM, the lean one as many as its
+    /// registers and shared memory are sure to leave room for.
+    pub plan_blocks_per_sm: u32,
+    /// Plan: at most this many blocks of 128 threads per SM (the small kernel).
+    pub plan_small_blocks_per_sm: u32,
+    /// Plan, lean kernel: at most this many blocks of 256 threads per SM (half as many of 512
+    /// threads); four fit by registers, two measured best (the default).
+    pub plan_lean_blocks_per_sm: u32,
+    /// Verify without real-KV folds: blocks of 512 threads per SM (four fit: 32 registers).
+    pub verify_blocks_per_sm: u32,
+    /// Verify with PARTIAL real-KV folds: blocks of 512 threads per SM (two fit: 64 registers).
+    pub verify_fold_blocks_per_sm: u32,
+    /// Verify with ALL real-KV folds, unstaged (strips over 128 bytes, or a slot stride that
+    /// is not a multiple of 16): blocks of 512 threads per SM (one fits: up to 128 registers, a
+    /// source's strip in flight per lane).
+    pub verify_all_blocks_per_sm: u32,
+    /// Verify with ALL real-KV folds staged through shared memory (strips of at most 128
+    /// bytes): whether to use that kernel at all (else the unstaged one).
+    pub verify_all_staged: bool,
+    /// Verify, staged ALL: blocks of 256 threads per SM (three fit: 72 KB of shared memory,
+    /// 64 registers).
+    pub verify_all_staged_blocks_per_sm: u32,
+}
+
+impl Default for KernelTuning {
+    fn default() -> Self {
+        KernelTuning {
+            plan_kernel: PlanKernel::Auto,
+            plan_blocks_per_sm: 1,
+            plan_small_blocks_per_sm: 4,
+            plan_lean_blocks_per_sm: 2,
+            verify_blocks_per_sm: 4,
+            verify_fold_blocks_per_sm: 2,
+            verify_all_blocks_per_sm: 1,
+            verify_all_staged: true,
+            verify_all_staged_blocks_per_sm: 3,
+        }
+    }
+}
+
+impl KernelTuning {
+    /// The same tuning with every count clamped to at least 1.
+    pub(crate) fn clamped(self) -> Self {
+        KernelTuning {
+            plan_kernel: self.plan_kernel,
+            plan_blocks_per_sm: self.plan_blocks_per_sm.max(1),
+            plan_small_blocks_per_sm: self.plan_small_blocks_per_sm.max(1),
+            plan_lean_blocks_per_sm: self.plan_lean_blocks_per_sm.max(1),
+            verify_blocks_per_sm: self.verify_blocks_per_sm.max(1),
+            verify_fold_blocks_per_sm: self.verify_fold_blocks_per_sm.max(1),
+            verify_all_blocks_per_sm: self.verify_all_blocks_per_sm.max(1),
+            verify_all_staged: self.verify_all_staged,
+            verify_all_staged_blocks_per_sm: self.verify_all_staged_blocks_per_sm.max(1),
+        }
+    }
+}

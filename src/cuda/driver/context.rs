@@ -1,0 +1,86 @@
+//! The device and its primary context.
+
+use super::error::{check, cust_error};
+use crate::Error;
+use cust::context::{Context, CurrentContext};
+use cust::device::{Device, DeviceAttribute};
+use cust::error::CudaError;
+use cust::CudaFlags;
+
+/// What the backend needs to know about a device.
+#[derive(Clone, Debug)]
+pub(crate) struct DeviceInfo {
+    /// `NVIDIA H200`.
+    pub(crate) name: String,
+    /// Streaming multiprocessors.
+    pub(crate) sm_count: u32,
+    /// Compute capability.
+    pub(crate) compute_capability: (u32, u32),
+    /// Shared memory of one multiprocessor, in bytes.
+    pub(crate) shared_bytes_per_sm: u32,
+    /// The most shared memory one block may opt into, in bytes.
+    pub(crate) shared_bytes_per_block_optin: u32,
+}
+
+/// A device's retained primary context: the context every buffer, stream and module of one
+/// `Gpu` lives in. `Send` and `Sync` (a primary context may be made current on any thread).
+#[derive(Debug)]
+pub(crate) struct PrimaryContext {
+    context: Context,
+}
+
+impl PrimaryContext {
+    /// Initialises the driver and retains device `ordinal`'s primary context (current on this
+    /// thread afterwards). Without a device: [`Error::NoCudaDevice`].
+    pub(crate) fn retain(ordinal: u32) -> Result<(PrimaryContext, DeviceInfo), Error> {
+        cust::init(CudaFlags::empty()).map_err(|e| match e {
+            CudaError::NoDevice => Error::NoCudaDevice {
+                detail: "cuInit reported CUDA_ERROR_NO_DEVICE".to_owned(),
+            },
+            other => cust_error("cuInit")(other),
+        })?;
+        let device = Device::get_device(ordinal).map_err(|e| match e {
+            CudaError::NoDevice | CudaError::InvalidDevice => Error::NoCudaDevice {
+                detail: format!("no CUDA device {ordinal}: {e}"),
+            },
+            other => cust_error("cuDeviceGet")(other),
+        })?;
+        let context = Context::new(device).map_err(cust_error("cuDevicePrimaryCtxRetain"))?;
+        let attribute = |a: DeviceAttribute| -> Result<u32, Error> {
+            let v = device
+                .get_attribute(a)
+                .map_err(cust_error("cuDeviceGetAttribute"))?;
+            Ok(u32::try_from(v).unwrap_or(0))
+        };
+        let info = DeviceInfo {
+            name: device.name().map_err(cust_error("cuDeviceGetName"))?,
+            sm_count: attribute(DeviceAttribute::MultiprocessorCount)?.max(1),
+            compute_capability: (
+                attribute(DeviceAttribute::ComputeCapabilityMajor)?,
+                attribute(DeviceAttribute::ComputeCapabilityMinor)?,
+            ),
+            shared_bytes_per_sm: attribute(DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
+            shared_bytes_per_block_optin: optin_shared_bytes(device)?,
+        };
+        Ok((PrimaryContext { context }, info))
+    }
+
+    /// Makes this context current on the calling thread (`cuCtxSetCurrent`).
+    pub(crate) fn make_current(&self) -> Result<(), Error> {
+        CurrentContext::set_current(&self.context).map_err(cust_error("cuCtxSetCurrent"))
+    }
+}
+
+/// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN` (cust 0.3 does not name it).
+fn optin_shared_bytes(device: Device) -> Result<u32, Error> {
+    let mut value = 0i32;
+    // SAFETY: `device` is a valid device handle (from cuDeviceGet); the driver writes one int.
+    check("cuDeviceGetAttribute", unsafe {
+        cust::sys::cuDeviceGetAttribute(
+            &mut value,
+            cust::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            device.as_raw(),
+        )
+    })?;
+    Ok(u32::try_from(value).unwrap_or(0))
+}

@@ -1,0 +1,16 @@
+//! The driver layer: every raw CUDA driver call of the backend, each behind a checked wrapper,
+//! and the one launch function. Imports only the ABI layer below it.
+//!
+//! * [`error`]: [`CudaErrorCode`](error::CudaErrorCode) and the result checks;
+//! * [`context`]: initialisation, the device's attributes and its primary context;
+//! * [`module`]: modules loaded from PTX and their functions;
+//! * [`memory`]: allocation, synchronous transfers, typed addresses;
+//! * [`stream`]: streams, events, capture and executable graphs;
+//! * [`launch`]: [`launch`](launch::launch), the one call that queues a kernel.
+
+pub(crate) mod context;
+pub(crate) mod error;
+pub(crate) mod launch;
+pub(crate) mod memory;
+pub(crate) mod module;
+pub(crate) mod stream;
