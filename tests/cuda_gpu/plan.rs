@@ -265,6 +265,25 @@ pub fn compare(case: &Case, label: &str) -> Result<(), String> {
     compare_on(case, label, None)
 }
 
+/// The GPU's error with the CPU's `lengths` where the documented device behaviour leaves them
+/// out: the plan kernel reports a `WriteTokenCountOverflow` by its row only (`lengths: None`;
+/// `Error::WriteTokenCountOverflow`), the CPU op also names the two lengths. The row must agree.
+fn with_cpu_lengths<T>(gpu: Error, cpu: &Result<T, Error>) -> Error {
+    match (gpu, cpu) {
+        (
+            Error::WriteTokenCountOverflow { row, lengths: None },
+            Err(Error::WriteTokenCountOverflow {
+                row: cpu_row,
+                lengths,
+            }),
+        ) if row == *cpu_row => Error::WriteTokenCountOverflow {
+            row,
+            lengths: *lengths,
+        },
+        (gpu, _) => gpu,
+    }
+}
+
 /// [`compare`], the GPU side on `offload` when given.
 fn compare_on(case: &Case, label: &str, offload: Option<&Offload<'_>>) -> Result<(), String> {
     let (mut cv, mut cw) = (case.verify.clone(), case.write.clone());
@@ -274,7 +293,10 @@ fn compare_on(case: &Case, label: &str, offload: Option<&Offload<'_>>) -> Result
     if let Err(Error::NoCudaDevice { .. }) | Err(Error::Cuda { .. }) = &gpu {
         return Err(format!("{label}: GPU failed: {gpu:?}"));
     }
-    ensure!(cpu == gpu, "{label}: CPU returned {cpu:?}, GPU {gpu:?}");
+    ensure!(
+        cpu == gpu.clone().map_err(|e| with_cpu_lengths(e, &cpu)),
+        "{label}: CPU returned {cpu:?}, GPU {gpu:?}"
+    );
     ensure!(
         cv == gv,
         "{label}: verify plans differ\n  CPU {cv:?}\n  GPU {gv:?}"
