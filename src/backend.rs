@@ -4,7 +4,8 @@
 //! over the backend.
 //!
 //! A backend fixes where buffers live ([`Backend::Memory`]), allocates them, and runs the write
-//! and verify ops on them; [`PlanWith`] runs the plan op on the plan inputs a backend accepts.
+//! and verify ops on them; [`Writes`] runs the write op and [`PlanWith`] the plan op on the
+//! inputs a backend accepts.
 //! Every op keeps the contract of its CPU reference: capacities are compared by the types
 //! (the same `Same*Capacity` bounds as [`cpu::plan`], [`cpu::write`] and [`cpu::verify`]), and an
 //! op that returns an error has modified none of its outputs.
@@ -18,10 +19,11 @@
 //! use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape};
 //!
 //! // Written once, for any backend that plans host inputs.
-//! fn plan_on<'a, B: PlanWith<PlanInputs<'a, kv_canary::Full, kv_canary::NoExpectedTokens>>>(
-//!     backend: &B,
-//!     inputs: &PlanInputs<'a, kv_canary::Full, kv_canary::NoExpectedTokens>,
-//! ) -> Result<B::PlanDone, kv_canary::Error> {
+//! type Inputs<'a> = PlanInputs<'a, kv_canary::Full, kv_canary::NoExpectedTokens>;
+//! fn plan_on<'a, B>(backend: &B, inputs: &Inputs<'a>) -> Result<B::PlanDone, kv_canary::Error>
+//! where
+//!     B: PlanWith<Inputs<'a>, Cap<8>, Cap<4>, Cap<16>>,
+//! {
 //!     let shape = Shape::<Cap<8>, Cap<4>, Cap<16>>::new();
 //!     let mut verify = backend.verify_plan(shape.verify_capacity())?;
 //!     let mut write = backend.write_plan(shape.write_req_capacity())?;
@@ -48,8 +50,8 @@ use crate::plan::{VerifyPlan, WritePlan};
 use crate::real_kv::RealKv;
 use crate::shape::Shape;
 
-/// A place the canary ops run: allocates buffers in its [`Memory`] and runs write and verify on
-/// them (the plan op: [`PlanWith`]).
+/// A place the canary ops run: allocates buffers in its [`Memory`] and runs verify on them (the
+/// write op: [`Writes`]; the plan op: [`PlanWith`]).
 pub trait Backend {
     /// Where this backend's buffers live: [`Host`] for the CPU, `Device` for CUDA.
     type Memory: Memory;
@@ -123,11 +125,39 @@ pub trait Backend {
         K: TokenCheck,
         S: Capacity,
         R: Capacity;
+}
 
-    /// The write op (spec §4): stamps the planned tokens of `inputs` into `canary`, extending
-    /// each request's hash chain. Contract of [`cpu::write`].
+/// A backend that runs the plan op on inputs `I` (spec §3) for a shape of capacities `V`, `W`,
+/// `E`: the CPU on host [`PlanInputs`], a CUDA stream on device plan inputs.
+///
+/// The shape's capacities are parameters of the trait (not of its method) so that a backend can
+/// demand more of them than every backend does (the CUDA plan also compares the device batch's
+/// capacity with `W`).
+pub trait PlanWith<I: ?Sized, V: Capacity, W: Capacity, E: Capacity>: Backend {
+    /// Plans `inputs` into `verify` and `write`. Contract of [`cpu::plan`].
+    fn plan<VB, WB>(
+        &self,
+        shape: &Shape<V, W, E>,
+        inputs: &I,
+        verify: &mut VerifyPlan<VB, Self::Memory>,
+        write: &mut WritePlan<WB, Self::Memory>,
+    ) -> Result<Self::PlanDone, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: SameWriteReqCapacity<WB>,
+        VB: Capacity,
+        WB: Capacity;
+}
+
+/// The write op (spec §4) of a backend, for write inputs with the input assert `A`
+/// ([`InputAssertOff`](crate::InputAssertOff) or [`InputAssertOn`](crate::InputAssertOn)): the
+/// CPU writes both, the CUDA backend both states its kernels implement. A trait of its own so
+/// that a backend can implement it for the assert states it supports.
+pub trait Writes<A: WriteInputAssert>: Backend {
+    /// Stamps the planned tokens of `inputs` into `canary`, extending each request's hash
+    /// chain. Contract of [`cpu::write`].
     #[allow(clippy::too_many_arguments, reason = "the write op's own arguments")]
-    fn write<V, W, E, WB, EB, A, S, R>(
+    fn write<V, W, E, WB, EB, S, R>(
         &self,
         shape: &Shape<V, W, E>,
         plan: &WritePlan<WB, Self::Memory>,
@@ -143,27 +173,8 @@ pub trait Backend {
         E: SameWriteEntryCapacity<EB>,
         WB: Capacity,
         EB: Capacity,
-        A: WriteInputAssert,
         S: Capacity,
         R: Capacity;
-}
-
-/// A backend that runs the plan op on inputs `I` (spec §3): the CPU on host [`PlanInputs`].
-pub trait PlanWith<I: ?Sized>: Backend {
-    /// Plans `inputs` into `verify` and `write`. Contract of [`cpu::plan`].
-    fn plan<V, W, E, VB, WB>(
-        &self,
-        shape: &Shape<V, W, E>,
-        inputs: &I,
-        verify: &mut VerifyPlan<VB, Self::Memory>,
-        write: &mut WritePlan<WB, Self::Memory>,
-    ) -> Result<Self::PlanDone, Error>
-    where
-        V: SameVerifyCapacity<VB>,
-        W: SameWriteReqCapacity<WB>,
-        E: Capacity,
-        VB: Capacity,
-        WB: Capacity;
 }
 
 /// The CPU reference backend: host buffers, the ops of [`cpu`], which return their summaries.
@@ -262,8 +273,10 @@ impl Backend for Cpu {
     {
         cpu::verify(shape, plan, check, settings, canary, ring, counters)
     }
+}
 
-    fn write<V, W, E, WB, EB, A, S, R>(
+impl<A: WriteInputAssert> Writes<A> for Cpu {
+    fn write<V, W, E, WB, EB, S, R>(
         &self,
         shape: &Shape<V, W, E>,
         plan: &WritePlan<WB>,
@@ -279,7 +292,6 @@ impl Backend for Cpu {
         E: SameWriteEntryCapacity<EB>,
         WB: Capacity,
         EB: Capacity,
-        A: WriteInputAssert,
         S: Capacity,
         R: Capacity,
     {
@@ -287,8 +299,15 @@ impl Backend for Cpu {
     }
 }
 
-impl<'a, G: Group, X: ExpectedTokens> PlanWith<PlanInputs<'a, G, X>> for Cpu {
-    fn plan<V, W, E, VB, WB>(
+impl<'a, G, X, V, W, E> PlanWith<PlanInputs<'a, G, X>, V, W, E> for Cpu
+where
+    G: Group,
+    X: ExpectedTokens,
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+{
+    fn plan<VB, WB>(
         &self,
         shape: &Shape<V, W, E>,
         inputs: &PlanInputs<'a, G, X>,
@@ -298,7 +317,6 @@ impl<'a, G: Group, X: ExpectedTokens> PlanWith<PlanInputs<'a, G, X>> for Cpu {
     where
         V: SameVerifyCapacity<VB>,
         W: SameWriteReqCapacity<WB>,
-        E: Capacity,
         VB: Capacity,
         WB: Capacity,
     {

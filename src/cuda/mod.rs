@@ -65,10 +65,12 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod abi;
+mod backend;
 mod device;
 mod driver;
 mod ops;
 
+pub use backend::{DeviceGroupTokens, DeviceStepReport, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
 pub use cust::sys::CUresult;
 pub use device::custom_module::{CustomKernel, CustomModule};

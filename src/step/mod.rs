@@ -506,7 +506,7 @@ where
     pub fn plan<I>(&mut self, inputs: &I) -> Result<Step<'_, Planned, Self>, Error>
     where
         I: PlanInputsOf<G> + ?Sized,
-        B: PlanWith<I>,
+        B: PlanWith<I, V, W, E>,
         V: SameVerifyCapacity<V>,
         W: SameWriteReqCapacity<W>,
     {

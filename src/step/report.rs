@@ -89,8 +89,9 @@ pub struct StepReport {
 /// wrote `enable = 0` and no verify launch of the step checked any slot (spec §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PlanOverflow {
-    /// Verify entries the batch needed (`T`).
-    pub needed: u64,
+    /// Verify entries the batch needed (`T`), where the backend knows it (the CPU does; the
+    /// CUDA plan kernel records only that `T` exceeded the capacity).
+    pub needed: Option<u64>,
     /// The shape's verify capacity.
     pub capacity: usize,
 }
@@ -117,11 +118,18 @@ impl fmt::Display for Unverified {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut sep = "";
         if let Some(o) = self.plan_overflow {
-            write!(
-                f,
-                "the plan needed {} verify entries but the verify capacity is {}, so no slot was checked",
-                o.needed, o.capacity
-            )?;
+            match o.needed {
+                Some(needed) => write!(
+                    f,
+                    "the plan needed {needed} verify entries but the verify capacity is {}, so no slot was checked",
+                    o.capacity
+                )?,
+                None => write!(
+                    f,
+                    "the plan needed more verify entries than the verify capacity of {}, so no slot was checked",
+                    o.capacity
+                )?,
+            }
             sep = "; ";
         }
         match self.abandoned_steps {
@@ -152,6 +160,20 @@ pub enum StepStatus {
     },
 }
 
+impl StepStatus {
+    /// The status of a step with these gaps and `recorded` violations: unverified when anything
+    /// went unchecked, whatever was recorded.
+    pub fn of(gaps: Unverified, recorded: u64) -> Self {
+        if gaps.any() {
+            StepStatus::Unverified { gaps, recorded }
+        } else if recorded > 0 {
+            StepStatus::Violations { recorded }
+        } else {
+            StepStatus::Clean
+        }
+    }
+}
+
 impl StepReport {
     /// Whether every check of the step ran over every planned slot and recorded no violation.
     /// False for a step whose plan overflowed its verify capacity (nothing was checked) and for
@@ -164,7 +186,7 @@ impl StepReport {
     pub fn unverified(&self) -> Unverified {
         Unverified {
             plan_overflow: (!self.plan.enabled).then_some(PlanOverflow {
-                needed: self.plan.requested_entries,
+                needed: Some(self.plan.requested_entries),
                 capacity: self.verify_capacity,
             }),
             abandoned_steps: self.abandoned_steps,
@@ -173,14 +195,7 @@ impl StepReport {
 
     /// Clean, violations, or unverified (with the numbers).
     pub fn status(&self) -> StepStatus {
-        let (gaps, recorded) = (self.unverified(), self.recorded());
-        if gaps.any() {
-            StepStatus::Unverified { gaps, recorded }
-        } else if recorded > 0 {
-            StepStatus::Violations { recorded }
-        } else {
-            StepStatus::Clean
-        }
+        StepStatus::of(self.unverified(), self.recorded())
     }
 
     /// Violations recorded, stored or dropped.

@@ -3,7 +3,7 @@
 //! pass) -> [`verify_tail`](Step::verify_tail).
 
 use super::{Canary, GroupKind, KvPair, StepReport};
-use crate::backend::{Backend, Cpu};
+use crate::backend::{Backend, Cpu, Writes};
 use crate::canary::{
     CanaryBuffer, HealthCounters, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
 };
@@ -11,7 +11,7 @@ use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, Same
 use crate::error::Error;
 use crate::input::{WriteInputAssert, WriteInputs};
 use crate::memory::{Host, Memory};
-use crate::plan::WritePlan;
+use crate::plan::{VerifyPlan, WritePlan};
 use crate::shape::Shape;
 use core::fmt;
 
@@ -92,7 +92,7 @@ where
     E: SameWriteEntryCapacity<EB>,
     EB: Capacity,
     A: WriteInputAssert,
-    B: Backend,
+    B: Writes<A>,
 {
     fn stamp<V: Capacity, W: SameWriteReqCapacity<W>, S: Capacity, R: Capacity>(
         &self,
@@ -116,7 +116,10 @@ pub trait Reports: Backend + Sized {
     type Report;
 
     /// The report of the step that just ended.
-    fn report<R: Capacity>(&self, step: &FinishedStep<'_, Self, R>) -> Result<Self::Report, Error>;
+    fn report<V: Capacity, W: Capacity, R: Capacity>(
+        &self,
+        step: &FinishedStep<'_, Self, V, W, R>,
+    ) -> Result<Self::Report, Error>;
 
     /// Violations `report` holds, stored or dropped (what [`Canary::total_violations`] adds up).
     fn recorded(report: &Self::Report) -> u64;
@@ -124,9 +127,13 @@ pub trait Reports: Backend + Sized {
 
 /// Everything a step did, handed to [`Reports::report`] when its tail launches have run.
 #[non_exhaustive]
-pub struct FinishedStep<'c, B: Backend, R: Capacity> {
+pub struct FinishedStep<'c, B: Backend, V: Capacity, W: Capacity, R: Capacity> {
     /// What the plan launch returned.
     pub plan: B::PlanDone,
+    /// The step's verify plan.
+    pub verify_plan: &'c VerifyPlan<V, B::Memory>,
+    /// The step's write plan.
+    pub write_plan: &'c WritePlan<W, B::Memory>,
     /// The shape's verify capacity.
     pub verify_capacity: usize,
     /// The head verify launches' returns (K, V).
@@ -150,7 +157,10 @@ pub struct FinishedStep<'c, B: Backend, R: Capacity> {
 impl Reports for Cpu {
     type Report = StepReport;
 
-    fn report<R: Capacity>(&self, step: &FinishedStep<'_, Cpu, R>) -> Result<StepReport, Error> {
+    fn report<V: Capacity, W: Capacity, R: Capacity>(
+        &self,
+        step: &FinishedStep<'_, Cpu, V, W, R>,
+    ) -> Result<StepReport, Error> {
         Ok(StepReport {
             plan: step.plan,
             verify_capacity: step.verify_capacity,
@@ -337,6 +347,7 @@ where
         E: SameWriteEntryCapacity<EB>,
         EB: Capacity,
         A: WriteInputAssert,
+        B: Writes<A>,
     {
         let Step {
             canary: c,
@@ -383,6 +394,8 @@ where
         c.in_flight = false;
         let report = c.backend.report(&FinishedStep {
             plan: progress.plan,
+            verify_plan: &c.verify_plan,
+            write_plan: &c.write_plan,
             verify_capacity: c.shape.verify_capacity().get(),
             head_verify: progress.head_verify,
             head_write: progress.head_write,

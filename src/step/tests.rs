@@ -478,7 +478,7 @@ fn a_plan_over_the_verify_capacity_is_unverified_not_clean() {
     assert_eq!(decode.entries_checked(), 0);
     assert!(!decode.is_clean(), "{decode}");
     let overflow = PlanOverflow {
-        needed: 3,
+        needed: Some(3),
         capacity: 2,
     };
     assert_eq!(

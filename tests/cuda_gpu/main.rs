@@ -11,6 +11,7 @@ mod canary;
 mod graph;
 mod plan;
 mod rng;
+mod step;
 
 use kv_canary::cuda::Gpu;
 use kv_canary::Error;
@@ -40,6 +41,10 @@ const TESTS: &[(&str, TestFn)] = &[
     ("plan_graph_capture_and_replay", graph::plan_replay),
     ("plan_checked_lut_graph_replay", graph::plan_lut_replay),
     ("step_graph_capture_and_replay", graph::step_replay),
+    (
+        "step_api_on_the_gpu_matches_cpu",
+        step::step_api_matches_cpu,
+    ),
 ];
 
 /// Which side of a differential test runs an op: the CPU reference or the GPU.

@@ -85,6 +85,31 @@ pub struct DeviceRealKv<'a> {
     len: usize,
 }
 
+impl DeviceRealKv<'_> {
+    /// `Ok` when every source folds (mode not NONE) and reaches slot `slots - 1`; otherwise
+    /// [`Error::RealKvSlotOutOfRange`] naming the first source that falls short (the host rule of
+    /// the step API: no tail launch may fail half-way through a step).
+    pub(crate) fn check_covers(&self, slots: usize) -> Result<(), Error> {
+        if self.mode == RealKvHashMode::None || slots == 0 {
+            return Ok(());
+        }
+        let last = slots - 1;
+        for (source, s) in self.sources.iter().take(self.len).enumerate() {
+            let Some(s) = s else { continue };
+            let row = last / s.page_size;
+            if row >= s.num_rows {
+                return Err(Error::RealKvSlotOutOfRange {
+                    source,
+                    slot: last as i64,
+                    row,
+                    num_rows: s.num_rows,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 impl<'a> DeviceRealKv<'a> {
     /// No fingerprint: expected hashes are 0 and nothing is read.
     pub const NONE: DeviceRealKv<'static> = DeviceRealKv {

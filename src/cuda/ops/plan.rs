@@ -76,15 +76,19 @@ fn resident_per_sm(family: PlanFamily, per_sm: u32, shared: u32, sm_shared: u32)
 ///
 /// [`Swa::clamping`]: crate::cuda::Swa::clamping
 /// [`PlanKernel::Auto`]: crate::cuda::PlanKernel::Auto
-pub fn plan<'a, L, V, W, E, VB, WB, BB, G, X>(
+///
+/// The inputs are borrowed for `'a`, the outputs for `'o` (no longer than the inputs): a
+/// capture records the launch for its graph's lifetime `'o`, so every buffer must outlive it.
+pub fn plan<'a, 'o, L, V, W, E, VB, WB, BB, G, X>(
     on: &L,
     shape: &Shape<V, W, E>,
     inputs: &PlanInputs<'a, BB, G, X>,
-    verify: &'a VerifyPlan<VB, Device>,
-    write: &'a WritePlan<WB, Device>,
+    verify: &'o VerifyPlan<VB, Device>,
+    write: &'o WritePlan<WB, Device>,
 ) -> Result<(), Error>
 where
-    L: Queue<'a> + ?Sized,
+    'a: 'o,
+    L: Queue<'o> + ?Sized,
     V: SameVerifyCapacity<VB>,
     W: SameWriteReqCapacity<WB> + SameWriteReqCapacity<BB>,
     E: Capacity,
@@ -97,7 +101,7 @@ where
     let target = on.target();
     let launch = prepare(&target, shape, inputs, verify, write)?;
     // SAFETY: the arguments mirror the kernel's parameter and every address in them is a live
-    // buffer borrowed for 'a, at least the launch (the whole graph for a capture); see
+    // buffer borrowed for 'o or longer, at least the launch (the whole graph for a capture); see
     // `prepare` for the bounds the kernels keep.
     unsafe { launch.queue(target.stream) }
 }
@@ -119,8 +123,8 @@ pub(crate) fn prepare<'a, V, W, E, VB, WB, BB, G, X>(
     target: &Target<'_>,
     shape: &Shape<V, W, E>,
     inputs: &PlanInputs<'a, BB, G, X>,
-    verify: &'a VerifyPlan<VB, Device>,
-    write: &'a WritePlan<WB, Device>,
+    verify: &VerifyPlan<VB, Device>,
+    write: &WritePlan<WB, Device>,
 ) -> Result<PlanLaunch, Error>
 where
     V: SameVerifyCapacity<VB>,

@@ -1,0 +1,228 @@
+//! The step API on the GPU: one `step::Canary` on the CPU and one on a CUDA stream run the same
+//! steps (random decode and prefill batches, real-KV folds, tampered records, plans over the
+//! verify capacity), and every report must agree.
+
+use crate::rng::Rng;
+use crate::{ensure, fail};
+use cust::memory::{CopyDestination, DeviceBuffer};
+use kv_canary::cuda::{self, DeviceRealKv, DeviceRealKvSource, Gpu, Stream};
+use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
+use kv_canary::{
+    Batch, CanarySlot, Cap, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
+    RealKvSources, ReqToToken, RowLayout, Shape, Violation,
+};
+
+/// Request rows (row 0 is the padding row) and positions per row.
+const ROWS: usize = 8;
+const WIDTH: usize = 32;
+/// Slots: row r, position p is slot r * WIDTH + p + 1; slot 0 stays the padding slot.
+const SLOTS: usize = ROWS * WIDTH + 1;
+/// Bytes of one slot's K or V strip.
+const STRIP: usize = 16;
+
+type Spec = Shape<Cap<128>, Cap<ROWS>, Cap<64>>;
+
+fn slot(row: usize, pos: usize) -> i64 {
+    (row * WIDTH + pos + 1) as i64
+}
+
+fn token(row: usize, pos: usize) -> i64 {
+    (1000 * row + pos) as i64
+}
+
+/// The violations as a sorted list (the device records rows of different requests in no fixed
+/// order).
+fn sorted(rows: &[Violation]) -> Vec<String> {
+    let mut rows: Vec<String> = rows.iter().map(|v| format!("{v:?}")).collect();
+    rows.sort();
+    rows
+}
+
+/// The host fingerprint of one half: ALL mode over its strips.
+fn host_kv(bytes: &[u8], params: RealKvParams) -> Result<RealKv<'_>, String> {
+    let src = RealKvSource::new(bytes, STRIP, params).map_err(fail("source"))?;
+    Ok(RealKv::new(
+        RealKvHashMode::All,
+        RealKvSources::from_array([src]),
+    ))
+}
+
+/// The device fingerprint of one half: the same strips in device memory.
+fn dev_kv(
+    bytes: &DeviceBuffer<u8>,
+    layout: RowLayout,
+    params: RealKvParams,
+) -> Result<DeviceRealKv<'_>, String> {
+    let src = DeviceRealKvSource::new(bytes, layout, params).map_err(fail("source"))?;
+    Ok(DeviceRealKv::new(RealKvHashMode::All, [src]))
+}
+
+/// CPU and GPU canaries over random steps: reports, counters and canary bytes agree.
+pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
+    let shape = Spec::new();
+    let mut cpu = Canary::full(shape, Cap::<SLOTS>, Cap::<64>);
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let mut dev =
+        Canary::full_on(stream, shape, Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
+    let cells = (0..ROWS * WIDTH).map(|i| i as i32 + 1).collect();
+    let table = ReqToToken::from_vec(ROWS, WIDTH, cells).map_err(fail("table"))?;
+    let dtable = cuda::DeviceReqToToken::from_host(gpu, &table).map_err(fail("table"))?;
+    let dbatch = shape.device_batch(gpu).map_err(fail("batch"))?;
+    let mut inputs = cpu.write_inputs();
+    let dinputs = dev.try_write_inputs().map_err(fail("inputs"))?;
+    // The KV pool: K and V strips per slot, on the host and on the device.
+    let (mut k, mut v) = (vec![0u8; SLOTS * STRIP], vec![0u8; SLOTS * STRIP]);
+    let cuda_err = |e: cust::error::CudaError| format!("device KV: {e}");
+    let mut dk = DeviceBuffer::from_slice(&k).map_err(cuda_err)?;
+    let mut dv = DeviceBuffer::from_slice(&v).map_err(cuda_err)?;
+    let params = RealKvParams::new(1, STRIP as i64, STRIP as i64);
+    let layout = RowLayout {
+        num_rows: SLOTS,
+        row_bytes: STRIP,
+        row_stride_bytes: STRIP,
+    };
+    let mut rng = Rng::new(0x0057_E9A1);
+    let mut cached = [0usize; ROWS];
+    let (mut overflows, mut found, mut tampered) = (0, 0, 0);
+    for step in 0..60 {
+        // Rows 1..ROWS: each active with a new prefill or a decode of what it has cached.
+        let mut rows = Vec::new();
+        let mut tokens = Vec::new(); // (slot, token, position)
+        for (row, cached) in cached.iter_mut().enumerate().skip(1) {
+            if !rng.chance(60) || *cached >= WIDTH {
+                continue;
+            }
+            let (prefix, extend) = if *cached == 0 || rng.chance(15) {
+                (0, 1 + rng.below(8) as usize)
+            } else {
+                (*cached, 1)
+            };
+            let extend = extend.min(WIDTH - prefix);
+            for pos in prefix..prefix + extend {
+                tokens.push((slot(row, pos), token(row, pos), pos as i64));
+            }
+            rows.push((row as i64, prefix as i64, extend as i64));
+            *cached = prefix + extend;
+        }
+        assert!(tokens.len() <= 64, "at most 7 rows x 8 tokens");
+        let batch: Batch = rows
+            .iter()
+            .map(|&(r, p, e)| kv_canary::BatchRow {
+                req_pool_index: r,
+                prefix_len: p,
+                extend_len: e,
+            })
+            .collect();
+        let p = inputs.parts_mut();
+        p.input_ids.fill(0);
+        p.positions.fill(0);
+        p.out_cache_loc.fill(-1);
+        for (i, &(s, t, pos)) in tokens.iter().enumerate() {
+            (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (s, t, pos);
+        }
+        dinputs.upload(&inputs).map_err(fail("inputs"))?;
+        dbatch.upload(&batch).map_err(fail("batch"))?;
+        // Now and then a stored record goes bad in both head K buffers.
+        if step > 4 && rng.chance(20) {
+            let row = 1 + rng.below(ROWS as u64 - 1) as usize;
+            if cached[row] > 1 {
+                let s = slot(row, rng.below(cached[row] as u64 - 1) as usize) as usize;
+                let tag = LaunchTag::HeadKFull;
+                let host = cpu.buffer_mut(tag).ok_or("no head K buffer")?;
+                let rec = host.slot(s).ok_or("slot")?;
+                let bad = CanarySlot {
+                    token: rec.token ^ 1,
+                    ..rec
+                };
+                host.set_slot(s, bad).map_err(fail("tamper"))?;
+                let dbuf = dev.buffer(tag).ok_or("no device head K buffer")?;
+                let mut copy = dbuf.to_host().map_err(fail("download"))?;
+                copy.set_slot(s, bad).map_err(fail("tamper"))?;
+                dbuf.upload(&copy).map_err(fail("upload"))?;
+                tampered += 1;
+            }
+        }
+        let cpu_step = cpu
+            .plan(&kv_canary::PlanInputs::full(&batch, &table))
+            .and_then(|s| s.verify_head())
+            .and_then(|s| s.write(&inputs))
+            .map_err(fail("cpu step"))?;
+        let dev_step = dev
+            .plan(&cuda::PlanInputs::full(&dbatch, &dtable))
+            .and_then(|s| s.verify_head())
+            .and_then(|s| s.write(&dinputs))
+            .map_err(fail("device step"))?;
+        // The forward pass: this step's KV bytes.
+        for &(s, t, pos) in &tokens {
+            let at = s as usize * STRIP;
+            k[at..at + 8].copy_from_slice(&t.to_le_bytes());
+            k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
+            v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
+            v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
+        }
+        dk.copy_from(&k[..]).map_err(cuda_err)?;
+        dv.copy_from(&v[..]).map_err(cuda_err)?;
+        let c: StepReport = cpu_step
+            .verify_tail(TailKv::new(host_kv(&k, params)?, host_kv(&v, params)?))
+            .map_err(fail("cpu tail"))?;
+        let d = dev_step
+            .verify_tail(KvPair {
+                k: dev_kv(&dk, layout, params)?,
+                v: dev_kv(&dv, layout, params)?,
+            })
+            .map_err(fail("device tail"))?;
+        ensure!(
+            sorted(&c.violations) == sorted(&d.violations) && c.dropped == d.dropped,
+            "step {step}: CPU violations {:?} (+{} dropped), GPU {:?} (+{} dropped)",
+            c.violations,
+            c.dropped,
+            d.violations,
+            d.dropped
+        );
+        ensure!(
+            c.head_counters == d.head_counters && c.tail_counters == d.tail_counters,
+            "step {step}: counters differ: CPU {:?} {:?}, GPU {:?} {:?}",
+            c.head_counters,
+            c.tail_counters,
+            d.head_counters,
+            d.tail_counters
+        );
+        ensure!(
+            (c.plan.enabled, c.plan.bs, c.plan.write_tokens) == (d.enabled, d.bs, d.write_tokens),
+            "step {step}: plan summaries differ: CPU {:?}, GPU {d:?}",
+            c.plan
+        );
+        ensure!(
+            c.is_clean() == d.is_clean() && c.unverified().any() == d.unverified().any(),
+            "step {step}: CPU says {c}, GPU {:?}",
+            d.status()
+        );
+        overflows += usize::from(!d.enabled);
+        found += usize::from(d.recorded() > 0);
+    }
+    for tag in cpu.tags() {
+        let host = cpu.buffer(tag).ok_or("buffer")?;
+        let device = dev
+            .buffer(tag)
+            .ok_or("buffer")?
+            .to_host()
+            .map_err(fail("download"))?;
+        ensure!(
+            host == &device,
+            "{tag:?}: canary bytes differ after 60 steps"
+        );
+    }
+    ensure!(
+        dev.steps() == cpu.steps() && dev.total_violations() == cpu.total_violations(),
+        "step counts differ"
+    );
+    println!(
+        "    60 steps on both backends: equal reports ({tampered} records tampered, {found} steps \
+         with violations, {overflows} plans over the verify capacity reported unverified on both)"
+    );
+    ensure!(
+        tampered > 0 && found > 0 && overflows > 0,
+        "weak generator: {tampered} tampered, {found} found, {overflows} overflows"
+    );
+    Ok(())
+}
