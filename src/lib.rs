@@ -71,6 +71,23 @@
 //! # Ok::<(), kv_canary::Error>(())
 //! ```
 //!
+//! # Layout: features, the backend seam, the workspace
+//!
+//! * Feature `cuda` adds the CUDA backend, `cuda`: the same ops as kernels (`kernels/*.cu`,
+//!   compiled to PTX by nvcc at build time) on device buffers typed like the host ones.
+//! * [`backend`] is the seam: [`backend::Backend`] (allocation, write, verify) and
+//!   [`backend::PlanWith`] (plan), implemented by [`backend::Cpu`]; [`step::Canary`] is generic
+//!   over it, so code driving the ops is written once.
+//! * Inside the crate the layers import downward only: `consts` <- `hash`; `capacity`, `memory`
+//!   <- the buffers (plans, inputs, real-KV, canary state) <- `Shape` <- [`cpu`] <- [`backend`]
+//!   <- [`step`]; `cuda` in its own layers (`abi` <- `driver` <- `device` <- `ops`) on the same
+//!   buffers. `docs/architecture.md` in the repository draws them and gives the reasons.
+//! * Not in this crate, and not published: the golden-vector conformance runner (the workspace
+//!   crate `kv-canary-conformance`: `cargo run -p kv-canary-conformance -- tests/golden`, with
+//!   `--features cuda` and `--backend cuda` on a GPU) and the test and benchmark support
+//!   (`kv-canary-testkit`: benchmark floors and their kernels, `Offload`).
+//! * `rust-toolchain.toml` pins the compiler the ui snapshots (`ui-tests/`) are recorded with.
+//!
 //! # Where names live: one public path per item
 //!
 //! **Types of the data model are at the root, and only there**: capacities ([`Cap`],

@@ -3,10 +3,10 @@
 
 use super::*;
 use crate::canary::{CanarySlot, FailReason, Violation};
+use crate::capacity::Cap;
 use crate::hash::fold_words;
 use crate::input::{Batch, ExpectedTokenTable, PlanInputs, ReqToToken, Swa};
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
-use crate::Cap;
 
 type Spec = Shape<Cap<64>, Cap<4>, Cap<16>>;
 type Small = Canary<Cap<64>, Cap<4>, Cap<16>, Cap<64>, Cap<16>>;

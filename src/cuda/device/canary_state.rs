@@ -5,7 +5,8 @@ use crate::canary::{CanaryBuffer, HealthCounters, SlotStride, ViolationRing};
 use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
 use crate::cuda::driver::memory as driver;
-use crate::{Device, Error};
+use crate::memory::Device;
+use crate::Error;
 use cust::memory::DeviceBuffer;
 
 impl<S: Capacity> CanaryBuffer<S, Device> {

@@ -5,8 +5,10 @@ use super::gpu::Gpu;
 use super::plan_inputs::{DeviceBatch, DeviceValidLens};
 use crate::capacity::Capacity;
 use crate::cuda::driver::memory as driver;
+use crate::memory::Device;
 use crate::plan::{VerifyPlan, WritePlan};
-use crate::{Device, Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 
 impl<C: Capacity> VerifyPlan<C, Device> {
     /// A device verify plan of `capacity` entries: arrays zeroed, `verify_num_valid = 0`,

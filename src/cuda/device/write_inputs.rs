@@ -8,7 +8,8 @@ use crate::cuda::driver::memory as driver;
 use crate::input::{
     ExpectedWriteInputs, InputAssertOff, InputAssertOn, WriteInputAssert, WriteInputs,
 };
-use crate::{Device, Error, Host};
+use crate::memory::{Device, Host};
+use crate::Error;
 
 mod sealed {
     pub trait Sealed {}

@@ -5,7 +5,7 @@
 
 use super::error::{check, cust_error};
 use crate::cuda::abi::ptr::DevPtr;
-use crate::Element;
+use crate::memory::Element;
 use crate::Error;
 use cust::memory::{DeviceBox, DeviceBuffer};
 use cust::sys;

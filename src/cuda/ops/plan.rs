@@ -11,8 +11,10 @@ use crate::cuda::device::stream::{Queue, Target};
 use crate::cuda::device::tuning::{KernelTuning, PlanKernel};
 use crate::cuda::driver::launch::LaunchDims;
 use crate::cuda::driver::memory as driver;
+use crate::memory::Device;
 use crate::plan::{VerifyPlan, WritePlan};
-use crate::{Device, Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 
 /// What the driver reserves of a multiprocessor's shared memory per block.
 const BLOCK_RESERVED_SHARED_BYTES: u32 = 1024;

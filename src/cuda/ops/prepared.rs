@@ -7,8 +7,10 @@ use crate::cuda::abi::args::{PlanArgs, VerifyArgs};
 use crate::cuda::device::plan_inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
 use crate::cuda::device::settings::DeviceSettings;
 use crate::cuda::device::stream::Stream;
+use crate::memory::Device;
 use crate::plan::{VerifyPlan, WritePlan};
-use crate::{Device, Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 use core::marker::PhantomData;
 
 #[derive(Clone, Copy, Debug)]

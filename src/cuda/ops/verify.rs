@@ -9,8 +9,10 @@ use crate::cuda::device::settings::DeviceSettings;
 use crate::cuda::device::stream::{Queue, Target};
 use crate::cuda::driver::launch::LaunchDims;
 use crate::cuda::driver::memory as driver;
+use crate::memory::Device;
 use crate::plan::VerifyPlan;
-use crate::{Device, Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 
 /// Queues the verify op of spec §5 on `on`: checks the plan's active entries against `canary`
 /// and appends a row per failing entry to `ring`.

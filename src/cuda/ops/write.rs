@@ -12,8 +12,10 @@ use crate::cuda::device::write_inputs::DeviceInputAssert;
 use crate::cuda::driver::launch::LaunchDims;
 use crate::cuda::driver::memory as driver;
 use crate::input::WriteInputs;
+use crate::memory::Device;
 use crate::plan::WritePlan;
-use crate::{Device, Error, Shape};
+use crate::shape::Shape;
+use crate::Error;
 
 /// Queues the write op of spec §4 on `on`: stamps every planned token of `inputs` into
 /// `canary`, extending each request's hash chain, and reports assert failures into `ring`.
