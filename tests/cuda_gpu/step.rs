@@ -20,7 +20,7 @@ const SLOTS: usize = ROWS * WIDTH + 1;
 /// Bytes of one slot's K or V strip.
 const STRIP: usize = 16;
 
-type Spec = Shape<Cap<128>, Cap<ROWS>, Cap<64>>;
+type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<64>>;
 
 fn slot(row: usize, pos: usize) -> i64 {
     (row * WIDTH + pos + 1) as i64
