@@ -5,7 +5,9 @@
 //!
 //! A backend fixes where buffers live ([`Backend::Memory`]), allocates them, and runs the write
 //! and verify ops on them; [`Writes`] runs the write op and [`PlanWith`] the plan op on the
-//! inputs a backend accepts.
+//! inputs a backend accepts (every backend that plans the four typed host combinations also
+//! plans [`RuntimePlanInputs`], whose group and pool are chosen at run time); [`Scatters`] runs
+//! `scatter_req_token_ids`.
 //! Every op keeps the contract of its CPU reference: capacities are compared by the types
 //! (the same `Same*Capacity` bounds as [`cpu::plan`], [`cpu::write`] and [`cpu::verify`]), and an
 //! op that returns an error has modified none of its outputs.
@@ -42,9 +44,12 @@ use crate::canary::{
     ViolationRing,
 };
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
-use crate::cpu::{self, PlanSummary, VerifySummary, WriteSummary};
+use crate::cpu::{self, PlanSummary, ScatterSummary, VerifySummary, WriteSummary};
 use crate::error::Error;
-use crate::input::{ExpectedTokens, Group, PlanInputs, WriteInputAssert, WriteInputs};
+use crate::input::{
+    ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, Full, Group, NoExpectedTokens,
+    PlanInputs, RuntimePlanInputs, Swa, WriteInputAssert, WriteInputs,
+};
 use crate::memory::{Host, Memory};
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::real_kv::RealKv;
@@ -175,6 +180,57 @@ pub trait Writes<A: WriteInputAssert>: Backend {
         EB: Capacity,
         S: Capacity,
         R: Capacity;
+}
+
+/// Plans inputs whose group and expected-token source are chosen at run time on any backend
+/// that plans the four typed host combinations: the choice becomes types through
+/// [`with_plan_inputs_choice!`](crate::with_plan_inputs_choice), then the typed plan runs.
+impl<'a, B, V, W, E> PlanWith<RuntimePlanInputs<'a>, V, W, E> for B
+where
+    B: PlanWith<PlanInputs<'a, Full, NoExpectedTokens>, V, W, E>
+        + PlanWith<PlanInputs<'a, Full, ExpectedTokenPool<'a>>, V, W, E>
+        + PlanWith<PlanInputs<'a, Swa<'a>, NoExpectedTokens>, V, W, E>
+        + PlanWith<PlanInputs<'a, Swa<'a>, ExpectedTokenPool<'a>>, V, W, E>,
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+{
+    fn plan<VB, WB>(
+        &self,
+        shape: &Shape<V, W, E>,
+        inputs: &RuntimePlanInputs<'a>,
+        verify: &mut VerifyPlan<VB, Self::Memory>,
+        write: &mut WritePlan<WB, Self::Memory>,
+    ) -> Result<Self::PlanDone, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: SameWriteReqCapacity<WB>,
+        VB: Capacity,
+        WB: Capacity,
+    {
+        crate::with_plan_inputs_choice!(
+            inputs.base,
+            group: inputs.swa,
+            expected: inputs.expected,
+            |typed| PlanWith::plan(self, shape, &typed, verify, write)
+        )
+    }
+}
+
+/// A backend that runs `scatter_req_token_ids` (spec §6) into a host expected-token pool.
+pub trait Scatters: Backend {
+    /// What a scatter returns (the CPU: its [`ScatterSummary`]).
+    type ScatterDone: Copy + Default + core::fmt::Debug;
+
+    /// Copies each request's tokens of `flat_in` (bounded by `offsets`) into its row
+    /// `req_pool_indices[r]` of `pool_out`. Contract of [`cpu::scatter_req_token_ids`].
+    fn scatter_req_token_ids(
+        &self,
+        flat_in: &[i64],
+        offsets: &[i64],
+        req_pool_indices: &[i64],
+        pool_out: &mut ExpectedTokenTable,
+    ) -> Result<Self::ScatterDone, Error>;
 }
 
 /// The CPU reference backend: host buffers, the ops of [`cpu`], which return their summaries.
@@ -321,5 +377,19 @@ where
         WB: Capacity,
     {
         cpu::plan(shape, inputs, verify, write)
+    }
+}
+
+impl Scatters for Cpu {
+    type ScatterDone = ScatterSummary;
+
+    fn scatter_req_token_ids(
+        &self,
+        flat_in: &[i64],
+        offsets: &[i64],
+        req_pool_indices: &[i64],
+        pool_out: &mut ExpectedTokenTable,
+    ) -> Result<ScatterSummary, Error> {
+        cpu::scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out)
     }
 }

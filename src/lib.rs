@@ -151,8 +151,8 @@ pub use error::Error;
 pub use input::{
     Batch, BatchRow, ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, ExpectedWriteInputs,
     ExpectedWriteInputsMut, Full, Group, InputAssertOff, InputAssertOn, NoExpectedTokens,
-    PlanInputs, PositionOffset, ReqTable, ReqToToken, SlotIds, Swa, SwaWindow, TableKind, TokenIds,
-    WriteInputAssert, WriteInputs, WriteInputsMut,
+    PlanInputs, PositionOffset, ReqTable, ReqToToken, RuntimePlanInputs, SlotIds, Swa, SwaWindow,
+    TableKind, TokenIds, WriteInputAssert, WriteInputs, WriteInputsMut,
 };
 #[cfg(feature = "cuda")]
 pub use memory::Device;

@@ -220,7 +220,7 @@ fn write_request<EB: Capacity, A: WriteInputAssert, S: Capacity, R: Capacity>(
     real_kv: &mut [i64; BLOCK],
 ) -> (u64, u64) {
     let tag = launch.tag.value();
-    let expected = inputs.expected_host();
+    let expected = inputs.input_assert_tensors();
     let mut running = canary.slot_hash(seed);
     let chain_assert = seed >= 0 && launch.chain_position_assert.is_on();
     let mut prev_pos = if chain_assert {

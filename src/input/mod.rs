@@ -3,12 +3,14 @@
 //! valid lengths, and the position offset; and the write op's per-token [`WriteInputs`] (spec §4).
 
 mod batch;
+mod choice;
 mod expected;
 mod group;
 mod table;
 mod write_inputs;
 
 pub use batch::{Batch, BatchRow};
+pub use choice::RuntimePlanInputs;
 pub use expected::{ExpectedTokenPool, ExpectedTokens, NoExpectedTokens};
 pub use group::{Full, Group, Swa, SwaWindow};
 pub use table::{ExpectedTokenTable, ReqTable, ReqToToken, SlotIds, TableKind, TokenIds};

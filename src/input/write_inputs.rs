@@ -319,8 +319,9 @@ impl<E: Capacity, A: WriteInputAssert> WriteInputs<E, A> {
             out_cache_loc: &mut self.out_cache_loc,
         }
     }
-    /// `(expected_input_tokens, expected_input_positions)` when the assert is on.
-    pub(crate) fn expected_host(&self) -> Option<(&[i64], &[i64])> {
+    /// `(expected_input_tokens, expected_input_positions)` when the assert is on, for code
+    /// generic over `A` (a backend that re-types the inputs for its own launch).
+    pub fn input_assert_tensors(&self) -> Option<(&[i64], &[i64])> {
         A::host_expected(&self.expected)
     }
 }
@@ -341,11 +342,11 @@ mod tests {
     fn fresh_inputs_skip_every_entry() {
         let w = WriteInputs::<Cap<3>>::new();
         assert_eq!(w.out_cache_loc(), &[-1, -1, -1]);
-        assert_eq!(w.expected_host(), None);
+        assert_eq!(w.input_assert_tensors(), None);
         let mut on = w.with_input_assert();
         on.expected_mut().tokens[1] = 7;
         assert_eq!(on.expected_tokens(), &[0, 7, 0]);
-        assert_eq!(on.expected_host().unwrap().0, &[0, 7, 0]);
+        assert_eq!(on.input_assert_tensors().unwrap().0, &[0, 7, 0]);
         assert_eq!(on.without_input_assert().input_ids(), &[0, 0, 0]);
     }
 

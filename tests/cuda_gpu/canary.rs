@@ -3,15 +3,16 @@
 //! different requests or entries come in any order).
 
 use crate::rng::Rng;
-use crate::{ensure, fail, Backend};
+use crate::{ensure, fail};
+use kv_canary::backend::{Cpu, Scatters};
 use kv_canary::cuda::Gpu;
 use kv_canary::{
-    cpu, CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,
-    HealthCounters, LaunchSettings, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
-    RealKvSources, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry,
-    VerifyPlan, ViolationRing, WriteInputs, WritePlan,
+    CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,
+    HealthCounters, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources,
+    TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry, VerifyPlan,
+    ViolationRing, WriteInputs, WritePlan,
 };
-use kv_canary_testkit::Offload;
+use kv_canary_testkit::{HostBackend, Offload};
 
 type U = UncheckedCapacity;
 
@@ -76,16 +77,19 @@ impl KvSetup {
         KvSetup { bytes, mode }
     }
 
-    fn launch(&self, tag: LaunchTag, chain: ChainPositionAssert) -> LaunchSettings<'_> {
+    /// The launch settings of `B` over these sources.
+    fn launch<B: HostBackend>(
+        &self,
+        tag: LaunchTag,
+        chain: ChainPositionAssert,
+    ) -> B::Settings<'_> {
         let sources: Vec<RealKvSource<'_>> = self
             .bytes
             .iter()
             .map(|(b, row, p)| RealKvSource::new(b, *row, *p).unwrap())
             .collect();
         let rk = RealKv::new(self.mode, RealKvSources::try_from_slice(&sources).unwrap());
-        LaunchSettings::new(tag)
-            .with_real_kv(rk)
-            .with_chain_position_assert(chain)
+        B::settings(tag, B::host_real_kv(rk), chain)
     }
 }
 
@@ -302,72 +306,31 @@ fn random_write_case(rng: &mut Rng, long: bool) -> WriteCase {
     }
 }
 
-fn run_write(c: &WriteCase, backend: Backend, st: &mut State) -> Result<(), Error> {
+/// The write case on `backend` (one code path for the CPU and the GPU).
+fn run_write<B: HostBackend>(c: &WriteCase, backend: &B, st: &mut State) -> Result<(), Error> {
     let e = cap("e", c.ids.len());
     let shape = UncheckedShape::from_capacities(cap("v", 1), c.plan.capacity(), e);
-    let launch = c.kv.launch(c.tag, c.chain);
+    let launch = c.kv.launch::<B>(c.tag, c.chain);
+    let (ids, positions, slots) = (c.ids.clone(), c.positions.clone(), c.slots.clone());
+    let (buf, ring, counters) = (&mut st.buf, &mut st.ring, &mut st.counters);
     match &c.expected {
         None => {
-            let inputs =
-                WriteInputs::from_parts(e, c.ids.clone(), c.positions.clone(), c.slots.clone())?;
-            match backend {
-                Backend::Cpu => cpu::write(
-                    &shape,
-                    &c.plan,
-                    &inputs,
-                    &launch,
-                    &mut st.buf,
-                    &mut st.ring,
-                    &mut st.counters,
-                )
-                .map(drop),
-                Backend::Cuda => Offload::with_default(|g| {
-                    g.write(
-                        &shape,
-                        &c.plan,
-                        &inputs,
-                        &launch,
-                        &mut st.buf,
-                        &mut st.ring,
-                        &mut st.counters,
-                    )
-                }),
-            }
+            let inputs = WriteInputs::from_parts(e, ids, positions, slots)?;
+            backend.write(&shape, &c.plan, &inputs, &launch, buf, ring, counters)
         }
         Some((t, p)) => {
             let inputs = WriteInputs::from_parts_with_expected(
                 e,
-                c.ids.clone(),
-                c.positions.clone(),
-                c.slots.clone(),
+                ids,
+                positions,
+                slots,
                 t.clone(),
                 p.clone(),
             )?;
-            match backend {
-                Backend::Cpu => cpu::write(
-                    &shape,
-                    &c.plan,
-                    &inputs,
-                    &launch,
-                    &mut st.buf,
-                    &mut st.ring,
-                    &mut st.counters,
-                )
-                .map(drop),
-                Backend::Cuda => Offload::with_default(|g| {
-                    g.write(
-                        &shape,
-                        &c.plan,
-                        &inputs,
-                        &launch,
-                        &mut st.buf,
-                        &mut st.ring,
-                        &mut st.counters,
-                    )
-                }),
-            }
+            backend.write(&shape, &c.plan, &inputs, &launch, buf, ring, counters)
         }
     }
+    .map(drop)
 }
 
 /// Random write cases (short and multi-tile requests), GPU against CPU.
@@ -379,14 +342,14 @@ pub fn write_differential(_: &Gpu) -> Result<(), String> {
         let c = random_write_case(&mut rng, seed % 8 == 0);
         long += usize::from(c.plan.offsets().windows(2).any(|w| w[1] - w[0] > 256));
         let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
-        let cpu = run_write(&c, Backend::Cpu, &mut cs);
-        let gpu = run_write(&c, Backend::Cuda, &mut gs);
+        let cpu = run_write(&c, &Cpu, &mut cs);
+        let gpu = on_gpu(&c, &mut gs, run_write);
         let label = format!("write case seed {seed}");
         ensure!(
             cpu.is_ok() && gpu.is_ok(),
             "{label}: CPU {cpu:?}, GPU {gpu:?}"
         );
-        let all = all_rows(&c.state, |s| run_write(&c, Backend::Cpu, s));
+        let all = all_rows(&c.state, |s| run_write(&c, &Cpu, s));
         same_state(&label, &cs, &gs, c.state.ring.write_index(), &all)?;
         rows += i64::from(cs.ring.write_index() - c.state.ring.write_index());
         overflows += usize::from(cs.ring.dropped() > c.state.ring.dropped());
@@ -411,7 +374,7 @@ struct VerifyCase {
 fn random_verify_case(rng: &mut Rng, big: bool) -> VerifyCase {
     let wc = random_write_case(rng, big);
     let mut state = wc.state.clone();
-    let _ = run_write(&wc, Backend::Cpu, &mut state);
+    let _ = run_write(&wc, &Cpu, &mut state);
     let num_slots = state.buf.num_slots();
     // Tamper with a few slots.
     for _ in 0..rng.range(0, 4) {
@@ -480,53 +443,29 @@ fn random_verify_case(rng: &mut Rng, big: bool) -> VerifyCase {
     }
 }
 
-fn run_verify(c: &VerifyCase, backend: Backend, st: &mut State) -> Result<(), Error> {
+/// The verify case on `backend` (one code path for the CPU and the GPU).
+fn run_verify<B: HostBackend>(c: &VerifyCase, backend: &B, st: &mut State) -> Result<(), Error> {
     let shape = UncheckedShape::from_capacities(c.plan.capacity(), cap("w", 1), cap("e", 1));
-    let launch = c.kv.launch(c.tag, ChainPositionAssert::ON);
-    match (backend, c.check) {
-        (Backend::Cpu, true) => cpu::verify(
-            &shape,
-            &c.plan,
-            TokenCheckOn,
-            &launch,
-            &st.buf,
-            &mut st.ring,
-            &mut st.counters,
-        )
-        .map(drop),
-        (Backend::Cpu, false) => cpu::verify(
-            &shape,
-            &c.plan,
-            TokenCheckOff,
-            &launch,
-            &st.buf,
-            &mut st.ring,
-            &mut st.counters,
-        )
-        .map(drop),
-        (Backend::Cuda, true) => Offload::with_default(|g| {
-            g.verify(
-                &shape,
-                &c.plan,
-                TokenCheckOn,
-                &launch,
-                &st.buf,
-                &mut st.ring,
-                &mut st.counters,
-            )
-        }),
-        (Backend::Cuda, false) => Offload::with_default(|g| {
-            g.verify(
-                &shape,
-                &c.plan,
-                TokenCheckOff,
-                &launch,
-                &st.buf,
-                &mut st.ring,
-                &mut st.counters,
-            )
-        }),
+    let launch = c.kv.launch::<B>(c.tag, ChainPositionAssert::ON);
+    let (buf, ring, counters) = (&st.buf, &mut st.ring, &mut st.counters);
+    if c.check {
+        backend
+            .verify(&shape, &c.plan, TokenCheckOn, &launch, buf, ring, counters)
+            .map(drop)
+    } else {
+        backend
+            .verify(&shape, &c.plan, TokenCheckOff, &launch, buf, ring, counters)
+            .map(drop)
     }
+}
+
+/// `run` on this thread's default GPU.
+fn on_gpu<C>(
+    c: &C,
+    st: &mut State,
+    run: fn(&C, &Offload<'static>, &mut State) -> Result<(), Error>,
+) -> Result<(), Error> {
+    Offload::with_default(|gpu| run(c, gpu, st))
 }
 
 /// Random verify cases, GPU against CPU.
@@ -537,14 +476,14 @@ pub fn verify_differential(_: &Gpu) -> Result<(), String> {
         let mut rng = Rng::new(0x0007_E21F_0000 + seed);
         let c = random_verify_case(&mut rng, seed % 10 == 0);
         let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
-        let cpu = run_verify(&c, Backend::Cpu, &mut cs);
-        let gpu = run_verify(&c, Backend::Cuda, &mut gs);
+        let cpu = run_verify(&c, &Cpu, &mut cs);
+        let gpu = on_gpu(&c, &mut gs, run_verify);
         let label = format!("verify case seed {seed}");
         ensure!(
             cpu.is_ok() && gpu.is_ok(),
             "{label}: CPU {cpu:?}, GPU {gpu:?}"
         );
-        let all = all_rows(&c.state, |s| run_verify(&c, Backend::Cpu, s));
+        let all = all_rows(&c.state, |s| run_verify(&c, &Cpu, s));
         same_state(&label, &cs, &gs, c.state.ring.write_index(), &all)?;
         rows += i64::from(cs.ring.write_index() - c.state.ring.write_index());
         overflows += usize::from(cs.ring.dropped() > c.state.ring.dropped());
@@ -600,8 +539,8 @@ pub fn malformed_write_verify(_: &Gpu) -> Result<(), String> {
             }
         }
         let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
-        let cpu = run_write(&c, Backend::Cpu, &mut cs);
-        let gpu = run_write(&c, Backend::Cuda, &mut gs);
+        let cpu = run_write(&c, &Cpu, &mut cs);
+        let gpu = on_gpu(&c, &mut gs, run_write);
         let kind = |r: &Result<(), Error>| {
             r.as_ref().err().map(|e| {
                 format!("{e:?}")
@@ -640,8 +579,8 @@ pub fn malformed_write_verify(_: &Gpu) -> Result<(), String> {
             }
         }
         let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
-        let cpu = run_verify(&c, Backend::Cpu, &mut cs);
-        let gpu = run_verify(&c, Backend::Cuda, &mut gs);
+        let cpu = run_verify(&c, &Cpu, &mut cs);
+        let gpu = on_gpu(&c, &mut gs, run_verify);
         let kind = |r: &Result<(), Error>| {
             r.as_ref().err().map(|e| {
                 format!("{e:?}")
@@ -696,7 +635,9 @@ pub fn scatter_differential(_: &Gpu) -> Result<(), String> {
         )
         .map_err(fail("pool"))?;
         let (mut c, mut g) = (pool.clone(), pool);
-        let cpu = cpu::scatter_req_token_ids(&flat, &offsets, &rpi, &mut c).map(drop);
+        let cpu = Cpu
+            .scatter_req_token_ids(&flat, &offsets, &rpi, &mut c)
+            .map(drop);
         let gpu = Offload::with_default(|o| o.scatter_req_token_ids(&flat, &offsets, &rpi, &mut g));
         ensure!(cpu == gpu, "scatter seed {seed}: CPU {cpu:?} GPU {gpu:?}");
         ensure!(c == g, "scatter seed {seed}: pools differ");

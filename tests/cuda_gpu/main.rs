@@ -1,5 +1,7 @@
 //! GPU tests of the CUDA backend (feature `cuda`): GPU-vs-CPU differential tests, graph capture
-//! and replay, malformed device data. The golden vectors through the GPU path are the
+//! and replay, malformed device data. A differential test runs one code path, generic over
+//! `kv_canary_testkit::HostBackend`, on `kv_canary::backend::Cpu` and on
+//! `kv_canary_testkit::Offload` (the GPU ops on host buffers), and compares the two. The golden vectors through the GPU path are the
 //! conformance runner's GPU test (`cargo test -p kv-canary-conformance --features cuda --test
 //! golden_gpu`).
 //!
@@ -46,15 +48,6 @@ const TESTS: &[(&str, TestFn)] = &[
         step::step_api_matches_cpu,
     ),
 ];
-
-/// Which side of a differential test runs an op: the CPU reference or the GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// The CPU reference ops (`kv_canary::cpu`).
-    Cpu,
-    /// The CUDA kernels, through `kv_canary::cuda::Offload`.
-    Cuda,
-}
 
 /// `Err(message)` unless `cond`.
 #[macro_export]

@@ -2,14 +2,14 @@
 //! rows. (The golden vectors on the GPU are `crates/conformance`'s `golden_gpu` test.)
 
 use crate::rng::Rng;
-use crate::{ensure, fail, Backend};
+use crate::{ensure, fail};
+use kv_canary::backend::{Cpu, PlanWith};
 use kv_canary::cuda::{Gpu, KernelTuning, PlanKernel};
 use kv_canary::{
-    cpu, Batch, BatchRow, Error, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa,
-    UncheckedCapacity, UncheckedShape, VerifyPlan, WritePlan,
+    Batch, BatchRow, Error, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken,
+    RuntimePlanInputs, Swa, UncheckedCapacity, UncheckedShape, VerifyPlan, WritePlan,
 };
-use kv_canary::{ExpectedTokens, Group};
-use kv_canary_testkit::Offload;
+use kv_canary_testkit::{HostBackend, Offload};
 
 type Verify = VerifyPlan<UncheckedCapacity>;
 type Write = WritePlan<UncheckedCapacity>;
@@ -155,7 +155,7 @@ pub fn random_case(rng: &mut Rng, max_bs: i64, max_width: i64) -> Case {
     // Size the verify capacity around what the case asks for: exact, loose, or one short.
     let requested = {
         let (mut v, mut w) = poisoned_plans(rng, 1, write_cap.max(1));
-        match run(&case, Backend::Cpu, &mut v, &mut w, 1 << 40) {
+        match run(&case, &Cpu, &mut v, &mut w, 1 << 40) {
             Ok(_) => usize::try_from(requested_entries(&case)).unwrap_or(1),
             Err(_) => rng.range(1, 64) as usize,
         }
@@ -189,22 +189,11 @@ fn requested_entries(case: &Case) -> u64 {
 }
 
 /// Runs the case's plan on `backend` into `verify` and `write`; `verify_override` replaces the
-/// shape's verify capacity when it is not the buffer's (used to size cases).
-pub fn run(
+/// shape's verify capacity when it is not the buffer's (used to size cases). The case's LUT and
+/// pool choice becomes types in the library ([`RuntimePlanInputs`]).
+pub fn run<B: HostBackend>(
     case: &Case,
-    backend: Backend,
-    verify: &mut Verify,
-    write: &mut Write,
-    verify_override: usize,
-) -> Result<(), Error> {
-    run_on(case, backend, None, verify, write, verify_override)
-}
-
-/// [`run`], on `offload` instead of the default one for the CUDA backend.
-fn run_on(
-    case: &Case,
-    backend: Backend,
-    offload: Option<&Offload<'_>>,
+    backend: &B,
     verify: &mut Verify,
     write: &mut Write,
     verify_override: usize,
@@ -217,52 +206,21 @@ fn run_on(
         verify.capacity()
     };
     let shape = UncheckedShape::from_capacities(vcap, write.capacity(), cap("e", 1));
-    let base = PlanInputs::full(&case.batch, &case.table).with_offset(case.offset);
-    let on = (backend, offload);
-    match (&case.lut, &case.pool) {
-        (None, None) => launch(on, &shape, &base, verify, write),
-        (None, Some((t, l))) => launch(
-            on,
-            &shape,
-            &base.with_expected(t.with_valid_lens(l)),
-            verify,
-            write,
-        ),
-        (Some(lut), None) => launch(
-            on,
-            &shape,
-            &base.with_group(Swa::window(case.window).with_lut(lut)),
-            verify,
-            write,
-        ),
-        (Some(lut), Some((t, l))) => {
-            let i = base
-                .with_group(Swa::window(case.window).with_lut(lut))
-                .with_expected(t.with_valid_lens(l));
-            launch(on, &shape, &i, verify, write)
-        }
-    }
+    let inputs = RuntimePlanInputs::new(
+        PlanInputs::full(&case.batch, &case.table).with_offset(case.offset),
+        case.lut
+            .as_deref()
+            .map(|lut| Swa::window(case.window).with_lut(lut)),
+        case.pool.as_ref().map(|(t, l)| t.with_valid_lens(l)),
+    );
+    PlanWith::plan(backend, &shape, &inputs, verify, write).map(drop)
 }
 
-fn launch<G: Group, X: ExpectedTokens>(
-    (backend, offload): (Backend, Option<&Offload<'_>>),
-    shape: &UncheckedShape,
-    inputs: &PlanInputs<'_, G, X>,
-    verify: &mut Verify,
-    write: &mut Write,
-) -> Result<(), Error> {
-    match (backend, offload) {
-        (Backend::Cpu, _) => cpu::plan(shape, inputs, verify, write).map(drop),
-        (Backend::Cuda, Some(off)) => off.plan(shape, inputs, verify, write),
-        (Backend::Cuda, None) => {
-            Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))
-        }
-    }
-}
-
-/// Runs `case` on both backends from the same initial buffers and compares result and buffers.
+/// Runs `case` on the CPU and on this thread's default GPU from the same initial buffers and
+/// compares result and buffers.
 pub fn compare(case: &Case, label: &str) -> Result<(), String> {
-    compare_on(case, label, None)
+    Offload::with_default(|gpu| Ok(compare_on(case, label, gpu)))
+        .map_err(|e| format!("{label}: GPU failed: {e:?}"))?
 }
 
 /// The GPU's error with the CPU's `lengths` where the documented device behaviour leaves them
@@ -284,12 +242,12 @@ fn with_cpu_lengths<T>(gpu: Error, cpu: &Result<T, Error>) -> Error {
     }
 }
 
-/// [`compare`], the GPU side on `offload` when given.
-fn compare_on(case: &Case, label: &str, offload: Option<&Offload<'_>>) -> Result<(), String> {
+/// [`compare`], the GPU side on `gpu` (one code path, [`run`], on both backends).
+fn compare_on<G: HostBackend>(case: &Case, label: &str, gpu: &G) -> Result<(), String> {
     let (mut cv, mut cw) = (case.verify.clone(), case.write.clone());
     let (mut gv, mut gw) = (case.verify.clone(), case.write.clone());
-    let cpu = run(case, Backend::Cpu, &mut cv, &mut cw, 0);
-    let gpu = run_on(case, Backend::Cuda, offload, &mut gv, &mut gw, 0);
+    let cpu = run(case, &Cpu, &mut cv, &mut cw, 0);
+    let gpu = run(case, gpu, &mut gv, &mut gw, 0);
     if let Err(Error::NoCudaDevice { .. }) | Err(Error::Cuda { .. }) = &gpu {
         return Err(format!("{label}: GPU failed: {gpu:?}"));
     }
@@ -317,7 +275,7 @@ pub fn differential(_: &Gpu) -> Result<(), String> {
         let case = random_case(&mut rng, 200, 48);
         compare(&case, &format!("plan case seed {seed}"))?;
         let (mut v, mut w) = (case.verify.clone(), case.write.clone());
-        match run(&case, Backend::Cpu, &mut v, &mut w, 0) {
+        match run(&case, &Cpu, &mut v, &mut w, 0) {
             Err(_) => errors += 1,
             Ok(()) if v.enable() == 0 => overflows += 1,
             Ok(()) => {}
@@ -372,7 +330,7 @@ pub fn large_batches(_: &Gpu) -> Result<(), String> {
     let (v0, w0) = poisoned_plans(&mut rng, 4097 * 64, 4097);
     let (mut v, mut w) = (v0.clone(), w0.clone());
     big.verify = v0.clone();
-    let got = run(&big, Backend::Cuda, &mut v, &mut w, 0);
+    let got = Offload::with_default(|gpu| run(&big, gpu, &mut v, &mut w, 0));
     ensure!(
         got == Err(Error::BatchTooLarge {
             bs: 4097,
@@ -393,7 +351,7 @@ pub fn malformed_rows_write_nothing(_: &Gpu) -> Result<(), String> {
         seed += 1;
         let case = random_case(&mut rng, 30, 24);
         let (mut v, mut w) = (case.verify.clone(), case.write.clone());
-        let Err(e) = run(&case, Backend::Cpu, &mut v, &mut w, 0) else {
+        let Err(e) = run(&case, &Cpu, &mut v, &mut w, 0) else {
             continue;
         };
         let kind = format!("{e:?}")
@@ -517,11 +475,7 @@ pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
                 (200, 48)
             };
             let case = random_case(&mut rng, max_bs, max_width);
-            compare_on(
-                &case,
-                &format!("{kernel} plan case seed {seed}"),
-                Some(&offload),
-            )?;
+            compare_on(&case, &format!("{kernel} plan case seed {seed}"), &offload)?;
         }
         for seed in 0..big {
             let mut rng = Rng::new(0xB16C_0000 + seed);
@@ -529,7 +483,7 @@ pub fn kernels_agree(_: &Gpu) -> Result<(), String> {
             compare_on(
                 &case,
                 &format!("{kernel} big plan case seed {seed}"),
-                Some(&offload),
+                &offload,
             )?;
         }
     }

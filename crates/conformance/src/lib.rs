@@ -11,7 +11,8 @@
 //!    rule, where the hand-written parser this replaced rejected it — the golden files repeat no
 //!    key) and decodes tensors ([`tensor`]);
 //! 2. replays each case through the typed API on a chosen [`Backend`] (one replay function per
-//!    op, dispatched by the case's `op`);
+//!    op, dispatched by the case's `op`, each written once, generic over the library's backend
+//!    seam);
 //! 3. compares every output tensor in full, untouched tails included, reporting the first
 //!    difference as `field[index] expected X got Y`; error cases are compared by error kind and
 //!    the values the error names ([`expected_error`]);
@@ -41,12 +42,15 @@ pub mod tensor;
 pub use case::{Case, Fields, GoldenError, GoldenFile, FORMAT, FORMAT_VERSION};
 pub use compare::{compare_outputs, compare_tensor, Produced};
 pub use error::Error;
-pub use replay::{judge, replay, replay_case, Replayed, UNSUPPORTED_OP};
+pub use replay::{judge, replay, replay_case, replay_on, Replayed, UNSUPPORTED_OP};
 pub use report::{CaseResult, Outcome, Report};
 
 use std::path::Path;
 
-/// Which implementation replays the cases.
+/// Which implementation replays the cases: the command line's choice, turned into a backend
+/// value (`kv_canary::backend::Cpu`, or `kv_canary_testkit::Offload` on this thread's default
+/// GPU) in one place, [`replay`]; every replay is written once, generic over
+/// [`HostBackend`](kv_canary_testkit::HostBackend) ([`replay_on`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backend {
     /// The CPU reference ops ([`kv_canary::cpu`]).
@@ -59,24 +63,14 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// The backend's command-line name (`"cpu"`).
+    /// The backend's command-line name (`"cpu"`, its
+    /// [`HostBackend::NAME`](kv_canary_testkit::HostBackend::NAME)).
     pub fn name(self) -> &'static str {
+        use kv_canary_testkit::HostBackend;
         match self {
-            Backend::Cpu => "cpu",
+            Backend::Cpu => kv_canary::backend::Cpu::NAME,
             #[cfg(feature = "cuda")]
-            Backend::Cuda => "cuda",
-        }
-    }
-
-    /// Whether the backend records violation rows in the reference's sequential order (requests,
-    /// then entries, in order). A parallel backend does not; its new rows are compared as a
-    /// multiset (golden README §7), while the write index, counters and buffer bytes must still
-    /// match exactly.
-    pub fn records_rows_in_order(self) -> bool {
-        match self {
-            Backend::Cpu => true,
-            #[cfg(feature = "cuda")]
-            Backend::Cuda => false,
+            Backend::Cuda => kv_canary_testkit::Offload::NAME,
         }
     }
 

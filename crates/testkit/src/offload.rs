@@ -1,13 +1,15 @@
-//! [`Offload`]: the GPU ops on *host* buffers (upload, launch, synchronise, download), for the
-//! conformance runner and the GPU-vs-CPU differential tests (formerly `kv_canary::cuda::Offload`).
+//! [`Offload`]: the GPU ops on *host* buffers (upload, launch, synchronise, download), a
+//! [`Backend`] (and [`HostBackend`]) for the conformance runner and the GPU-vs-CPU differential
+//! tests (formerly `kv_canary::cuda::Offload`).
 //!
-//! Written against the library's public API only (as `kv_canary::...`): while the conformance
-//! runner still lives inside the library, it includes this file too.
+//! Written against the library's public API only (as `kv_canary::...`).
 //!
 //! Engines keep their buffers on the device and launch directly; this path allocates device
 //! twins per call and is only as fast as that allows.
 
+use crate::host_backend::HostBackend;
 use cust::memory::DeviceBuffer;
+use kv_canary::backend::{Backend, Cpu, PlanWith, Scatters, Writes};
 use kv_canary::cuda::{
     self, ChainAssert, DeviceBatch, DeviceExpectedTable, DeviceInputAssert, DeviceLut,
     DeviceRealKv, DeviceRealKvSource, DeviceReqToToken, DeviceSettings, DeviceValidLens, Gpu,
@@ -15,12 +17,17 @@ use kv_canary::cuda::{
 };
 use kv_canary::{CanaryBuffer, HealthCounters, LaunchSettings, TokenCheck, ViolationRing};
 use kv_canary::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
+use kv_canary::{ChainPositionAssert, Host, LaunchTag, RealKv, WriteInputAssert};
 use kv_canary::{Error, Shape};
 use kv_canary::{ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, WriteInputs};
 use kv_canary::{RealKvParams, RowLayout};
 use kv_canary::{VerifyPlan, WritePlan};
 
-/// Runs the ops of this backend on host buffers through one stream of a [`Gpu`].
+/// The CUDA ops on host buffers through one stream of a [`Gpu`]: a [`Backend`] whose buffers
+/// live on the host ([`Host`]) and whose ops run on the GPU. Each op uploads its inputs and
+/// state, launches, synchronises and downloads what the device holds back into the host
+/// buffers (so a launch that wrote before failing would show), and returns the error the
+/// kernels recorded, if any; the ops return `()` (no summaries).
 #[derive(Debug)]
 pub struct Offload<'g> {
     stream: Stream<'g>,
@@ -39,96 +46,10 @@ impl<'g> Offload<'g> {
         &self.stream
     }
 
-    /// The plan op on the GPU with [`cpu::plan`](kv_canary::cpu::plan)'s signature: uploads the
-    /// inputs and both plan buffers, launches [`cuda::plan`](kv_canary::cuda::plan()), synchronises, and
-    /// downloads both buffers back into `verify` and `write` (whatever the device holds, so a
-    /// launch that wrote before failing would show). Returns the error the kernels recorded,
-    /// if any.
-    pub fn plan<V, W, E, VB, WB, G, X>(
-        &self,
-        shape: &Shape<V, W, E>,
-        inputs: &PlanInputs<'_, G, X>,
-        verify: &mut VerifyPlan<VB>,
-        write: &mut WritePlan<WB>,
-    ) -> Result<(), Error>
-    where
-        V: SameVerifyCapacity<VB>,
-        W: SameWriteReqCapacity<WB>,
-        E: Capacity,
-        VB: Capacity,
-        WB: Capacity,
-        G: Group,
-        X: ExpectedTokens,
-    {
-        let gpu = self.stream.gpu();
-        shape.verify_capacity().check(verify.capacity())?;
-        shape.write_req_capacity().check(write.capacity())?;
-        let bs = inputs.batch.len();
-        let batch = DeviceBatch::new(gpu, write.capacity())?;
-        batch.upload(inputs.batch)?;
-        let table = DeviceReqToToken::from_host(gpu, inputs.req_to_token)?;
-        let lut = inputs
-            .group
-            .lut()
-            .map(|l| DeviceLut::from_host(gpu, l))
-            .transpose()?;
-        let pool = match inputs.expected.pool() {
-            None => None,
-            Some(p) => {
-                if p.valid_lens().len() != bs {
-                    return Err(Error::LengthMismatch {
-                        what: "req_to_verify_expected_tokens_valid_lens",
-                        expected: bs,
-                        found: p.valid_lens().len(),
-                    });
-                }
-                let lens = DeviceValidLens::new(gpu, write.capacity())?;
-                lens.upload(p.valid_lens())?;
-                Some((DeviceExpectedTable::from_host(gpu, p.table())?, lens))
-            }
-        };
-        let (dv, dw) = (verify.to_device(gpu)?, write.to_device(gpu)?);
-        let base = cuda::PlanInputs::full(&batch, &table).with_offset(inputs.offset);
-        let s = &self.stream;
-        s.clear_status()?;
-        let window = inputs.group.window();
-        match (&lut, &pool) {
-            (None, None) => cuda::plan(s, shape, &base, &dv, &dw),
-            (None, Some((t, l))) => cuda::plan(
-                s,
-                shape,
-                &base.with_expected(t.with_valid_lens(l)),
-                &dv,
-                &dw,
-            ),
-            (Some(lut), None) => cuda::plan(
-                s,
-                shape,
-                &base.with_group(cuda::Swa::new(window, lut)),
-                &dv,
-                &dw,
-            ),
-            (Some(lut), Some((t, l))) => {
-                let i = base
-                    .with_group(cuda::Swa::new(window, lut))
-                    .with_expected(t.with_valid_lens(l));
-                cuda::plan(s, shape, &i, &dv, &dw)
-            }
-        }?;
-        let status = s.status();
-        *verify = dv.to_host()?;
-        *write = dw.to_host()?;
-        status
-    }
-}
-
-impl<'g> Offload<'g> {
-    /// The write op on the GPU with [`cpu::write`](kv_canary::cpu::write)'s signature: uploads the
-    /// plan, inputs, real-KV source bytes and state, launches [`cuda::write`](kv_canary::cuda::write()),
-    /// synchronises and downloads the canary buffer, ring and counters back (whatever the
-    /// device holds). Returns the error the kernel recorded, if any.
-    #[allow(clippy::too_many_arguments)]
-    pub fn write<V, W, E, WB, EB, A, S, R>(
+    /// The write launch for an input assert the device supports (both); see
+    /// [`Backend::write`] below for why the inputs are re-typed first.
+    #[allow(clippy::too_many_arguments, reason = "the write op's own arguments")]
+    fn write_typed<V, W, E, WB, EB, A, S, R>(
         &self,
         shape: &Shape<V, W, E>,
         plan: &WritePlan<WB>,
@@ -170,11 +91,65 @@ impl<'g> Offload<'g> {
         *counters = dn.to_host()?;
         status
     }
+}
 
-    /// The verify op on the GPU with [`cpu::verify`](kv_canary::cpu::verify)'s signature; uploads,
-    /// launches [`cuda::verify`](kv_canary::cuda::verify()), synchronises, downloads the ring and counters.
-    #[allow(clippy::too_many_arguments)]
-    pub fn verify<V, W, E, VB, K, S, R>(
+/// Host buffers and host settings as on [`Cpu`] (allocation delegates to it); the ops on the
+/// GPU.
+impl Backend for Offload<'_> {
+    type Memory = Host;
+    type RealKv<'k> = RealKv<'k>;
+    type Settings<'k> = LaunchSettings<'k>;
+    type VerifyDone = ();
+    type WriteDone = ();
+    type PlanDone = ();
+
+    fn no_real_kv() -> RealKv<'static> {
+        Cpu::no_real_kv()
+    }
+
+    fn settings<'k>(
+        tag: LaunchTag,
+        real_kv: Self::RealKv<'k>,
+        chain_position_assert: ChainPositionAssert,
+    ) -> Self::Settings<'k> {
+        Cpu::settings(tag, real_kv, chain_position_assert)
+    }
+
+    fn check_real_kv_covers(real_kv: &RealKv<'_>, slots: usize) -> Result<(), Error> {
+        Cpu::check_real_kv_covers(real_kv, slots)
+    }
+
+    fn verify_plan<C: Capacity>(&self, capacity: C) -> Result<VerifyPlan<C>, Error> {
+        Cpu.verify_plan(capacity)
+    }
+
+    fn write_plan<C: Capacity>(&self, capacity: C) -> Result<WritePlan<C>, Error> {
+        Cpu.write_plan(capacity)
+    }
+
+    fn canary_buffer<S: Capacity>(&self, slots: S) -> Result<CanaryBuffer<S>, Error> {
+        Cpu.canary_buffer(slots)
+    }
+
+    fn violation_ring<R: Capacity>(&self, rows: R) -> Result<ViolationRing<R>, Error> {
+        Cpu.violation_ring(rows)
+    }
+
+    fn health_counters(&self) -> Result<HealthCounters, Error> {
+        Cpu.health_counters()
+    }
+
+    fn write_inputs<E: Capacity>(&self, capacity: E) -> Result<WriteInputs<E>, Error> {
+        Cpu.write_inputs(capacity)
+    }
+
+    fn clear_ring<R: Capacity>(&self, ring: &mut ViolationRing<R>) -> Result<(), Error> {
+        Cpu.clear_ring(ring)
+    }
+
+    /// Uploads the plan and state, launches [`cuda::verify`](kv_canary::cuda::verify()),
+    /// synchronises, downloads the ring and counters.
+    fn verify<V, W, E, VB, K, S, R>(
         &self,
         shape: &Shape<V, W, E>,
         plan: &VerifyPlan<VB>,
@@ -214,11 +189,140 @@ impl<'g> Offload<'g> {
         *counters = dn.to_host()?;
         status
     }
+}
 
-    /// `scatter_req_token_ids` on the GPU with the CPU op's signature: uploads, launches
-    /// [`cuda::scatter_req_token_ids`](kv_canary::cuda::scatter_req_token_ids()), synchronises and
-    /// downloads the pool.
-    pub fn scatter_req_token_ids(
+/// The write op on the GPU (both input-assert states).
+impl<A: WriteInputAssert> Writes<A> for Offload<'_> {
+    /// Uploads the plan, inputs, real-KV source bytes and state, launches
+    /// [`cuda::write`](kv_canary::cuda::write()), synchronises and downloads the canary buffer,
+    /// ring and counters.
+    ///
+    /// The seam takes any [`WriteInputAssert`] while the device upload needs its
+    /// [`DeviceInputAssert`] twin, so the inputs are first re-typed from what they hold
+    /// ([`WriteInputs::input_assert_tensors`]): a host copy with the assert on or off, the same
+    /// arrays.
+    fn write<V, W, E, WB, EB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB>,
+        inputs: &WriteInputs<EB, A>,
+        launch: &LaunchSettings<'_>,
+        canary: &mut CanaryBuffer<S>,
+        ring: &mut ViolationRing<R>,
+        counters: &mut HealthCounters,
+    ) -> Result<(), Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        EB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        let (entries, ids, positions, slots) = (
+            inputs.capacity(),
+            inputs.input_ids().to_vec(),
+            inputs.positions().to_vec(),
+            inputs.out_cache_loc().to_vec(),
+        );
+        match inputs.input_assert_tensors() {
+            None => {
+                let off = WriteInputs::from_parts(entries, ids, positions, slots)?;
+                self.write_typed(shape, plan, &off, launch, canary, ring, counters)
+            }
+            Some((tokens, expected_positions)) => {
+                let on = WriteInputs::from_parts_with_expected(
+                    entries,
+                    ids,
+                    positions,
+                    slots,
+                    tokens.to_vec(),
+                    expected_positions.to_vec(),
+                )?;
+                self.write_typed(shape, plan, &on, launch, canary, ring, counters)
+            }
+        }
+    }
+}
+
+/// The plan op on the GPU: uploads the inputs and both plan buffers, launches
+/// [`cuda::plan`](kv_canary::cuda::plan()), synchronises, and downloads both buffers back into
+/// `verify` and `write`. The host group and pool become their device twins through
+/// [`with_plan_inputs_choice!`](kv_canary::with_plan_inputs_choice), the one bridge from
+/// "has a LUT?"/"has a pool?" to types.
+impl<'a, G, X, V, W, E> PlanWith<PlanInputs<'a, G, X>, V, W, E> for Offload<'_>
+where
+    G: Group,
+    X: ExpectedTokens,
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+{
+    fn plan<VB, WB>(
+        &self,
+        shape: &Shape<V, W, E>,
+        inputs: &PlanInputs<'a, G, X>,
+        verify: &mut VerifyPlan<VB>,
+        write: &mut WritePlan<WB>,
+    ) -> Result<(), Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: SameWriteReqCapacity<WB>,
+        VB: Capacity,
+        WB: Capacity,
+    {
+        let gpu = self.stream.gpu();
+        shape.verify_capacity().check(verify.capacity())?;
+        shape.write_req_capacity().check(write.capacity())?;
+        let bs = inputs.batch.len();
+        let batch = DeviceBatch::new(gpu, write.capacity())?;
+        batch.upload(inputs.batch)?;
+        let table = DeviceReqToToken::from_host(gpu, inputs.req_to_token)?;
+        let lut = inputs
+            .group
+            .lut()
+            .map(|l| DeviceLut::from_host(gpu, l))
+            .transpose()?;
+        let pool = match inputs.expected.pool() {
+            None => None,
+            Some(p) => {
+                if p.valid_lens().len() != bs {
+                    return Err(Error::LengthMismatch {
+                        what: "req_to_verify_expected_tokens_valid_lens",
+                        expected: bs,
+                        found: p.valid_lens().len(),
+                    });
+                }
+                let lens = DeviceValidLens::new(gpu, write.capacity())?;
+                lens.upload(p.valid_lens())?;
+                Some((DeviceExpectedTable::from_host(gpu, p.table())?, lens))
+            }
+        };
+        let (dv, dw) = (verify.to_device(gpu)?, write.to_device(gpu)?);
+        let s = &self.stream;
+        s.clear_status()?;
+        let window = inputs.group.window();
+        kv_canary::with_plan_inputs_choice!(
+            cuda::PlanInputs::full(&batch, &table).with_offset(inputs.offset),
+            group: lut.as_ref().map(|lut| cuda::Swa::new(window, lut)),
+            expected: pool.as_ref().map(|(t, l)| t.with_valid_lens(l)),
+            |device_inputs| cuda::plan(s, shape, &device_inputs, &dv, &dw)
+        )?;
+        let status = s.status();
+        *verify = dv.to_host()?;
+        *write = dw.to_host()?;
+        status
+    }
+}
+
+/// `scatter_req_token_ids` on the GPU: uploads, launches
+/// [`cuda::scatter_req_token_ids`](kv_canary::cuda::scatter_req_token_ids()), synchronises and
+/// downloads the pool.
+impl Scatters for Offload<'_> {
+    type ScatterDone = ();
+
+    fn scatter_req_token_ids(
         &self,
         flat_in: &[i64],
         offsets: &[i64],
@@ -242,6 +346,16 @@ impl<'g> Offload<'g> {
         let status = s.status();
         *pool_out = pool.to_host()?;
         status
+    }
+}
+
+/// The GPU: rows of different requests or entries come in any order.
+impl HostBackend for Offload<'_> {
+    const NAME: &'static str = "cuda";
+    const RECORDS_ROWS_IN_ORDER: bool = false;
+
+    fn host_real_kv(real_kv: RealKv<'_>) -> RealKv<'_> {
+        real_kv
     }
 }
 

@@ -8,14 +8,14 @@ use super::{capacity, Replayed};
 use crate::case::{Case, Fields};
 use crate::compare::Produced;
 use crate::tensor::{Tensor, TensorData};
-use crate::Backend;
 use crate::Error;
 use kv_canary::consts::VIOLATION_FIELDS;
 use kv_canary::Capacity;
 use kv_canary::{
-    CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchSettings, LaunchTag, RealKv,
-    RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, UncheckedCapacity, ViolationRing,
+    CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, RealKv, RealKvHashMode,
+    RealKvParams, RealKvSource, RealKvSources, UncheckedCapacity, ViolationRing,
 };
+use kv_canary_testkit::HostBackend;
 
 /// What a launch mutates.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,30 +41,31 @@ struct Settings {
 }
 
 impl Settings {
-    /// The typed launch: every source validated, at most four of them
+    /// The typed launch settings of `B`: every source validated, at most four of them
     /// ([`TooManyRealKvSources`](kv_canary::Error::TooManyRealKvSources) otherwise).
-    pub fn launch(&self) -> Result<LaunchSettings<'_>, Error> {
+    pub fn launch<B: HostBackend>(&self) -> Result<B::Settings<'_>, Error> {
         let sources = self
             .sources
             .iter()
             .map(|s| RealKvSource::from_shape(&s.bytes, &s.shape, s.params))
             .collect::<Result<Vec<_>, kv_canary::Error>>()?;
         let real_kv = RealKv::new(self.mode, RealKvSources::try_from_slice(&sources)?);
-        Ok(LaunchSettings::new(self.tag)
-            .with_real_kv(real_kv)
-            .with_chain_position_assert(self.chain_position_assert))
+        Ok(B::settings(
+            self.tag,
+            B::host_real_kv(real_kv),
+            self.chain_position_assert,
+        ))
     }
 }
 
-/// Replays one launch case (`write` or `verify`) on `backend`: decodes the context, then the
+/// Replays one launch case (`write` or `verify`) on a backend `B`: decodes the context, then the
 /// op's own inputs with `decode_op`, then the launch settings (the first error is the replay's);
 /// runs `launch` on the state ([`run`]); and, for a backend that records rows out of order,
 /// aligns the rows it appended with the golden ones ([`realign`]).
-pub(super) fn replay_launch<T>(
+pub(super) fn replay_launch<B: HostBackend, T>(
     case: &Case,
-    backend: Backend,
     decode_op: impl FnOnce(&Fields<'_>) -> Result<T, Error>,
-    launch: impl FnOnce(&T, &LaunchSettings<'_>, &mut State) -> Result<(), Error>,
+    launch: impl FnOnce(&T, &B::Settings<'_>, &mut State) -> Result<(), Error>,
 ) -> Replayed {
     let inputs = case.inputs();
     let decoded =
@@ -73,13 +74,13 @@ pub(super) fn replay_launch<T>(
         Ok(d) => d,
         Err(e) => return Replayed::Error(e),
     };
-    let settings = match settings.launch() {
+    let settings = match settings.launch::<B>() {
         Ok(l) => l,
         Err(e) => return Replayed::Error(e),
     };
     let initial_index = state.ring.write_index();
     let replayed = run(&mut state, |st| launch(&op, &settings, st));
-    if backend.records_rows_in_order() {
+    if B::RECORDS_ROWS_IN_ORDER {
         replayed
     } else {
         realign(case, initial_index, &mut state, replayed)

@@ -1,8 +1,12 @@
 //! Replay: one function per op, dispatched by the case's `op` string, and the judgement of its
 //! result against the case.
 //!
-//! To support another op, add `replay/<op>.rs` with a `replay(case, backend) -> Replayed` and one
-//! arm in [`replay_case`]; error cases of the op also need rows in
+//! Every replay is written once, generic over [`HostBackend`] (the library's backend seam with
+//! host buffers), and runs on `kv_canary::backend::Cpu` or `kv_canary_testkit::Offload`; the
+//! [`Backend`] choice becomes one of them in one place, [`replay`].
+//!
+//! To support another op, add `replay/<op>.rs` with a `replay(case, backend: &B) -> Replayed`
+//! and one arm in [`replay_on`]; error cases of the op also need rows in
 //! [`expected_error`](super::expected_error).
 
 mod allocate;
@@ -20,6 +24,7 @@ use crate::report::Outcome;
 use crate::Backend;
 use crate::Error;
 use kv_canary::UncheckedCapacity;
+use kv_canary_testkit::HostBackend;
 
 /// The skip reason of a case whose op has no replay here.
 pub const UNSUPPORTED_OP: &str = "op not supported by this runner yet";
@@ -61,8 +66,27 @@ pub fn replay_case(case: &Case, backend: Backend) -> Outcome {
 }
 
 /// Replays one case on `backend` through the replay function of its op; `None` when this
-/// runner has none for the op.
+/// runner has none for the op. The one place where the [`Backend`] choice becomes a backend
+/// value: `Cpu`, or this thread's default `Offload` (the error of a GPU that cannot be set up
+/// is the replay's, for every op that runs on the backend).
 pub fn replay(case: &Case, backend: Backend) -> Option<Replayed> {
+    match backend {
+        Backend::Cpu => replay_on(case, &kv_canary::backend::Cpu),
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => match case.op.as_str() {
+            "plan" | "write" | "verify" | "scatter_req_token_ids" => {
+                kv_canary_testkit::Offload::with_default(|offload| Ok(replay_on(case, offload)))
+                    .unwrap_or_else(|e| Some(Replayed::Error(e.into())))
+            }
+            // Ops that run no launch need no GPU.
+            _ => replay_on(case, &kv_canary::backend::Cpu),
+        },
+    }
+}
+
+/// Replays one case on the backend value `backend` through the replay function of its op;
+/// `None` when this runner has none for the op.
+pub fn replay_on<B: HostBackend>(case: &Case, backend: &B) -> Option<Replayed> {
     Some(match case.op.as_str() {
         "plan" => plan::replay(case, backend),
         "write" => write::replay(case, backend),

@@ -18,13 +18,13 @@ use super::{capacity, Replayed};
 use crate::case::{Case, Fields};
 use crate::compare::Produced;
 use crate::tensor::Tensor;
-use crate::Backend;
 use crate::Error;
+use kv_canary::backend::PlanWith;
 use kv_canary::{
-    cpu, Batch, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, Swa, UncheckedCapacity,
-    UncheckedShape, VerifyPlan, WritePlan,
+    Batch, ExpectedTokenTable, PlanInputs, PositionOffset, ReqToToken, RuntimePlanInputs, Swa,
+    UncheckedCapacity, UncheckedShape, VerifyPlan, WritePlan,
 };
-use kv_canary::{ExpectedTokens, Group};
+use kv_canary_testkit::HostBackend;
 
 type Verify = VerifyPlan<UncheckedCapacity>;
 type Write = WritePlan<UncheckedCapacity>;
@@ -43,7 +43,7 @@ struct Decoded {
 }
 
 /// Replays one `plan` case on `backend`.
-pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
+pub(super) fn replay<B: HostBackend>(case: &Case, backend: &B) -> Replayed {
     let mut d = match decode(&case.inputs()) {
         Ok(d) => d,
         Err(e) => return Replayed::Error(e),
@@ -155,44 +155,17 @@ fn decode(inputs: &Fields<'_>) -> Result<Decoded, Error> {
     })
 }
 
-/// Picks the typed group and expected-token source, then launches.
-fn dispatch(d: &mut Decoded, backend: Backend) -> Result<(), Error> {
-    let base = PlanInputs::full(&d.batch, &d.table).with_offset(d.offset);
-    let (shape, verify, write) = (&d.shape, &mut d.verify, &mut d.write);
-    match (&d.lut, &d.pool) {
-        (None, None) => launch(backend, shape, &base, verify, write),
-        (None, Some((t, v))) => {
-            let inputs = base.with_expected(t.with_valid_lens(v));
-            launch(backend, shape, &inputs, verify, write)
-        }
-        (Some(lut), None) => {
-            let inputs = base.with_group(Swa::window(d.window).with_lut(lut));
-            launch(backend, shape, &inputs, verify, write)
-        }
-        (Some(lut), Some((t, v))) => {
-            let inputs = base
-                .with_group(Swa::window(d.window).with_lut(lut))
-                .with_expected(t.with_valid_lens(v));
-            launch(backend, shape, &inputs, verify, write)
-        }
-    }
-}
-
-/// One plan launch on `backend`. A new backend adds its arm here.
-fn launch<G: Group, X: ExpectedTokens>(
-    backend: Backend,
-    shape: &UncheckedShape,
-    inputs: &PlanInputs<'_, G, X>,
-    verify: &mut Verify,
-    write: &mut Write,
-) -> Result<(), Error> {
-    match backend {
-        Backend::Cpu => cpu::plan(shape, inputs, verify, write).map(drop)?,
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => {
-            kv_canary_testkit::Offload::with_default(|gpu| gpu.plan(shape, inputs, verify, write))?
-        }
-    }
+/// Launches the plan on `backend`, the group and expected-token source chosen by what the
+/// dump holds ([`RuntimePlanInputs`]: the library's one bridge to the typed inputs).
+fn dispatch<B: HostBackend>(d: &mut Decoded, backend: &B) -> Result<(), Error> {
+    let inputs = RuntimePlanInputs::new(
+        PlanInputs::full(&d.batch, &d.table).with_offset(d.offset),
+        d.lut
+            .as_deref()
+            .map(|lut| Swa::window(d.window).with_lut(lut)),
+        d.pool.as_ref().map(|(t, v)| t.with_valid_lens(v)),
+    );
+    PlanWith::plan(backend, &d.shape, &inputs, &mut d.verify, &mut d.write)?;
     Ok(())
 }
 
@@ -239,6 +212,7 @@ mod tests {
     use crate::case::GoldenFile;
     use crate::replay::replay_case;
     use crate::report::Outcome;
+    use crate::Backend;
 
     /// The §3.6 worked example without the pool, as a one-case golden file; `{EXTRA}` adds or
     /// overrides inputs.
@@ -280,7 +254,7 @@ mod tests {
     }
 
     fn error_of(c: &Case) -> Error {
-        match replay(c, Backend::Cpu) {
+        match replay(c, &kv_canary::backend::Cpu) {
             Replayed::Error(e) => e,
             other => panic!("expected an error, got {other:?}"),
         }

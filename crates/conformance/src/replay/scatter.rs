@@ -6,12 +6,12 @@ use super::Replayed;
 use crate::case::Case;
 use crate::compare::Produced;
 use crate::tensor::Tensor;
-use crate::Backend;
 use crate::Error;
-use kv_canary::{cpu, ExpectedTokenTable};
+use kv_canary::ExpectedTokenTable;
+use kv_canary_testkit::HostBackend;
 
 /// Replays one `scatter_req_token_ids` case on `backend`.
-pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
+pub(super) fn replay<B: HostBackend>(case: &Case, backend: &B) -> Replayed {
     let inputs = case.inputs();
     let decode = || -> Result<_, Error> {
         let i64s = |key: &'static str| inputs.required_tensor(key)?.into_i64(key);
@@ -29,15 +29,9 @@ pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
         Err(e) => return Replayed::Error(e),
     };
     let before = pool.clone();
-    let launched = match backend {
-        Backend::Cpu => {
-            cpu::scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool).map(drop)
-        }
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => kv_canary_testkit::Offload::with_default(|gpu| {
-            gpu.scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool)
-        }),
-    };
+    let launched = backend
+        .scatter_req_token_ids(&flat_in, &offsets, &req_pool_indices, &mut pool)
+        .map(drop);
     match launched {
         Ok(_) => Replayed::Outputs(outputs(&pool)),
         Err(error) if pool != before => Replayed::MutatedThenFailed {

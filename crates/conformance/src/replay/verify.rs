@@ -5,20 +5,18 @@
 use super::context::{self, State};
 use super::{capacity, Replayed};
 use crate::case::{Case, Fields};
-use crate::Backend;
 use crate::Error;
 use kv_canary::TokenCheck;
-use kv_canary::{
-    cpu, LaunchSettings, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan,
-};
+use kv_canary::{TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyPlan};
+use kv_canary_testkit::HostBackend;
 
 /// Replays one `verify` case on `backend`.
-pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
+pub(super) fn replay<B: HostBackend>(case: &Case, backend: &B) -> Replayed {
     let decode_op = |inputs: &Fields<'_>| {
         let plan = decode_plan(inputs)?;
         Ok((plan, inputs.bool("check_verify_expected_token")?))
     };
-    context::replay_launch(case, backend, decode_op, |(plan, check), launch, st| {
+    context::replay_launch::<B, _>(case, decode_op, |(plan, check), launch, st| {
         if *check {
             launch_verify(backend, plan, TokenCheckOn, launch, st)
         } else {
@@ -44,40 +42,25 @@ fn decode_plan(inputs: &Fields<'_>) -> Result<VerifyPlan<UncheckedCapacity>, Err
     Ok(plan)
 }
 
-/// One verify launch on `backend`. A new backend adds its arm here.
-fn launch_verify<K: TokenCheck>(
-    backend: Backend,
+/// One verify launch on `backend`.
+fn launch_verify<B: HostBackend, K: TokenCheck>(
+    backend: &B,
     plan: &VerifyPlan<UncheckedCapacity>,
     check: K,
-    launch: &LaunchSettings<'_>,
+    settings: &B::Settings<'_>,
     st: &mut State,
 ) -> Result<(), Error> {
     // The verify op never reads the write capacities; any positive value will do.
     let one = UncheckedCapacity::new("write capacity", 1)?;
     let shape = UncheckedShape::from_capacities(plan.capacity(), one, one);
-    match backend {
-        Backend::Cpu => cpu::verify(
-            &shape,
-            plan,
-            check,
-            launch,
-            &st.buf,
-            &mut st.ring,
-            &mut st.counters,
-        )
-        .map(drop)?,
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => kv_canary_testkit::Offload::with_default(|gpu| {
-            gpu.verify(
-                &shape,
-                plan,
-                check,
-                launch,
-                &st.buf,
-                &mut st.ring,
-                &mut st.counters,
-            )
-        })?,
-    }
+    backend.verify(
+        &shape,
+        plan,
+        check,
+        settings,
+        &st.buf,
+        &mut st.ring,
+        &mut st.counters,
+    )?;
     Ok(())
 }

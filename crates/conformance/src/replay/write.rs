@@ -12,15 +12,15 @@
 use super::context::{self, State};
 use super::{capacity, Replayed};
 use crate::case::{Case, Fields};
-use crate::Backend;
 use crate::Error;
-use kv_canary::{cpu, LaunchSettings, UncheckedCapacity, UncheckedShape, WriteInputs, WritePlan};
+use kv_canary::backend::Writes;
+use kv_canary::{UncheckedCapacity, UncheckedShape, WriteInputAssert, WriteInputs, WritePlan};
+use kv_canary_testkit::HostBackend;
 
 /// Replays one `write` case on `backend`.
-pub(super) fn replay(case: &Case, backend: Backend) -> Replayed {
-    context::replay_launch(
+pub(super) fn replay<B: HostBackend>(case: &Case, backend: &B) -> Replayed {
+    context::replay_launch::<B, _>(
         case,
-        backend,
         decode_plan_and_inputs,
         |(plan, ids), launch, st| match ids {
             Inputs::Off(i) => launch_write(backend, plan, i, launch, st),
@@ -89,23 +89,12 @@ fn decode_plan_and_inputs(
     Ok((plan, decoded))
 }
 
-/// The input-assert states every compiled-in backend can run (with `cuda`, those the device
-/// launch supports: both).
-#[cfg(feature = "cuda")]
-trait ReplayAssert: kv_canary::cuda::DeviceInputAssert {}
-#[cfg(feature = "cuda")]
-impl<A: kv_canary::cuda::DeviceInputAssert> ReplayAssert for A {}
-#[cfg(not(feature = "cuda"))]
-trait ReplayAssert: kv_canary::WriteInputAssert {}
-#[cfg(not(feature = "cuda"))]
-impl<A: kv_canary::WriteInputAssert> ReplayAssert for A {}
-
-/// One write launch on `backend`. A new backend adds its arm here.
-fn launch_write<A: ReplayAssert>(
-    backend: Backend,
+/// One write launch on `backend`.
+fn launch_write<B: HostBackend + Writes<A>, A: WriteInputAssert>(
+    backend: &B,
     plan: &WritePlan<UncheckedCapacity>,
     inputs: &WriteInputs<UncheckedCapacity, A>,
-    launch: &LaunchSettings<'_>,
+    settings: &B::Settings<'_>,
     st: &mut State,
 ) -> Result<(), Error> {
     // The write op never reads the verify capacity; any positive value will do.
@@ -114,29 +103,15 @@ fn launch_write<A: ReplayAssert>(
         plan.capacity(),
         inputs.capacity(),
     );
-    match backend {
-        Backend::Cpu => cpu::write(
-            &shape,
-            plan,
-            inputs,
-            launch,
-            &mut st.buf,
-            &mut st.ring,
-            &mut st.counters,
-        )
-        .map(drop)?,
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => kv_canary_testkit::Offload::with_default(|gpu| {
-            gpu.write(
-                &shape,
-                plan,
-                inputs,
-                launch,
-                &mut st.buf,
-                &mut st.ring,
-                &mut st.counters,
-            )
-        })?,
-    }
+    Writes::<A>::write(
+        backend,
+        &shape,
+        plan,
+        inputs,
+        settings,
+        &mut st.buf,
+        &mut st.ring,
+        &mut st.counters,
+    )?;
     Ok(())
 }
