@@ -3,12 +3,13 @@
 use crate::gen::{cap, cap_near, count32, ensure, error_label, len_near, val, val32, vals};
 use crate::Verdict;
 use arbitrary::{Result, Unstructured};
+use kv_canary::hash::{chain_step, CHAIN_HEAD};
 use kv_canary::{
-    cpu, Batch, CanaryBuffer, Capacity, ChainPositionAssert, ExpectedTokenTable, ExpectedTokens,
-    Group, HealthCounters, LaunchSettings, LaunchTag, PlanInputs, PositionOffset, RealKv,
-    RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, ReqToToken, Shape, Swa, TokenCheck,
-    TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry, VerifyPlan,
-    ViolationRing, WriteInputAssert, WriteInputs, WritePlan,
+    cpu, Batch, CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, ExpectedTokenTable,
+    ExpectedTokens, FailReason, Group, HealthCounters, LaunchSettings, LaunchTag, PlanInputs,
+    PositionOffset, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, ReqToToken,
+    Shape, Swa, TokenCheck, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape,
+    VerifyEntry, VerifyPlan, ViolationRing, WriteInputAssert, WriteInputs, WritePlan,
 };
 
 type Cap = UncheckedCapacity;
@@ -388,6 +389,40 @@ fn check_launch_accounting(
     Ok(())
 }
 
+/// The ring after `before` records `rows` (stored at indices inside the ring, counted always).
+fn ring_after(before: &ViolationRing<Cap>, rows: &[[i64; 8]]) -> (Vec<i64>, i32) {
+    let mut flat = before.rows_flat().to_vec();
+    let mut index = before.write_index();
+    for row in rows {
+        if let Ok(at) = usize::try_from(index) {
+            if at < before.capacity().get() {
+                flat[at * 8..at * 8 + 8].copy_from_slice(row);
+            }
+        }
+        index = index.wrapping_add(1);
+    }
+    (flat, index)
+}
+
+/// Compares the ring with the model's rows.
+fn check_ring(
+    op: &str,
+    before: &LaunchState,
+    after: &LaunchState,
+    rows: &[[i64; 8]],
+) -> std::result::Result<(), String> {
+    let (flat, index) = ring_after(&before.ring, rows);
+    ensure(
+        after.ring.rows_flat() == flat.as_slice() && after.ring.write_index() == index,
+        || {
+            format!(
+                "{op}: the ring differs from the sequential model's {} rows",
+                rows.len()
+            )
+        },
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // write
 
@@ -439,10 +474,14 @@ pub fn write(u: &mut Unstructured<'_>) -> Result<Verdict> {
             vals(u, eb, 0, 20)?,
         )
         .expect("lengths match");
-        check_write(&shape, &plan, &inputs, &launch, state)
+        let expected = (
+            inputs.expected_tokens().to_vec(),
+            inputs.expected_positions().to_vec(),
+        );
+        check_write(&shape, &plan, &inputs, Some(&expected), &launch, state)
     } else {
         let inputs = WriteInputs::from_parts(inputs_cap, ids, positions, locs).expect("lengths");
-        check_write(&shape, &plan, &inputs, &launch, state)
+        check_write(&shape, &plan, &inputs, None, &launch, state)
     })
 }
 
@@ -450,6 +489,7 @@ fn check_write<A: WriteInputAssert>(
     shape: &UncheckedShape,
     plan: &WritePlan<Cap>,
     inputs: &WriteInputs<Cap, A>,
+    expected: Option<&(Vec<i64>, Vec<i64>)>,
     launch: &LaunchSettings<'_>,
     before: LaunchState,
 ) -> Verdict {
@@ -510,6 +550,66 @@ fn check_write<A: WriteInputAssert>(
             format!("write: slot {slot} changed where no op writes (stamped {stamped:?})")
         })?;
     }
+    // A sequential model of spec §4: the records and the ring rows.
+    let mut model = before.canary.clone();
+    let mut rows = Vec::new();
+    let tag = launch.tag.value();
+    for r in 0..active {
+        let range = offsets[r] as usize..offsets[r + 1] as usize;
+        if range.is_empty() {
+            continue;
+        }
+        let seed = plan.seed_slot_indices()[r];
+        let seed_record = usize::try_from(seed)
+            .ok()
+            .map(|s| model.slot(s).expect("validated"));
+        let mut running = seed_record.map_or(CHAIN_HEAD, |rec| rec.chain_hash());
+        let chain_assert = seed_record.is_some() && launch.chain_position_assert.is_on();
+        let mut prev_pos = seed_record.map_or(0, |rec| rec.position);
+        for i in range {
+            let slot = inputs.out_cache_loc()[i];
+            if slot < 0 {
+                continue;
+            }
+            let (token, pos) = (inputs.input_ids()[i], inputs.positions()[i]);
+            if let Some((tokens, positions)) = expected {
+                let (et, ep) = (tokens[i], positions[i]);
+                let bits = FailReason::NONE
+                    .with_if(FailReason::WRITE_TOKEN_MISMATCH, token != et)
+                    .with_if(FailReason::WRITE_POSITION_MISMATCH, pos != ep);
+                if !bits.is_empty() {
+                    rows.push([tag, slot, pos, token, et, running, ep, bits.bits()]);
+                }
+            }
+            if chain_assert {
+                let want = prev_pos.wrapping_add(1);
+                if pos != want {
+                    let bits = FailReason::WRITE_POSITION_MISMATCH.bits();
+                    rows.push([tag, slot, pos, token, token, running, want, bits]);
+                }
+                prev_pos = pos;
+            }
+            let record = CanarySlot {
+                token,
+                position: pos,
+                prev_hash: running,
+                real_kv_hash: launch.real_kv.hash(slot as usize),
+            };
+            model.set_slot(slot as usize, record).expect("validated");
+            running = chain_step(running, token, pos);
+        }
+    }
+    ensure(model == after.canary, || {
+        "write: the canary differs from the sequential model".to_owned()
+    })?;
+    ensure(rows.len() as u64 == s.violations, || {
+        format!(
+            "write: {} violations, the model records {}",
+            s.violations,
+            rows.len()
+        )
+    })?;
+    check_ring("write", &before, &after, &rows)?;
     Ok(format!(
         "write ok assert={} violations={} real_kv={}",
         A::ENABLED,
@@ -671,6 +771,65 @@ fn check_verify<K: TokenCheck>(
         || format!("verify: summary {s:?}, {checked} non-padding entries"),
     )?;
     check_launch_accounting("verify", &before, &after, active as u64, s.violations)?;
+    // A model of spec §5: one row per failing entry, in entry order.
+    let canary = &before.canary;
+    let mut rows = Vec::new();
+    let tag = launch.tag.value();
+    for i in 0..active {
+        let slot = plan.slot_indices()[i];
+        if slot == 0 {
+            continue;
+        }
+        let stored = canary.slot(slot as usize).expect("validated");
+        let prev = plan.prev_slot_indices()[i];
+        let expected_chain = match prev {
+            p if p < 0 => CHAIN_HEAD,
+            0 => stored.prev_hash,
+            p => canary.slot(p as usize).expect("validated").chain_hash(),
+        };
+        let et = if K::ENABLED {
+            plan.expected_tokens()[i]
+        } else {
+            -1
+        };
+        let bits = FailReason::NONE
+            .with_if(
+                FailReason::VERIFY_CHAIN_HASH_MISMATCH,
+                stored.prev_hash != expected_chain,
+            )
+            .with_if(
+                FailReason::VERIFY_TOKEN_MISMATCH,
+                et != -1 && stored.token != et,
+            )
+            .with_if(
+                FailReason::VERIFY_POSITION_MISMATCH,
+                stored.position != plan.expected_positions()[i],
+            )
+            .with_if(
+                FailReason::VERIFY_REAL_KV_HASH_MISMATCH,
+                stored.real_kv_hash != launch.real_kv.hash(slot as usize),
+            );
+        if !bits.is_empty() {
+            rows.push([
+                tag,
+                slot,
+                stored.position,
+                stored.token,
+                et,
+                stored.prev_hash,
+                expected_chain,
+                bits.bits(),
+            ]);
+        }
+    }
+    ensure(rows.len() as u64 == s.violations, || {
+        format!(
+            "verify: {} violations, the model records {}",
+            s.violations,
+            rows.len()
+        )
+    })?;
+    check_ring("verify", &before, &after, &rows)?;
     Ok(format!(
         "verify ok enabled={} token_check={} violations={} real_kv={}",
         s.enabled,
