@@ -5,8 +5,11 @@
 use crate::gen::{cap, ensure, error_label, val, val32, vals};
 use crate::Verdict;
 use arbitrary::{Result, Unstructured};
-use kv_canary::step::{Canary, TailKv};
-use kv_canary::{Batch, ExpectedTokenTable, LaunchTag, PlanInputs, ReqToToken, Shape, Swa};
+use kv_canary::step::{Canary, KvPair, TailKv};
+use kv_canary::{
+    Batch, ExpectedTokenTable, LaunchTag, PlanInputs, RealKv, RealKvHashMode, RealKvParams,
+    RealKvSource, RealKvSources, ReqToToken, Shape, Swa,
+};
 
 /// What the harness expects of the next report, kept beside the canary.
 #[derive(Default)]
@@ -36,7 +39,7 @@ enum Until {
 /// `$until`; checks the report (or the error) against `$model`. Evaluates to a `Verdict` of
 /// failure, or `()`.
 macro_rules! step {
-    ($canary:expr, $inputs:expr, $write:expr, $until:expr, $model:expr) => {{
+    ($canary:expr, $inputs:expr, $write:expr, $tail:expr, $until:expr, $model:expr) => {{
         let model: &mut Model = $model;
         let result = (|| -> std::result::Result<Option<_>, kv_canary::Error> {
             let planned = $canary.plan($inputs)?;
@@ -51,7 +54,7 @@ macro_rules! step {
             if matches!($until, Until::Written) {
                 return Ok(None);
             }
-            written.verify_tail(TailKv::NONE).map(Some)
+            written.verify_tail($tail).map(Some)
         })();
         match result {
             Err(e) => {
@@ -175,6 +178,18 @@ pub fn run(u: &mut Unstructured<'_>) -> Result<Verdict> {
     let with_pool = u.ratio(1, 4)?;
     let mut model = Model::default();
     let steps = u.int_in_range(0..=8)?;
+    // Real KV bytes for the tail launches: one row of 16 bytes per slot (sometimes too few
+    // rows, an error of the tail verify), changed between steps.
+    let real_kv = u.ratio(1, 3)?;
+    let kv_rows = if u.ratio(1, 8)? { slots / 2 } else { slots + 1 };
+    let mut kv = [vec![0u8; kv_rows * 16], vec![0u8; kv_rows * 16]];
+    u.fill_buffer(&mut kv[0])?;
+    u.fill_buffer(&mut kv[1])?;
+    let mode = if u.ratio(1, 2)? {
+        RealKvHashMode::All
+    } else {
+        RealKvHashMode::Partial
+    };
 
     macro_rules! run_steps {
         ($canary:expr, |$b:ident, $l:ident| $make:expr) => {{
@@ -249,7 +264,20 @@ pub fn run(u: &mut Unstructured<'_>) -> Result<Verdict> {
                 let _ = $l;
                 let plan_inputs = $make;
                 let finished_before = model.reports;
-                if let Err(message) = step!(canary, &plan_inputs, &inputs, until, &mut model) {
+                let source = |bytes| {
+                    let src = RealKvSource::new(bytes, 16, RealKvParams::new(1, 16, 16));
+                    RealKv::new(
+                        mode,
+                        RealKvSources::from_array([src.expect("rows of 16 bytes")]),
+                    )
+                };
+                let tail = if real_kv {
+                    KvPair::new(source(&kv[0]), source(&kv[1]))
+                } else {
+                    TailKv::NONE
+                };
+                if let Err(message) = step!(canary, &plan_inputs, &inputs, tail, until, &mut model)
+                {
                     return Ok(Err(message));
                 }
                 if model.reports > finished_before {
@@ -265,6 +293,12 @@ pub fn run(u: &mut Unstructured<'_>) -> Result<Verdict> {
                                 .min(8);
                         }
                     }
+                }
+                // A KV byte changes between steps.
+                if real_kv && u.ratio(1, 6)? {
+                    let half = &mut kv[u.int_in_range(0..=1)?];
+                    let i = u.int_in_range(0..=half.len() - 1)?;
+                    half[i] ^= 1;
                 }
                 // Tamper with a canary buffer between steps.
                 if u.ratio(1, 6)? {
@@ -299,7 +333,7 @@ pub fn run(u: &mut Unstructured<'_>) -> Result<Verdict> {
         ),
     }
     Ok(Ok(format!(
-        "step swa={swa} pool={} reports={} first error: {}",
+        "step swa={swa} pool={} real_kv={real_kv} reports={} first error: {}",
         with_pool && !swa,
         model.reports.min(2),
         model.first_error.as_deref().unwrap_or("none")
