@@ -107,11 +107,21 @@ pub struct WriteSummary {
 /// * With a real-KV fingerprint active (mode not NONE, at least one source), a written slot
 ///   whose row lies past a source's rows is [`Error::RealKvSlotOutOfRange`].
 ///
-/// # Seeds written earlier in the same call
+/// # One slot written twice, and seeds written earlier in the same call
 ///
 /// On the GPU, requests run concurrently, so a seed slot that another request of the same launch
-/// writes is a data race (spec §9.8). This op is sequential like SGLang's reference: requests
-/// run in row order and a later request sees the seed as already rewritten.
+/// writes is a data race (spec §9.8). This op is sequential like SGLang's reference (spec §4):
+/// requests run in row order and entries in flat index order, so the outcome is defined:
+///
+/// * **Two entries with one `out_cache_loc`** (of one request or of two): the later entry's
+///   record is what the slot holds. Within one request its `prev_hash` chains through the
+///   earlier entry, which was stamped (and counted in `slot_run_counter`) before it was
+///   overwritten.
+/// * **A seed slot that an earlier request of the launch rewrote**: the later request's chain
+///   starts at the chain hash of the rewritten record, and its chain-position assert reads the
+///   rewritten position. A seed rewritten by a *later* request was read before it changed.
+///
+/// `tests/nothing_lost.rs` pins these outcomes.
 pub fn write<V, W, E, WB, EB, A, S, R>(
     shape: &Shape<V, W, E>,
     plan: &WritePlan<WB>,

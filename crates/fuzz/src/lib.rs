@@ -1,0 +1,1 @@
+//! Nothing: the fuzz harness is the `fuzz` test (`tests/fuzz/`).
