@@ -7,7 +7,7 @@
 # staged .device-run/ here and it was carried there. With no argument it runs `all`: the GPU
 # tests (the library's and the conformance runner's golden_gpu), the golden vectors through the
 # conformance runner's command line on the GPU, compute-sanitizer
-# memcheck and racecheck over the GPU tests (reduced case counts), the cuda_step example and
+# memcheck, racecheck, initcheck and synccheck over the GPU tests (reduced case counts), the cuda_step example and
 # the benchmark (with its plot) and the host-cost benchmark (criterion: a typed launch against
 # the raw driver launch). `profile` (not in `all`) runs Nsight Compute on a few kernels of the
 # benchmark. Logs (the device tool returns at most 8 files):
@@ -45,12 +45,12 @@ if want tests; then
   run_part "conformance --backend cuda" "$OUT/tests.log" "$here/conformance" "$here/golden" --backend cuda
 fi
 if want sanitize; then
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck initcheck synccheck; do
     echo "=== compute-sanitizer --tool $tool ===" >>"$OUT/sanitizer.log"
     KV_CANARY_GPU_QUICK=1 run_part "sanitizer $tool" "$OUT/sanitizer.log" \
       compute-sanitizer --tool "$tool" --error-exitcode 97 --print-limit 20 "$here/cuda_gpu"
   done
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid" "$OUT/sanitizer.log" | sort | uniq -c | tee -a "$summary"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|Uninitialized|Barrier" "$OUT/sanitizer.log" | sort | uniq -c | tee -a "$summary"
 fi
 if want step; then
   run_part "cuda_step example" "$OUT/step.log" "$here/cuda_step"
