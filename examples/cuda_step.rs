@@ -47,7 +47,7 @@ fn main() -> Result<(), Error> {
     let head = DeviceSettings::new(LaunchTag::HeadKFull);
     let tail = DeviceSettings::new(LaunchTag::TailKFull);
     let plan_inputs = cuda::PlanInputs::full(&batch, &table);
-    let events: Vec<Event> = (0..5).map(|_| Event::new()).collect::<Result<_, _>>()?;
+    let events: Vec<Event> = (0..5).map(|_| Event::new(&gpu)).collect::<Result<_, _>>()?;
 
     // (request row, cached tokens, new tokens) per step.
     let steps: [&[(i64, i64, i64)]; 2] = [

@@ -41,7 +41,7 @@ pub fn time(
         op()?;
     }
     let events: Vec<(Event, Event)> = (0..reps)
-        .map(|_| Ok((Event::new()?, Event::new()?)))
+        .map(|_| Ok((Event::new(stream.gpu())?, Event::new(stream.gpu())?)))
         .collect::<Result<_, Error>>()?;
     for (start, stop) in &events {
         match lead {

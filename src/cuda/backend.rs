@@ -60,6 +60,20 @@ impl KvPair<DeviceRealKv<'static>> {
     };
 }
 
+// A device canary can be built on one thread and driven from another (one canary per device,
+// each on its own thread).
+static_assertions::assert_impl_all!(
+    crate::step::Canary<
+        crate::capacity::Cap<8>,
+        crate::capacity::Cap<4>,
+        crate::capacity::Cap<16>,
+        crate::capacity::Cap<64>,
+        crate::capacity::Cap<16>,
+        crate::input::Full,
+        Stream<'static>,
+    >: Send
+);
+
 impl<'g> Backend for Stream<'g> {
     type Memory = Device;
     type RealKv<'k> = DeviceRealKv<'k>;

@@ -47,6 +47,40 @@
 //!   none can be dropped or moved while the graph can replay; refill the inputs in place
 //!   (`upload`) between replays.
 //!
+//! # Threads and contexts
+//!
+//! [`Gpu`] is `Send + Sync`; [`Stream`], [`Event`], [`CustomModule`] and every device buffer are
+//! `Send + Sync` (the device buffers as cust's are: Rust never borrows device memory). Every call
+//! of this module that reaches the driver makes the right context current on the calling thread
+//! first: launches, stream and event creation, synchronisation, status reads, capture and replay
+//! make their [`Gpu`]'s current, and every transfer (`upload`, `to_host`, `clear`, ...)
+//! the context that owns its device buffer. So two `Gpu`s on one thread, or one `Gpu` on several
+//! threads, never allocate or launch in the wrong context, and a new thread needs no setup.
+//! Allocating with cust directly still uses the thread's current context: call
+//! [`Gpu::make_current`] first. The context stays current after a call (it is not restored).
+//!
+//! What may run concurrently:
+//!
+//! * two threads sharing one `&Gpu` (or one `Gpu` per device, each on its own thread), each
+//!   with its own [`Stream`] and its own canary (`step::Canary` on that stream, its buffers,
+//!   inputs and report): their launches and reports stay apart (GPU test
+//!   `two_canaries_from_two_threads`). Their synchronous transfers all run on the device's
+//!   legacy default stream, so they serialise against each other's blocking streams: correct,
+//!   not fast;
+//! * kernel files loading on first use from several threads at once (each loads once into the
+//!   `Gpu`).
+//!
+//! What may not:
+//!
+//! * one canary driven from two threads at once: its stages take it by `&mut` or by value, so
+//!   the borrow rules already forbid it;
+//! * sharing one `Stream` between threads is memory-safe (`Sync`: its calls are thread-safe
+//!   driver calls, and what it queues runs in stream order) but meaningless: the threads'
+//!   launches interleave in no fixed order and share one status word. Give each thread its own;
+//! * a capture ([`Stream::capture`], global mode) while another thread transfers or allocates:
+//!   the capture fails with an error (no corruption);
+//! * [`Graph`] is not `Send` yet (it borrows its stream and buffers).
+//!
 //! # Malformed data on the device
 //!
 //! Kernels bounds-check every slot, row, position and count they read from device memory and

@@ -1,5 +1,5 @@
 //! GPU tests of the CUDA backend (feature `cuda`): GPU-vs-CPU differential tests, graph capture
-//! and replay, malformed device data. A differential test runs one code path, generic over
+//! and replay, malformed device data, two canaries driven from two threads. A differential test runs one code path, generic over
 //! `kv_canary_testkit::HostBackend`, on `kv_canary::backend::Cpu` and on
 //! `kv_canary_testkit::Offload` (the GPU ops on host buffers), and compares the two. The golden vectors through the GPU path are the
 //! conformance runner's GPU test (`cargo test -p kv-canary-conformance --features cuda --test
@@ -14,6 +14,7 @@ mod graph;
 mod plan;
 mod rng;
 mod step;
+mod threads;
 
 use kv_canary::cuda::Gpu;
 use kv_canary::Error;
@@ -46,6 +47,10 @@ const TESTS: &[(&str, TestFn)] = &[
     (
         "step_api_on_the_gpu_matches_cpu",
         step::step_api_matches_cpu,
+    ),
+    (
+        "two_canaries_from_two_threads",
+        threads::two_canaries_two_threads,
     ),
 ];
 

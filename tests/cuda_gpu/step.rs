@@ -57,8 +57,72 @@ fn dev_kv(
     Ok(DeviceRealKv::new(RealKvHashMode::All, [src]))
 }
 
+/// The random steps of one [`run_against_cpu`].
+#[derive(Clone, Copy, Debug)]
+pub struct Draw {
+    /// The generator's seed.
+    pub seed: u64,
+    /// Steps to run.
+    pub steps: usize,
+    /// Now and then tamper a stored record (in both canaries).
+    pub tamper: bool,
+    /// Start a full request row over with a prefill (else it stays idle once full), so that
+    /// long runs keep every row busy.
+    pub recycle_full_rows: bool,
+}
+
+/// What one [`run_against_cpu`] saw.
+#[derive(Clone, Copy, Debug)]
+pub struct Run {
+    /// Records tampered (in both canaries).
+    pub tampered: usize,
+    /// Steps whose report held violation rows.
+    pub found: usize,
+    /// Plans over the verify capacity (reported unverified on both backends).
+    pub overflows: usize,
+    /// Violations the device canary counted over the run.
+    pub violations: u64,
+}
+
 /// CPU and GPU canaries over random steps: reports, counters and canary bytes agree.
 pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
+    let Run {
+        tampered,
+        found,
+        overflows,
+        ..
+    } = run_against_cpu(
+        gpu,
+        Draw {
+            seed: 0x0057_E9A1,
+            steps: 60,
+            tamper: true,
+            recycle_full_rows: false,
+        },
+    )?;
+    println!(
+        "    60 steps on both backends: equal reports ({tampered} records tampered, {found} steps \
+         with violations, {overflows} plans over the verify capacity reported unverified on both)"
+    );
+    ensure!(
+        tampered > 0 && found > 0 && overflows > 0,
+        "weak generator: {tampered} tampered, {found} found, {overflows} overflows"
+    );
+    Ok(())
+}
+
+/// One CPU and one device canary (on a new [`Stream`] of `gpu`, with its own table, batch,
+/// inputs and KV pool) run the random steps of `draw`; every report, the counters and, at the
+/// end, the canary bytes must agree. Makes `gpu`'s context current first (the KV pool is
+/// allocated with cust directly), so any thread may call it.
+pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
+    let Draw {
+        seed,
+        steps,
+        tamper,
+        recycle_full_rows,
+    } = draw;
+    gpu.make_current().map_err(fail("context"))?;
     let shape = Spec::new();
     let mut cpu = Canary::full(shape, Cap::<SLOTS>, Cap::<64>);
     let stream = Stream::new(gpu).map_err(fail("stream"))?;
@@ -81,14 +145,17 @@ pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
         row_bytes: STRIP,
         row_stride_bytes: STRIP,
     };
-    let mut rng = Rng::new(0x0057_E9A1);
+    let mut rng = Rng::new(seed);
     let mut cached = [0usize; ROWS];
     let (mut overflows, mut found, mut tampered) = (0, 0, 0);
-    for step in 0..60 {
+    for step in 0..steps {
         // Rows 1..ROWS: each active with a new prefill or a decode of what it has cached.
         let mut rows = Vec::new();
         let mut tokens = Vec::new(); // (slot, token, position)
         for (row, cached) in cached.iter_mut().enumerate().skip(1) {
+            if recycle_full_rows && *cached >= WIDTH {
+                *cached = 0;
+            }
             if !rng.chance(60) || *cached >= WIDTH {
                 continue;
             }
@@ -123,7 +190,7 @@ pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
         dinputs.upload(&inputs).map_err(fail("inputs"))?;
         dbatch.upload(&batch).map_err(fail("batch"))?;
         // Now and then a stored record goes bad in both head K buffers.
-        if step > 4 && rng.chance(20) {
+        if tamper && step > 4 && rng.chance(20) {
             let row = 1 + rng.below(ROWS as u64 - 1) as usize;
             if cached[row] > 1 {
                 let s = slot(row, rng.below(cached[row] as u64 - 1) as usize) as usize;
@@ -209,20 +276,17 @@ pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             .map_err(fail("download"))?;
         ensure!(
             host == &device,
-            "{tag:?}: canary bytes differ after 60 steps"
+            "{tag:?}: canary bytes differ after {steps} steps"
         );
     }
     ensure!(
         dev.steps() == cpu.steps() && dev.total_violations() == cpu.total_violations(),
         "step counts differ"
     );
-    println!(
-        "    60 steps on both backends: equal reports ({tampered} records tampered, {found} steps \
-         with violations, {overflows} plans over the verify capacity reported unverified on both)"
-    );
-    ensure!(
-        tampered > 0 && found > 0 && overflows > 0,
-        "weak generator: {tampered} tampered, {found} found, {overflows} overflows"
-    );
-    Ok(())
+    Ok(Run {
+        tampered,
+        found,
+        overflows,
+        violations: dev.total_violations(),
+    })
 }

@@ -5,11 +5,12 @@
 //! `kv-canary-testkit`, or an engine's own) launched through the same driver layer.
 
 use super::gpu::Gpu;
-use crate::cuda::driver::module::Module;
+use crate::cuda::driver::module::{Function, Module};
 use crate::Error;
 use cust::sys::CUfunction;
 
-/// A module loaded from caller-supplied PTX into `gpu`'s context; unloaded on drop.
+/// A module loaded from caller-supplied PTX into `gpu`'s context; unloaded on drop. `Send` and
+/// `Sync` like its [`Gpu`].
 #[derive(Debug)]
 pub struct CustomModule<'g> {
     gpu: &'g Gpu,
@@ -42,15 +43,31 @@ impl<'g> CustomModule<'g> {
 }
 
 /// An entry point of a [`CustomModule`], valid while the module is loaded (launching it later
-/// is excluded by [`launch_custom`](crate::cuda::launch_custom)'s contract).
+/// is excluded by [`launch_custom`](crate::cuda::launch_custom)'s contract). `Send` and `Sync`.
 #[derive(Clone, Copy, Debug)]
 pub struct CustomKernel {
-    function: CUfunction,
+    function: Function,
 }
 
 impl CustomKernel {
     /// The raw function handle (for a bare driver launch to compare with).
     pub fn as_raw(&self) -> CUfunction {
+        self.function.raw()
+    }
+
+    /// The function, for the launch.
+    pub(crate) fn function(&self) -> Function {
         self.function
     }
 }
+
+impl Drop for CustomModule<'_> {
+    fn drop(&mut self) {
+        // The module unloads in the current context: make its `Gpu`'s current first, also when
+        // it is dropped on another thread.
+        let _ = self.gpu.make_current();
+    }
+}
+
+static_assertions::assert_impl_all!(CustomModule<'static>: Send, Sync);
+static_assertions::assert_impl_all!(CustomKernel: Send, Sync);

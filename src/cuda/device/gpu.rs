@@ -4,15 +4,14 @@ use super::tuning::KernelTuning;
 use crate::cuda::abi::kernels::{Kernel, ModuleId};
 use crate::cuda::abi::ptx;
 use crate::cuda::driver::context::{DeviceInfo, PrimaryContext};
-use crate::cuda::driver::module::{self, Module};
+use crate::cuda::driver::module::{self, Function, Module};
 use crate::Error;
-use core::cell::OnceCell;
-use cust::sys::CUfunction;
+use std::sync::OnceLock;
 
 /// A loaded kernel file: its module and the functions of its kernels, in the order of
 /// `ModuleId::kernels`.
 struct LoadedModule {
-    functions: Vec<CUfunction>,
+    functions: Vec<Function>,
     // Dropped after the functions' handles (they are plain handles; nothing uses them later).
     _module: Module,
 }
@@ -27,15 +26,21 @@ struct LoadedModule {
 /// are [`Error::NoCudaDevice`].
 ///
 /// Buffers are allocated in this context (their constructors make it current) and must not
-/// outlive it in use (dropping them later is harmless). Not `Send`: launches run in the context
-/// current on the calling thread.
+/// outlive it in use (dropping them later is harmless). `Send` and `Sync`: every call of the
+/// backend that reaches the driver makes the right context current on the calling thread first
+/// (launches and stream calls this `Gpu`'s, transfers their buffer's), so one `Gpu` may be
+/// shared by reference between threads, each driving its own [`Stream`](super::stream::Stream)
+/// (see the threading rules of [`cuda`](crate::cuda)). Kernel files load once even when two
+/// threads launch their first kernel at the same time.
 pub struct Gpu {
     info: DeviceInfo,
     tuning: KernelTuning,
     // Dropped before the context.
-    modules: [OnceCell<LoadedModule>; 4],
+    modules: [OnceLock<LoadedModule>; 4],
     context: PrimaryContext,
 }
+
+static_assertions::assert_impl_all!(Gpu: Send, Sync);
 
 impl Gpu {
     /// Device 0. Without a CUDA device (CI machines, `cuInit` reports
@@ -102,13 +107,18 @@ impl Gpu {
         self.context.make_current()
     }
 
+    /// The primary context, for the driver calls that must run in it.
+    pub(crate) fn context(&self) -> &PrimaryContext {
+        &self.context
+    }
+
     /// Shared memory of one multiprocessor, in bytes (228 KB on an H200).
     pub(crate) fn shared_bytes_per_sm(&self) -> u32 {
         self.info.shared_bytes_per_sm
     }
 
     /// The function of `kernel`, loading its module on first use.
-    pub(crate) fn function(&self, kernel: Kernel) -> Result<CUfunction, Error> {
+    pub(crate) fn function(&self, kernel: Kernel) -> Result<Function, Error> {
         let loaded = self.module(kernel.module())?;
         loaded
             .functions
@@ -129,10 +139,14 @@ impl Gpu {
 
     fn module(&self, id: ModuleId) -> Result<&LoadedModule, Error> {
         let cell = &self.modules[id.index()];
-        if cell.get().is_none() {
-            let loaded = self.load(id)?;
-            let _ = cell.set(loaded);
+        if let Some(loaded) = cell.get() {
+            return Ok(loaded);
         }
+        // Two threads may both get here and both load the file; the first `set` wins and the
+        // other module is unloaded when `loaded` drops (`OnceLock::get_or_try_init` is not
+        // stable yet). Either way every caller gets the one stored module.
+        let loaded = self.load(id)?;
+        let _ = cell.set(loaded);
         cell.get().ok_or_else(|| Error::Malformed {
             detail: format!("kv-canary: module {} did not load", id.file()),
         })
@@ -165,6 +179,14 @@ impl Gpu {
             functions,
             _module: module,
         })
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // The modules unload (a driver call in the current context) before the context is
+        // released: make it current, also when the `Gpu` is dropped on another thread.
+        let _ = self.context.make_current();
     }
 }
 

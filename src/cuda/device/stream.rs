@@ -32,11 +32,19 @@ pub struct Stream<'g> {
     scratch: DeviceBuffer<i64>,
 }
 
+// `Send`: everything a stream holds (its `&Gpu`, cust's stream, two device buffers) is. `Sync`
+// as well, soundly: every method takes `&self` and only makes driver calls, which are
+// thread-safe, and whatever two threads queue on one stream runs in stream order, so the launch
+// scratch is never used by two kernels at once; capture takes `&mut self`. What sharing a
+// stream between threads does not give is meaning: their launches interleave in no fixed order
+// and share one status word, so give each thread its own stream (the `cuda` module docs).
+static_assertions::assert_impl_all!(Stream<'static>: Send, Sync);
+static_assertions::assert_impl_all!(Event<'static>: Send, Sync);
+
 impl<'g> Stream<'g> {
     /// A new blocking stream with a clear status word, in `gpu`'s context.
     pub fn new(gpu: &'g Gpu) -> Result<Self, Error> {
-        gpu.make_current()?;
-        let raw = RawStream::new()?;
+        let raw = RawStream::new(gpu.context())?;
         let status = memory::zeroed::<i64>(STATUS_WORDS)?;
         let scratch = memory::zeroed::<i64>(SCRATCH_WORDS)?;
         memory::upload(&scratch, 0, &SCRATCH_INIT)?;
@@ -55,7 +63,7 @@ impl<'g> Stream<'g> {
 
     /// Blocks the host until everything queued on this stream has run.
     pub fn synchronize(&self) -> Result<(), Error> {
-        self.raw.synchronize()
+        self.raw.synchronize(self.gpu.context())
     }
 
     /// Synchronises, then returns the first malformed-data error the kernels of this stream
@@ -73,9 +81,9 @@ impl<'g> Stream<'g> {
         memory::upload(&self.status, 0, &[0i64; STATUS_WORDS])
     }
 
-    /// Records `event` at this point of the stream.
-    pub fn record(&self, event: &Event) -> Result<(), Error> {
-        self.raw.record(&event.0)
+    /// Records `event` at this point of the stream (an event of this stream's [`Gpu`]).
+    pub fn record(&self, event: &Event<'_>) -> Result<(), Error> {
+        self.raw.record(self.gpu.context(), &event.raw)
     }
 
     /// The raw `CUstream`, valid while this stream lives: for the engine's own kernels and
@@ -99,7 +107,7 @@ impl<'g> Stream<'g> {
     ) -> Result<Graph<'a, 'g>, Error> {
         let stream: &'a Stream<'g> = self;
         stream.gpu.load_all()?;
-        let open = stream.raw.begin_capture()?;
+        let open = stream.raw.begin_capture(stream.gpu.context())?;
         let result = f(&Capture {
             stream,
             _invariant: PhantomData,
@@ -108,7 +116,7 @@ impl<'g> Stream<'g> {
         result?;
         Ok(Graph {
             stream,
-            graph: graph.instantiate()?,
+            graph: graph.instantiate(stream.gpu.context())?,
             _buffers: PhantomData,
         })
     }
@@ -159,7 +167,11 @@ impl<'a, 'g> Graph<'a, 'g> {
     pub fn replay(&self) -> Result<(), Error> {
         // SAFETY: the graph is instantiated (`capture`); every buffer its nodes use is borrowed
         // for 'a (see `Capture`), so all of them are alive; the stream is the capturing one.
-        unsafe { self.stream.raw.replay(&self.graph) }
+        unsafe {
+            self.stream
+                .raw
+                .replay(self.stream.gpu.context(), &self.graph)
+        }
     }
 
     /// The stream the graph replays on: for events, status and eager launches between replays.
@@ -174,22 +186,29 @@ impl core::fmt::Debug for Graph<'_, '_> {
     }
 }
 
-/// A CUDA event, for timing launches on the device.
-pub struct Event(RawEvent);
+/// A CUDA event of one [`Gpu`], for timing launches on its streams.
+pub struct Event<'g> {
+    gpu: &'g Gpu,
+    raw: RawEvent,
+}
 
-impl Event {
-    /// A new timing event (in the context current on this thread).
-    pub fn new() -> Result<Event, Error> {
-        RawEvent::new().map(Event)
+impl<'g> Event<'g> {
+    /// A new timing event in `gpu`'s context.
+    pub fn new(gpu: &'g Gpu) -> Result<Self, Error> {
+        Ok(Event {
+            gpu,
+            raw: RawEvent::new(gpu.context())?,
+        })
     }
 
-    /// Milliseconds of device time from `start` to this event; waits for this event.
-    pub fn elapsed_ms(&self, start: &Event) -> Result<f32, Error> {
-        self.0.elapsed_ms(&start.0)
+    /// Milliseconds of device time from `start` (an event of the same [`Gpu`]) to this event;
+    /// waits for this event.
+    pub fn elapsed_ms(&self, start: &Event<'_>) -> Result<f32, Error> {
+        self.raw.elapsed_ms(self.gpu.context(), &start.raw)
     }
 }
 
-impl core::fmt::Debug for Event {
+impl core::fmt::Debug for Event<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("Event")
     }

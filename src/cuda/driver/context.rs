@@ -2,9 +2,10 @@
 
 use super::error::{check, cust_error};
 use crate::Error;
-use cust::context::{Context, CurrentContext};
+use cust::context::Context;
 use cust::device::{Device, DeviceAttribute};
 use cust::error::CudaError;
+use cust::sys::{self, CUcontext};
 use cust::CudaFlags;
 
 /// What the backend needs to know about a device.
@@ -23,7 +24,8 @@ pub(crate) struct DeviceInfo {
 }
 
 /// A device's retained primary context: the context every buffer, stream and module of one
-/// `Gpu` lives in. `Send` and `Sync` (a primary context may be made current on any thread).
+/// `Gpu` lives in. `Send` and `Sync` (cust's `Context` is: a context may be made current on
+/// any thread of the process, and on several at once).
 #[derive(Debug)]
 pub(crate) struct PrimaryContext {
     context: Context,
@@ -65,10 +67,44 @@ impl PrimaryContext {
         Ok((PrimaryContext { context }, info))
     }
 
-    /// Makes this context current on the calling thread (`cuCtxSetCurrent`).
+    /// Makes this context current on the calling thread (`cuCtxSetCurrent`, skipped when it
+    /// already is: one `cuCtxGetCurrent`, a thread-local read, on the hot path of a launch).
     pub(crate) fn make_current(&self) -> Result<(), Error> {
-        CurrentContext::set_current(&self.context).map_err(cust_error("cuCtxSetCurrent"))
+        make_raw_current(self.context.as_raw())
     }
+}
+
+/// Makes `context` current on the calling thread unless it already is.
+fn make_raw_current(context: CUcontext) -> Result<(), Error> {
+    let mut current: CUcontext = core::ptr::null_mut();
+    // SAFETY: the driver writes one context handle (or null) into `current`.
+    check("cuCtxGetCurrent", unsafe {
+        sys::cuCtxGetCurrent(&mut current)
+    })?;
+    if current != context {
+        // SAFETY: `context` is a live context (a retained primary context, or the context of a
+        // live allocation, see `make_owner_current`); setting it current only changes which
+        // context this thread's later driver calls use.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(context) })?;
+    }
+    Ok(())
+}
+
+/// Makes the context that owns the device allocation at `addr` current on the calling thread:
+/// every transfer of `driver::memory` runs in its buffer's own context, whatever this thread
+/// did before (a new thread has no current context at all).
+pub(crate) fn make_owner_current(addr: u64) -> Result<(), Error> {
+    let mut context: CUcontext = core::ptr::null_mut();
+    // SAFETY: `CU_POINTER_ATTRIBUTE_CONTEXT` writes one `CUcontext` into `context`; an address
+    // that no live allocation owns is an error (`CUDA_ERROR_INVALID_VALUE`), not a crash.
+    check("cuPointerGetAttribute", unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut context as *mut CUcontext).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
+            addr,
+        )
+    })?;
+    make_raw_current(context)
 }
 
 /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN` (cust 0.3 does not name it).
@@ -76,9 +112,9 @@ fn optin_shared_bytes(device: Device) -> Result<u32, Error> {
     let mut value = 0i32;
     // SAFETY: `device` is a valid device handle (from cuDeviceGet); the driver writes one int.
     check("cuDeviceGetAttribute", unsafe {
-        cust::sys::cuDeviceGetAttribute(
+        sys::cuDeviceGetAttribute(
             &mut value,
-            cust::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             device.as_raw(),
         )
     })?;

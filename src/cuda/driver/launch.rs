@@ -1,9 +1,12 @@
 //! The one kernel launch of the backend: every kernel of the library (and of a custom module)
-//! is queued by [`launch`].
+//! is queued by [`launch`], which makes the kernel's context current on the calling thread
+//! first.
 
+use super::context::PrimaryContext;
 use super::error::check;
+use super::module::Function;
 use crate::Error;
-use cust::sys::{self, CUfunction, CUstream};
+use cust::sys::{self, CUstream};
 
 /// Grid and block of a launch (one-dimensional), its dynamic shared memory and whether it is
 /// cooperative (every block resident at once, or the launch fails).
@@ -19,22 +22,26 @@ pub(crate) struct LaunchDims {
     pub(crate) cooperative: bool,
 }
 
-/// Queues `kernel<<<dims>>>(params...)` on `stream`.
+/// Makes `context` current on the calling thread, then queues `kernel<<<dims>>>(params...)` on
+/// `stream`.
 ///
 /// # Safety
 ///
 /// `params` must hold one pointer per kernel parameter, in order, each to a value laid out as
 /// the kernel reads that parameter (the driver copies them before returning, also while
-/// capturing, so they may be temporaries); `kernel` must be a function of a loaded module of the
-/// stream's context; every device address the parameters hold must point to a live allocation
+/// capturing, so they may be temporaries); `kernel` must be a function of a loaded module of
+/// `context`, and `stream` a stream of `context`; every device address the parameters hold must point to a live allocation
 /// at least as large as the parameters tell the kernel it may access, for as long as the launch
 /// (or a graph replaying it) can run.
 pub(crate) unsafe fn launch(
+    context: &PrimaryContext,
     stream: CUstream,
-    kernel: CUfunction,
+    kernel: Function,
     dims: LaunchDims,
     params: &mut [*mut core::ffi::c_void],
 ) -> Result<(), Error> {
+    context.make_current()?;
+    let kernel = kernel.raw();
     let params_ptr = if params.is_empty() {
         core::ptr::null_mut()
     } else {
@@ -83,12 +90,13 @@ pub(crate) unsafe fn launch(
 ///
 /// As for [`launch`], with `A` the kernel's one parameter type.
 pub(crate) unsafe fn launch_struct<A: Copy>(
+    context: &PrimaryContext,
     stream: CUstream,
-    kernel: CUfunction,
+    kernel: Function,
     dims: LaunchDims,
     args: &A,
 ) -> Result<(), Error> {
     let mut param = [args as *const A as *mut core::ffi::c_void];
     // SAFETY: forwarded; one pointer to the one parameter.
-    unsafe { launch(stream, kernel, dims, &mut param) }
+    unsafe { launch(context, stream, kernel, dims, &mut param) }
 }

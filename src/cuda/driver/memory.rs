@@ -1,8 +1,12 @@
 //! Device memory: allocation, synchronous transfers and typed addresses.
 //!
 //! cust 0.3 copies through `&mut self`; the backend needs copies into buffers it only shares
-//! (see the module docs of `cuda`), so it calls the driver.
+//! (see the module docs of `cuda`), so it calls the driver. Allocation runs in the context
+//! current on the calling thread (the device layer's constructors make their `Gpu`'s current
+//! first); every transfer makes the context that owns its device buffer current first
+//! ([`make_owner_current`]), so it runs in the right context on any thread.
 
+use super::context::make_owner_current;
 use super::error::{check, cust_error};
 use crate::cuda::abi::ptr::DevPtr;
 use crate::memory::Element;
@@ -70,6 +74,7 @@ pub(crate) fn upload<T: Element>(dst: &DeviceBuffer<T>, at: usize, src: &[T]) ->
     if src.is_empty() {
         return Ok(());
     }
+    make_owner_current(addr(dst))?;
     let dst_addr = addr(dst) + (at * core::mem::size_of::<T>()) as u64;
     // SAFETY: `[dst_addr, dst_addr + size_of_val(src))` lies inside `dst`'s allocation (checked
     // above), `src` is a live host slice of that many bytes, and the copy is synchronous, so
@@ -96,6 +101,7 @@ pub(crate) fn download<T: Element>(
     if dst.is_empty() {
         return Ok(());
     }
+    make_owner_current(addr(src))?;
     let src_addr = addr(src) + (at * core::mem::size_of::<T>()) as u64;
     // SAFETY: the source range lies inside `src`'s allocation (checked above); `dst` is a live,
     // exclusively borrowed host slice of exactly the copied size; the copy is synchronous; every
@@ -111,6 +117,7 @@ pub(crate) fn download<T: Element>(
 
 /// Writes `value` into a device scalar; synchronous.
 pub(crate) fn set_scalar<T: Element>(dst: &DeviceBox<T>, value: T) -> Result<(), Error> {
+    make_owner_current(box_addr(dst))?;
     // SAFETY: `dst` is a live device allocation of `size_of::<T>()` bytes; `value` lives on the
     // stack for the duration of the synchronous copy.
     check("cuMemcpyHtoD", unsafe {
@@ -124,6 +131,7 @@ pub(crate) fn set_scalar<T: Element>(dst: &DeviceBox<T>, value: T) -> Result<(),
 
 /// Reads a device scalar; synchronous.
 pub(crate) fn get_scalar<T: Element>(src: &DeviceBox<T>) -> Result<T, Error> {
+    make_owner_current(box_addr(src))?;
     let mut value = T::default();
     // SAFETY: `src` is a live device allocation of `size_of::<T>()` bytes, `value` a live host
     // value of that size; the copy is synchronous and every bit pattern is valid for T here.

@@ -1,19 +1,24 @@
 //! Streams, events, stream capture and executable graphs: the raw handles, each owned by one
-//! value and destroyed once.
+//! value and destroyed once. Every call that reaches the driver takes the [`PrimaryContext`]
+//! the handle belongs to and makes it current first, so it runs in the right context on any
+//! thread.
 
+use super::context::PrimaryContext;
 use super::error::{check, cust_error};
 use crate::Error;
 use cust::stream::StreamFlags;
 use cust::sys::{self, CUgraph, CUgraphExec, CUstream, CUstreamCaptureMode};
 
-/// A blocking CUDA stream of the current context.
+/// A blocking CUDA stream of one context. `Send` and `Sync` as cust's stream is (the driver's
+/// stream calls are thread-safe).
 #[derive(Debug)]
 pub(crate) struct RawStream(cust::stream::Stream);
 
 impl RawStream {
-    /// A new blocking stream (`DEFAULT` flags; cust would drop `NON_BLOCKING` anyway,
-    /// Rust-GPU/rust-cuda#15).
-    pub(crate) fn new() -> Result<Self, Error> {
+    /// A new blocking stream of `context` (`DEFAULT` flags; cust would drop `NON_BLOCKING`
+    /// anyway, Rust-GPU/rust-cuda#15).
+    pub(crate) fn new(context: &PrimaryContext) -> Result<Self, Error> {
+        context.make_current()?;
         cust::stream::Stream::new(StreamFlags::DEFAULT, None)
             .map(RawStream)
             .map_err(cust_error("cuStreamCreate"))
@@ -25,27 +30,37 @@ impl RawStream {
     }
 
     /// Blocks the host until everything queued has run.
-    pub(crate) fn synchronize(&self) -> Result<(), Error> {
+    pub(crate) fn synchronize(&self, context: &PrimaryContext) -> Result<(), Error> {
+        context.make_current()?;
         self.0
             .synchronize()
             .map_err(cust_error("cuStreamSynchronize"))
     }
 
     /// Records `event` at this point of the stream.
-    pub(crate) fn record(&self, event: &RawEvent) -> Result<(), Error> {
+    pub(crate) fn record(&self, context: &PrimaryContext, event: &RawEvent) -> Result<(), Error> {
+        context.make_current()?;
         event.0.record(&self.0).map_err(cust_error("cuEventRecord"))
     }
 
     /// Starts capturing this stream in global mode; the returned guard ends the capture (also
     /// when dropped during a panic, so the stream never stays capturing).
-    pub(crate) fn begin_capture(&self) -> Result<OpenCapture, Error> {
+    pub(crate) fn begin_capture<'c>(
+        &self,
+        context: &'c PrimaryContext,
+    ) -> Result<OpenCapture<'c>, Error> {
+        context.make_current()?;
         let raw = self.handle();
         // SAFETY: `raw` is this stream's live handle; global capture mode only restricts what
         // other calls may do while the capture is open.
         check("cuStreamBeginCapture", unsafe {
             sys::cuStreamBeginCapture_v2(raw, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
         })?;
-        Ok(OpenCapture { raw, ended: false })
+        Ok(OpenCapture {
+            context,
+            raw,
+            ended: false,
+        })
     }
 
     /// Queues one replay of `graph` on this stream.
@@ -54,7 +69,12 @@ impl RawStream {
     ///
     /// `graph` must be instantiated, and every buffer its nodes use alive for as long as the
     /// replay can run.
-    pub(crate) unsafe fn replay(&self, graph: &ExecGraph) -> Result<(), Error> {
+    pub(crate) unsafe fn replay(
+        &self,
+        context: &PrimaryContext,
+        graph: &ExecGraph,
+    ) -> Result<(), Error> {
+        context.make_current()?;
         // SAFETY: `exec` is a live executable graph and the stream is alive; the caller
         // vouches for the buffers.
         check("cuGraphLaunch", unsafe {
@@ -63,20 +83,26 @@ impl RawStream {
     }
 }
 
-/// A CUDA timing event.
+/// A CUDA timing event of one context. `Send` and `Sync` as cust's event is.
 #[derive(Debug)]
 pub(crate) struct RawEvent(cust::event::Event);
 
 impl RawEvent {
-    /// A new timing event.
-    pub(crate) fn new() -> Result<Self, Error> {
+    /// A new timing event of `context`.
+    pub(crate) fn new(context: &PrimaryContext) -> Result<Self, Error> {
+        context.make_current()?;
         cust::event::Event::new(cust::event::EventFlags::DEFAULT)
             .map(RawEvent)
             .map_err(cust_error("cuEventCreate"))
     }
 
     /// Milliseconds of device time from `start` to this event; waits for this event.
-    pub(crate) fn elapsed_ms(&self, start: &RawEvent) -> Result<f32, Error> {
+    pub(crate) fn elapsed_ms(
+        &self,
+        context: &PrimaryContext,
+        start: &RawEvent,
+    ) -> Result<f32, Error> {
+        context.make_current()?;
         self.0
             .synchronize()
             .map_err(cust_error("cuEventSynchronize"))?;
@@ -88,12 +114,13 @@ impl RawEvent {
 
 /// An open stream capture; [`end`](Self::end) turns it into a graph.
 #[derive(Debug)]
-pub(crate) struct OpenCapture {
+pub(crate) struct OpenCapture<'c> {
+    context: &'c PrimaryContext,
     raw: CUstream,
     ended: bool,
 }
 
-impl OpenCapture {
+impl OpenCapture<'_> {
     /// Ends the capture: the graph it recorded, not yet instantiated.
     pub(crate) fn end(mut self) -> Result<ExecGraph, Error> {
         let graph = self.end_raw()?;
@@ -105,6 +132,7 @@ impl OpenCapture {
 
     fn end_raw(&mut self) -> Result<CUgraph, Error> {
         self.ended = true;
+        self.context.make_current()?;
         let mut graph: CUgraph = core::ptr::null_mut();
         // SAFETY: the stream is capturing (begun in `begin_capture`, ended only here); `graph`
         // receives the captured graph, which the caller owns.
@@ -118,7 +146,7 @@ impl OpenCapture {
     }
 }
 
-impl Drop for OpenCapture {
+impl Drop for OpenCapture<'_> {
     fn drop(&mut self) {
         if !self.ended {
             let _ = self.end_raw().map(|g| {
@@ -137,8 +165,9 @@ pub(crate) struct ExecGraph {
 }
 
 impl ExecGraph {
-    /// Instantiates the captured graph (once; replays need it).
-    pub(crate) fn instantiate(mut self) -> Result<Self, Error> {
+    /// Instantiates the captured graph in `context` (once; replays need it).
+    pub(crate) fn instantiate(mut self, context: &PrimaryContext) -> Result<Self, Error> {
+        context.make_current()?;
         // SAFETY: `self.graph` is the live graph the capture produced; `exec` (null so far)
         // receives a new executable graph owned by `self` from here on.
         check("cuGraphInstantiate", unsafe {

@@ -31,5 +31,13 @@ pub unsafe fn launch_custom<'a, Q: Queue<'a> + ?Sized>(
         cooperative: false,
     };
     // SAFETY: forwarded; the caller's contract is `launch`'s.
-    unsafe { launch(target.stream, kernel.as_raw(), dims, params) }
+    unsafe {
+        launch(
+            target.gpu.context(),
+            target.stream,
+            kernel.function(),
+            dims,
+            params,
+        )
+    }
 }

@@ -9,14 +9,15 @@ pub(crate) mod verify;
 pub(crate) mod write;
 
 use crate::cuda::abi::args::{PlanArgs, VerifyArgs};
+use crate::cuda::device::stream::Target;
 use crate::cuda::driver::launch::{launch_struct, LaunchDims};
+use crate::cuda::driver::module::Function;
 use crate::Error;
-use cust::sys::{CUfunction, CUstream};
 
 /// One kernel launch, checked and built: the function, its dimensions and argument struct.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Prepared<A> {
-    pub(crate) function: CUfunction,
+    pub(crate) function: Function,
     pub(crate) dims: LaunchDims,
     pub(crate) args: A,
 }
@@ -27,15 +28,25 @@ pub(crate) type PlanLaunch = Prepared<PlanArgs>;
 pub(crate) type VerifyLaunch = Prepared<VerifyArgs>;
 
 impl<A: Copy> Prepared<A> {
-    /// Queues the launch on `stream`.
+    /// Queues the launch on `target`'s stream, in its `Gpu`'s context (the one launch
+    /// function makes it current).
     ///
     /// # Safety
     ///
     /// `A` is the kernel's parameter type and every address in `args` is live (and as large
-    /// as `args` says) for as long as the launch can run; `stream` is the stream whose status
-    /// and scratch words `args` names (or any, for a launch that names none).
-    pub(crate) unsafe fn queue(&self, stream: CUstream) -> Result<(), Error> {
+    /// as `args` says) for as long as the launch can run; `target` is the stream whose status
+    /// and scratch words `args` names (or any of the same `Gpu`, for a launch that names none),
+    /// and `function` was looked up on `target`'s `Gpu`.
+    pub(crate) unsafe fn queue(&self, target: &Target<'_>) -> Result<(), Error> {
         // SAFETY: forwarded; the caller's contract is this function's.
-        unsafe { launch_struct(stream, self.function, self.dims, &self.args) }
+        unsafe {
+            launch_struct(
+                target.gpu.context(),
+                target.stream,
+                self.function,
+                self.dims,
+                &self.args,
+            )
+        }
     }
 }

@@ -105,7 +105,7 @@ where
     // SAFETY: the arguments mirror the kernel's parameter and every address in them is a live
     // buffer borrowed for 'o or longer, at least the launch (the whole graph for a capture); see
     // `prepare` for the bounds the kernels keep.
-    unsafe { launch.queue(target.stream) }
+    unsafe { launch.queue(&target) }
 }
 
 /// The launch [`plan`] queues (cooperative with a checked LUT): kernel, grid and arguments,

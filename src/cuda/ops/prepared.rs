@@ -120,13 +120,13 @@ impl<'a, 'g> PreparedLaunch<'a, 'g> {
 
     /// Queues the launch on its stream.
     pub fn queue(&self) -> Result<(), Error> {
-        let stream = self.stream.as_raw();
+        let target = self.stream.target();
         // SAFETY: the launch was built by the same `prepare` as the typed op's, for this
         // stream (its status and scratch words); every buffer it names is borrowed for 'a.
         unsafe {
             match &self.launch {
-                Launch::Verify(l) => l.queue(stream),
-                Launch::Plan(l) => l.queue(stream),
+                Launch::Verify(l) => l.queue(&target),
+                Launch::Plan(l) => l.queue(&target),
             }
         }
     }
@@ -138,7 +138,7 @@ impl<'a, 'g> PreparedLaunch<'a, 'g> {
             Launch::Plan(l) => (l.function, l.dims, (&l.args as *const PlanArgs).cast()),
         };
         RawLaunchParts {
-            function,
+            function: function.raw(),
             grid: dims.grid.max(1),
             block: dims.block,
             shared_bytes: dims.shared_bytes,

@@ -71,6 +71,6 @@ pub fn scatter_req_token_ids<'a, Q: Queue<'a> + ?Sized>(
             },
             args,
         }
-        .queue(target.stream)
+        .queue(&target)
     }
 }

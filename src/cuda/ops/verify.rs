@@ -63,7 +63,7 @@ where
     )?;
     // SAFETY: `VerifyArgs` mirrors the kernel's parameter (see `prepare`); every address in it
     // is a live buffer borrowed for 'a, at least the launch (the whole graph for a capture).
-    unsafe { prepared.queue(target.stream) }
+    unsafe { prepared.queue(&target) }
 }
 
 /// The launch [`verify`] queues: kernel, grid and arguments, checked and built.

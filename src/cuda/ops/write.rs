@@ -131,5 +131,5 @@ where
     // ring holds ring_capacity rows and rows past it are dropped; real-KV sources hold
     // num_rows rows of row_stride bytes (validated layout) and every row is checked; the
     // chain-assert flag, counters and write index are live scalars.
-    unsafe { launch.queue(target.stream) }
+    unsafe { launch.queue(&target) }
 }

@@ -1,0 +1,51 @@
+//! Two device canaries on one `Gpu`, each on its own `Stream`, driven from two threads at once:
+//! their buffers, streams and reports stay apart. Each thread runs the step API's CPU-vs-GPU
+//! comparison ([`run_against_cpu`]) with its own random batches; a fault injected in one
+//! thread's canaries is reported by that canary alone.
+
+use crate::step::{run_against_cpu, Draw, Run};
+use crate::{ensure, scaled};
+use kv_canary::cuda::Gpu;
+
+/// Steps each thread runs.
+const STEPS: u64 = 400;
+
+/// Two threads share `gpu`; thread A tampers records, thread B never does.
+pub fn two_canaries_two_threads(gpu: &Gpu) -> Result<(), String> {
+    let steps = scaled(STEPS) as usize;
+    let (a, b) = std::thread::scope(|scope| {
+        let draw = |seed, tamper| Draw {
+            seed,
+            steps,
+            tamper,
+            recycle_full_rows: true,
+        };
+        let a = scope.spawn(move || run_against_cpu(gpu, draw(0x7A11_0001, true)));
+        let b = scope.spawn(move || run_against_cpu(gpu, draw(0x7A11_0002, false)));
+        (join(a.join()), join(b.join()))
+    });
+    let (a, b): (Run, Run) = (
+        a.map_err(|e| format!("thread A: {e}"))?,
+        b.map_err(|e| format!("thread B: {e}"))?,
+    );
+    println!(
+        "    2 threads x {steps} steps on one GPU, each canary on its own stream, equal to its CPU \
+         twin: A {} records tampered, {} steps with violations ({} violations), B {} steps with \
+         violations ({} violations); overflows A {} B {}",
+        a.tampered, a.found, a.violations, b.found, b.violations, a.overflows, b.overflows
+    );
+    ensure!(
+        a.tampered > 0 && a.found > 0 && a.violations > 0,
+        "thread A's injected faults went unseen: {a:?}"
+    );
+    ensure!(
+        b.tampered == 0 && b.found == 0 && b.violations == 0,
+        "thread B reported violations it never had (thread A's faults leaked?): {b:?}"
+    );
+    Ok(())
+}
+
+/// A thread's result, a panic turned into its failure message.
+fn join(outcome: std::thread::Result<Result<Run, String>>) -> Result<Run, String> {
+    outcome.unwrap_or_else(|_| Err("the thread panicked".to_owned()))
+}
