@@ -30,12 +30,12 @@ pub struct State {
 
 /// Real-KV source bytes and parameters of a case (the launch borrows them).
 pub struct KvSetup {
-    bytes: Vec<(Vec<u8>, usize, RealKvParams)>,
-    mode: RealKvHashMode,
+    pub bytes: Vec<(Vec<u8>, usize, RealKvParams)>,
+    pub mode: RealKvHashMode,
 }
 
 impl KvSetup {
-    fn none() -> Self {
+    pub fn none() -> Self {
         KvSetup {
             bytes: vec![],
             mode: RealKvHashMode::None,
@@ -49,7 +49,7 @@ impl KvSetup {
         Self::sources(rng, num_slots)
     }
 
-    fn sources(rng: &mut Rng, num_slots: usize) -> Self {
+    pub fn sources(rng: &mut Rng, num_slots: usize) -> Self {
         let n = rng.range(1, 4) as usize;
         let mode = rng.pick(&[
             RealKvHashMode::None,
@@ -180,7 +180,7 @@ pub fn same_state(
 }
 
 /// The rows `run` records into an unbounded copy of `state`'s ring.
-fn all_rows(state: &State, run: impl FnOnce(&mut State) -> Result<(), Error>) -> Vec<[i64; 8]> {
+pub fn all_rows(state: &State, run: impl FnOnce(&mut State) -> Result<(), Error>) -> Vec<[i64; 8]> {
     let mut big = state.clone();
     let old = state.ring.clone();
     let extra = 4096;
@@ -196,19 +196,19 @@ fn all_rows(state: &State, run: impl FnOnce(&mut State) -> Result<(), Error>) ->
 /// A random write case: requests with distinct slots (no two entries of a launch share a slot,
 /// and no seed is written by the same launch, so the CPU's sequential order and the GPU's
 /// concurrent one must agree), some skipped entries, perturbed positions and expected inputs.
-struct WriteCase {
-    plan: WritePlan<U>,
-    ids: Vec<i64>,
-    positions: Vec<i64>,
-    slots: Vec<i64>,
-    expected: Option<(Vec<i64>, Vec<i64>)>,
-    kv: KvSetup,
-    tag: LaunchTag,
-    chain: ChainPositionAssert,
-    state: State,
+pub struct WriteCase {
+    pub plan: WritePlan<U>,
+    pub ids: Vec<i64>,
+    pub positions: Vec<i64>,
+    pub slots: Vec<i64>,
+    pub expected: Option<(Vec<i64>, Vec<i64>)>,
+    pub kv: KvSetup,
+    pub tag: LaunchTag,
+    pub chain: ChainPositionAssert,
+    pub state: State,
 }
 
-fn random_write_case(rng: &mut Rng, long: bool) -> WriteCase {
+pub fn random_write_case(rng: &mut Rng, long: bool) -> WriteCase {
     let reqs = rng.range(0, 8) as usize;
     let lens: Vec<usize> = (0..reqs)
         .map(|_| match rng.below(10) {
@@ -307,7 +307,7 @@ fn random_write_case(rng: &mut Rng, long: bool) -> WriteCase {
 }
 
 /// The write case on `backend` (one code path for the CPU and the GPU).
-fn run_write<B: HostBackend>(c: &WriteCase, backend: &B, st: &mut State) -> Result<(), Error> {
+pub fn run_write<B: HostBackend>(c: &WriteCase, backend: &B, st: &mut State) -> Result<(), Error> {
     let e = cap("e", c.ids.len());
     let shape = UncheckedShape::from_capacities(cap("v", 1), c.plan.capacity(), e);
     let launch = c.kv.launch::<B>(c.tag, c.chain);
@@ -363,15 +363,15 @@ pub fn write_differential(_: &Gpu) -> Result<(), String> {
 }
 
 /// A random verify case over a buffer stamped by real chains, then tampered with.
-struct VerifyCase {
-    plan: VerifyPlan<U>,
-    check: bool,
-    kv: KvSetup,
-    tag: LaunchTag,
-    state: State,
+pub struct VerifyCase {
+    pub plan: VerifyPlan<U>,
+    pub check: bool,
+    pub kv: KvSetup,
+    pub tag: LaunchTag,
+    pub state: State,
 }
 
-fn random_verify_case(rng: &mut Rng, big: bool) -> VerifyCase {
+pub fn random_verify_case(rng: &mut Rng, big: bool) -> VerifyCase {
     let wc = random_write_case(rng, big);
     let mut state = wc.state.clone();
     let _ = run_write(&wc, &Cpu, &mut state);
@@ -444,7 +444,11 @@ fn random_verify_case(rng: &mut Rng, big: bool) -> VerifyCase {
 }
 
 /// The verify case on `backend` (one code path for the CPU and the GPU).
-fn run_verify<B: HostBackend>(c: &VerifyCase, backend: &B, st: &mut State) -> Result<(), Error> {
+pub fn run_verify<B: HostBackend>(
+    c: &VerifyCase,
+    backend: &B,
+    st: &mut State,
+) -> Result<(), Error> {
     let shape = UncheckedShape::from_capacities(c.plan.capacity(), cap("w", 1), cap("e", 1));
     let launch = c.kv.launch::<B>(c.tag, ChainPositionAssert::ON);
     let (buf, ring, counters) = (&st.buf, &mut st.ring, &mut st.counters);
@@ -460,7 +464,7 @@ fn run_verify<B: HostBackend>(c: &VerifyCase, backend: &B, st: &mut State) -> Re
 }
 
 /// `run` on this thread's default GPU.
-fn on_gpu<C>(
+pub fn on_gpu<C>(
     c: &C,
     st: &mut State,
     run: fn(&C, &Offload<'static>, &mut State) -> Result<(), Error>,

@@ -11,6 +11,7 @@
 
 mod canary;
 mod graph;
+mod hostile;
 mod plan;
 mod rng;
 mod step;
@@ -52,6 +53,10 @@ const TESTS: &[(&str, TestFn)] = &[
         "two_canaries_from_two_threads",
         threads::two_canaries_two_threads,
     ),
+    ("hostile_plan_device_data", hostile::plan_hostile),
+    ("hostile_write_device_data", hostile::write_hostile),
+    ("hostile_verify_device_data", hostile::verify_hostile),
+    ("hostile_scatter_device_data", hostile::scatter_hostile),
 ];
 
 /// `Err(message)` unless `cond`.
