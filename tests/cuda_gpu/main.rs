@@ -12,6 +12,7 @@
 mod canary;
 mod graph;
 mod hostile;
+mod nothing_lost;
 mod plan;
 mod rng;
 mod step;
@@ -57,6 +58,18 @@ const TESTS: &[(&str, TestFn)] = &[
     ("hostile_write_device_data", hostile::write_hostile),
     ("hostile_verify_device_data", hostile::verify_hostile),
     ("hostile_scatter_device_data", hostile::scatter_hostile),
+    (
+        "nothing_lost_verify_checksum_and_ring_count",
+        nothing_lost::verify_checksum_and_ring_count,
+    ),
+    (
+        "nothing_lost_one_slot_twice_in_one_request",
+        nothing_lost::one_slot_twice_in_one_request,
+    ),
+    (
+        "nothing_lost_seed_written_in_same_launch",
+        nothing_lost::seed_written_in_same_launch,
+    ),
 ];
 
 /// `Err(message)` unless `cond`.

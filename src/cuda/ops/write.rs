@@ -44,8 +44,25 @@ use crate::Error;
 ///   [`Error::SlotOutOfRange`] / [`Error::RealKvSlotOutOfRange`]; that entry is skipped like a
 ///   negative slot (nothing written, the chain does not advance).
 ///
-/// Other requests are written as usual. A seed slot written by another request of the same
-/// launch is a race, as in SGLang (spec §9.8).
+/// Other requests are written as usual.
+///
+/// # One slot written twice, a seed written in the same launch
+///
+/// Unlike [`cpu::write`](crate::cpu::write), which is sequential:
+/// * two entries of **one request** with one `out_cache_loc` in different store rounds (256-entry
+///   tiles of a request of more than 32 entries) are stored in entry order: the later entry's
+///   record is what the slot holds, as on the CPU. Within one round (a request of at most 32
+///   entries is one warp store; a tile is stored by its 256 worker threads at once) the stores
+///   race, and the slot holds one of the entries' records (CUDA leaves open which thread's
+///   same-address store lands). The chain hashes (`prev_hash`) are the CPU's either way: the
+///   chain runs over the inputs, not over the stored records;
+/// * two entries of **different requests** with one slot, and a seed slot that **another request
+///   of the same launch** writes, are data races as in SGLang (spec §9.8): the blocks run
+///   concurrently, so the seeded request chains from the old or the new record.
+///
+/// The GPU tests `nothing_lost_one_slot_twice_in_one_request` and
+/// `nothing_lost_seed_written_in_same_launch` check that the result is one of those outcomes
+/// (never a torn record) and print how often each occurred.
 #[allow(clippy::too_many_arguments)]
 pub fn write<'a, Q, V, W, E, WB, EB, A, S, R>(
     on: &Q,
