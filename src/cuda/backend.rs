@@ -20,33 +20,54 @@
 //!     .verify_head()?
 //!     .write(&inputs)?;
 //! // ... the forward pass writes this step's KV bytes ...
-//! let report = step.verify_tail(cuda::TailKvOnDevice::NONE)?;
+//! let pending = step.verify_tail(cuda::TailKvOnDevice::NONE)?; // queued, returns at once
+//! // ... queue the next step here; take this one when its copies have landed ...
+//! let report = pending.wait()?; // or `try_take()`, which never blocks
 //! assert!(report.is_clean());
 //! # Ok::<(), kv_canary::Error>(())
 //! ```
 //!
-//! What this first device step does and does not do yet: the launches are queued on the
-//! canary's stream without a host synchronisation, but emptying the ring before a step is a
-//! synchronous copy and the report ([`Reports::report`]) synchronises the stream and downloads
-//! the ring, the counters and the plan scalars. Asynchronous reports and graph capture of a
-//! whole step are not part of this API yet (capture the raw launches with [`Stream::capture`]).
+//! # The host timeline of a device step
+//!
+//! Every call below queues work on the canary's stream and returns; none waits for the GPU.
+//!
+//! | host call | queued on the stream |
+//! |---|---|
+//! | `plan` | the plan launch, then the ring clear (two `cuMemsetD32Async`) |
+//! | `verify_head` | `HEAD_K`, `HEAD_V` verify |
+//! | `write` | `HEAD_K`, `HEAD_V` write |
+//! | `verify_tail` | `TAIL_K`, `TAIL_V` verify and write, then the report's copies into pinned host memory (`cuMemcpyDtoHAsync`: ring rows, write index, 8 counters, 3 plan scalars, the write offsets, the status word) and an event |
+//! | [`PendingDeviceReport::try_take`](super::PendingDeviceReport::try_take) | nothing: queries the event (`cuEventQuery`), decodes if it completed |
+//! | [`PendingDeviceReport::wait`](super::PendingDeviceReport::wait) | nothing: blocks on the event (`cuEventSynchronize`) |
+//!
+//! Where the host can block: `wait` (by design); a step queued while every pinned staging of
+//! the stream is held by unread reports allocates a new one (`cuMemHostAlloc`, the first two
+//! steps of a canary and never again when reports are taken one step late); and the
+//! synchronous uploads of inputs (`upload`), which the engine's own memory will replace. So
+//! an engine that queues step N+1 and then takes step N's report (by then complete, or
+//! `try_take` at step N+2) stalls zero times per step. Step N+1's ring clear is ordered after
+//! step N's copies on the one stream, so it never erases rows that have not been copied.
+//!
+//! Graph capture of a whole step is not part of this API yet (capture the raw launches with
+//! [`Stream::capture`]).
 
 use super::device::plan_inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
 use super::device::settings::{ChainAssert, DeviceRealKv, DeviceSettings};
 use super::device::stream::Stream;
 use super::device::write_inputs::DeviceInputAssert;
 use super::ops;
+use super::report::{self, PendingDeviceReport};
 use crate::backend::{Backend, PlanWith, Writes};
 use crate::canary::{
     CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, SlotStride, TokenCheck,
-    Violation, ViolationRing,
+    ViolationRing,
 };
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use crate::input::{InputAssertOff, WriteInputs};
 use crate::memory::Device;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::shape::Shape;
-use crate::step::{FinishedStep, KvPair, PlanInputsOf, Reports, StepStatus, SwaGroup, Unverified};
+use crate::step::{FinishedStep, KvPair, PlanInputsOf, Reports, SwaGroup};
 use crate::Error;
 
 /// The real-KV fingerprints of a device step's tail launches (K half, V half).
@@ -129,8 +150,9 @@ impl<'g> Backend for Stream<'g> {
         WriteInputs::on_device(self.gpu(), capacity)
     }
 
+    /// Queues the clear on the stream (memsets, no host synchronisation).
     fn clear_ring<R: Capacity>(&self, ring: &mut ViolationRing<R, Device>) -> Result<(), Error> {
-        ring.clear()
+        ring.clear_on(self)
     }
 
     fn verify<V, W, E, VB, K, S, R>(
@@ -240,100 +262,26 @@ impl<LB: Capacity> DeviceGroupTokens for super::DeviceExpectedPool<'_, LB> {
     const HAS_POOL: bool = true;
 }
 
-/// What a device step did, downloaded from the device when its tail launches have run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceStepReport {
-    /// Rows of the batch the plan wrote (`write_num_valid_reqs`).
-    pub bs: usize,
-    /// `verify_num_valid` as the plan wrote it.
-    pub verify_num_valid: usize,
-    /// `enable` as the plan wrote it: false when the batch needed more verify entries than the
-    /// verify capacity (no slot was checked).
-    pub enabled: bool,
-    /// The shape's verify capacity.
-    pub verify_capacity: usize,
-    /// Tokens the write launches stamped per buffer (`write_offsets[bs]`).
-    pub write_tokens: u64,
-    /// The health counters of the head launches after this step (cumulative).
-    pub head_counters: KvPair<HealthCounters>,
-    /// The health counters of the tail launches after this step (cumulative).
-    pub tail_counters: KvPair<HealthCounters>,
-    /// This step's violation rows, decoded (the device records them in no fixed order across
-    /// requests; compare as sets).
-    pub violations: Vec<Violation>,
-    /// This step's rows that did not fit in the ring.
-    pub dropped: u64,
-    /// Steps abandoned before this one since the last report.
-    pub abandoned_steps: u64,
-}
+impl<'g> Reports for Stream<'g> {
+    type Report = PendingDeviceReport<'g>;
 
-impl DeviceStepReport {
-    /// Violations recorded, stored or dropped.
-    pub fn recorded(&self) -> u64 {
-        self.violations.len() as u64 + self.dropped
-    }
-
-    /// What went unchecked: a plan over the verify capacity (the kernel records only that it
-    /// was exceeded, so the needed count is unknown), abandoned steps.
-    pub fn unverified(&self) -> Unverified {
-        Unverified {
-            plan_overflow: (!self.enabled).then_some(crate::step::PlanOverflow {
-                needed: None,
-                capacity: self.verify_capacity,
-            }),
-            abandoned_steps: self.abandoned_steps,
-        }
-    }
-
-    /// Clean, violations, or unverified.
-    pub fn status(&self) -> StepStatus {
-        StepStatus::of(self.unverified(), self.recorded())
-    }
-
-    /// Whether every check ran over every planned slot and recorded nothing.
-    pub fn is_clean(&self) -> bool {
-        self.status() == StepStatus::Clean
-    }
-}
-
-impl Reports for Stream<'_> {
-    type Report = DeviceStepReport;
-
-    /// Synchronises the stream, returns the first malformed-data error its kernels recorded
-    /// (as the CPU op's [`Error`]), then downloads the ring, the counters and the plan scalars.
+    /// Queues the readback of the step's ring, counters, plan scalars and status word into
+    /// pinned host memory on the stream, records an event after it and returns at once
+    /// ([`PendingDeviceReport`](super::PendingDeviceReport) gives the rules).
     fn report<V: Capacity, W: Capacity, R: Capacity>(
         &self,
         step: &FinishedStep<'_, Self, V, W, R>,
-    ) -> Result<DeviceStepReport, Error> {
-        self.status()?;
-        let ring = step.ring.to_host()?;
-        let counters = |pair: &KvPair<HealthCounters<Device>>| -> Result<_, Error> {
-            Ok(KvPair {
-                k: pair.k.to_host()?,
-                v: pair.v.to_host()?,
-            })
-        };
-        let (verify, write) = (step.verify_plan.to_host()?, step.write_plan.to_host()?);
-        let bs = usize::try_from(write.num_valid_reqs()).unwrap_or(0);
-        let write_tokens = write
-            .offsets()
-            .get(bs)
-            .map_or(0, |&n| u64::try_from(n).unwrap_or(0));
-        Ok(DeviceStepReport {
-            bs,
-            verify_num_valid: usize::try_from(verify.num_valid()).unwrap_or(0),
-            enabled: verify.is_enabled(),
-            verify_capacity: step.verify_capacity,
-            write_tokens,
-            head_counters: counters(step.head_counters)?,
-            tail_counters: counters(step.tail_counters)?,
-            violations: ring.violations().collect(),
-            dropped: ring.dropped(),
-            abandoned_steps: step.abandoned_steps,
-        })
+    ) -> Result<PendingDeviceReport<'g>, Error> {
+        report::queue(self, step)
     }
 
-    fn recorded(report: &DeviceStepReport) -> u64 {
-        report.recorded()
+    /// Unknown when the step ends: counted when the report is taken
+    /// ([`delivered_violations`](Reports::delivered_violations)).
+    fn recorded(_report: &PendingDeviceReport<'g>) -> u64 {
+        0
+    }
+
+    fn delivered_violations(&self) -> u64 {
+        Stream::delivered_violations(self)
     }
 }

@@ -103,8 +103,9 @@ mod backend;
 mod device;
 mod driver;
 mod ops;
+mod report;
 
-pub use backend::{DeviceGroupTokens, DeviceStepReport, TailKvOnDevice};
+pub use backend::{DeviceGroupTokens, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
 pub use cust::sys::CUresult;
 pub use device::custom_module::{CustomKernel, CustomModule};
@@ -126,3 +127,4 @@ pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
 pub use ops::scatter::scatter_req_token_ids;
 pub use ops::verify::verify;
 pub use ops::write::write;
+pub use report::{DeviceStepReport, PendingDeviceReport, Polled};

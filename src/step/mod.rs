@@ -477,9 +477,14 @@ where
         self.abandoned
     }
 
-    /// Violations recorded by every completed step (stored or dropped).
-    pub fn total_violations(&self) -> u64 {
-        self.violations
+    /// Violations recorded by every completed step (stored or dropped). For a backend whose
+    /// reports arrive after the step (a CUDA stream), the violations of the reports taken so
+    /// far ([`Reports::delivered_violations`]).
+    pub fn total_violations(&self) -> u64
+    where
+        B: Reports,
+    {
+        self.violations + self.backend.delivered_violations()
     }
 
     /// Where `tag` stands in [`tags`](Canary::tags) (head K, head V, tail K, tail V): the order

@@ -121,8 +121,15 @@ pub trait Reports: Backend + Sized {
         step: &FinishedStep<'_, Self, V, W, R>,
     ) -> Result<Self::Report, Error>;
 
-    /// Violations `report` holds, stored or dropped (what [`Canary::total_violations`] adds up).
+    /// Violations `report` holds, stored or dropped (what [`Canary::total_violations`] adds up),
+    /// as far as known when the step ends (0 for a report that is still being read back).
     fn recorded(report: &Self::Report) -> u64;
+
+    /// Violations of reports that were not known when their steps ended and have been
+    /// delivered since (a CUDA stream's reports, counted when taken); 0 for the CPU.
+    fn delivered_violations(&self) -> u64 {
+        0
+    }
 }
 
 /// Everything a step did, handed to [`Reports::report`] when its tail launches have run.

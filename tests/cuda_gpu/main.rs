@@ -14,6 +14,7 @@ mod graph;
 mod hostile;
 mod nothing_lost;
 mod plan;
+mod reports;
 mod rng;
 mod step;
 mod threads;
@@ -49,6 +50,14 @@ const TESTS: &[(&str, TestFn)] = &[
     (
         "step_api_on_the_gpu_matches_cpu",
         step::step_api_matches_cpu,
+    ),
+    (
+        "step_reports_taken_one_step_late",
+        reports::reports_one_step_late,
+    ),
+    (
+        "step_try_take_does_not_block",
+        reports::try_take_does_not_block,
     ),
     (
         "two_canaries_from_two_threads",

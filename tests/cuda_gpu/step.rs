@@ -5,7 +5,9 @@
 use crate::rng::Rng;
 use crate::{ensure, fail};
 use cust::memory::{CopyDestination, DeviceBuffer};
-use kv_canary::cuda::{self, DeviceRealKv, DeviceRealKvSource, Gpu, Stream};
+use kv_canary::cuda::{
+    self, DeviceRealKv, DeviceRealKvSource, DeviceStepReport, Gpu, PendingDeviceReport, Stream,
+};
 use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
 use kv_canary::{
     Batch, CanarySlot, Cap, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
@@ -69,6 +71,9 @@ pub struct Draw {
     /// Start a full request row over with a prefill (else it stays idle once full), so that
     /// long runs keep every row busy.
     pub recycle_full_rows: bool,
+    /// Take each device report one step late: step N+1 is queued (plan to tail) before step
+    /// N's report is taken; else each report is waited for when its step ends.
+    pub late: bool,
 }
 
 /// What one [`run_against_cpu`] saw.
@@ -98,6 +103,7 @@ pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             steps: 60,
             tamper: true,
             recycle_full_rows: false,
+            late: false,
         },
     )?;
     println!(
@@ -121,6 +127,7 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
         steps,
         tamper,
         recycle_full_rows,
+        late,
     } = draw;
     gpu.make_current().map_err(fail("context"))?;
     let shape = Spec::new();
@@ -148,6 +155,8 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
     let mut rng = Rng::new(seed);
     let mut cached = [0usize; ROWS];
     let (mut overflows, mut found, mut tampered) = (0, 0, 0);
+    // The previous step's CPU report and its device report, still pending (`late`).
+    let mut unread: Option<(usize, StepReport, PendingDeviceReport<'_>)> = None;
     for step in 0..steps {
         // Rows 1..ROWS: each active with a new prefill or a decode of what it has cached.
         let mut rows = Vec::new();
@@ -232,40 +241,27 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
         let c: StepReport = cpu_step
             .verify_tail(TailKv::new(host_kv(&k, params)?, host_kv(&v, params)?))
             .map_err(fail("cpu tail"))?;
-        let d = dev_step
+        let pending = dev_step
             .verify_tail(KvPair {
                 k: dev_kv(&dk, layout, params)?,
                 v: dev_kv(&dv, layout, params)?,
             })
             .map_err(fail("device tail"))?;
-        ensure!(
-            sorted(&c.violations) == sorted(&d.violations) && c.dropped == d.dropped,
-            "step {step}: CPU violations {:?} (+{} dropped), GPU {:?} (+{} dropped)",
-            c.violations,
-            c.dropped,
-            d.violations,
-            d.dropped
-        );
-        ensure!(
-            c.head_counters == d.head_counters && c.tail_counters == d.tail_counters,
-            "step {step}: counters differ: CPU {:?} {:?}, GPU {:?} {:?}",
-            c.head_counters,
-            c.tail_counters,
-            d.head_counters,
-            d.tail_counters
-        );
-        ensure!(
-            (c.plan.enabled, c.plan.bs, c.plan.write_tokens) == (d.enabled, d.bs, d.write_tokens),
-            "step {step}: plan summaries differ: CPU {:?}, GPU {d:?}",
-            c.plan
-        );
-        ensure!(
-            c.is_clean() == d.is_clean() && c.unverified().any() == d.unverified().any(),
-            "step {step}: CPU says {c}, GPU {:?}",
-            d.status()
-        );
-        overflows += usize::from(!d.enabled);
-        found += usize::from(d.recorded() > 0);
+        // Step N+1 is queued now; step N's report is read only after that.
+        if let Some((n, c, d)) = unread.take() {
+            let d = d.wait().map_err(fail("device report"))?;
+            compare(n, &c, &d, &mut overflows, &mut found)?;
+        }
+        if late {
+            unread = Some((step, c, pending));
+        } else {
+            let d = pending.wait().map_err(fail("device report"))?;
+            compare(step, &c, &d, &mut overflows, &mut found)?;
+        }
+    }
+    if let Some((n, c, d)) = unread.take() {
+        let d = d.wait().map_err(fail("device report"))?;
+        compare(n, &c, &d, &mut overflows, &mut found)?;
     }
     for tag in cpu.tags() {
         let host = cpu.buffer(tag).ok_or("buffer")?;
@@ -289,4 +285,44 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
         overflows,
         violations: dev.total_violations(),
     })
+}
+
+/// One step's CPU and device reports agree (violations as sets, dropped rows, counters, plan
+/// scalars, status); counts overflows and steps with violations.
+fn compare(
+    step: usize,
+    c: &StepReport,
+    d: &DeviceStepReport,
+    overflows: &mut usize,
+    found: &mut usize,
+) -> Result<(), String> {
+    ensure!(
+        sorted(&c.violations) == sorted(&d.violations) && c.dropped == d.dropped,
+        "step {step}: CPU violations {:?} (+{} dropped), GPU {:?} (+{} dropped)",
+        c.violations,
+        c.dropped,
+        d.violations,
+        d.dropped
+    );
+    ensure!(
+        c.head_counters == d.head_counters && c.tail_counters == d.tail_counters,
+        "step {step}: counters differ: CPU {:?} {:?}, GPU {:?} {:?}",
+        c.head_counters,
+        c.tail_counters,
+        d.head_counters,
+        d.tail_counters
+    );
+    ensure!(
+        (c.plan.enabled, c.plan.bs, c.plan.write_tokens) == (d.enabled, d.bs, d.write_tokens),
+        "step {step}: plan summaries differ: CPU {:?}, GPU {d:?}",
+        c.plan
+    );
+    ensure!(
+        c.is_clean() == d.is_clean() && c.unverified().any() == d.unverified().any(),
+        "step {step}: CPU says {c}, GPU {:?}",
+        d.status()
+    );
+    *overflows += usize::from(!d.enabled);
+    *found += usize::from(d.recorded() > 0);
+    Ok(())
 }

@@ -19,6 +19,7 @@ pub fn two_canaries_two_threads(gpu: &Gpu) -> Result<(), String> {
             steps,
             tamper,
             recycle_full_rows: true,
+            late: false,
         };
         let a = scope.spawn(move || run_against_cpu(gpu, draw(0x7A11_0001, true)));
         let b = scope.spawn(move || run_against_cpu(gpu, draw(0x7A11_0002, false)));

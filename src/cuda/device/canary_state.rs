@@ -1,6 +1,7 @@
 //! Device twins of the canary state: canary buffer, violation ring, health counters.
 
 use super::gpu::Gpu;
+use super::stream::Stream;
 use crate::canary::{CanaryBuffer, HealthCounters, SlotStride, ViolationRing};
 use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
@@ -85,6 +86,13 @@ impl<R: Capacity> ViolationRing<R, Device> {
     pub fn upload(&self, host: &ViolationRing<R>) -> Result<(), Error> {
         driver::upload(&self.rows, 0, &host.rows)?;
         driver::set_scalar(&self.write_index, host.write_index)
+    }
+
+    /// Queues emptying the ring on `stream` (rows zeroed, write index 0): stream-ordered
+    /// memsets, no host synchronisation; kernels queued after it on `stream` see an empty ring.
+    pub fn clear_on(&self, stream: &Stream<'_>) -> Result<(), Error> {
+        driver::zero_async(&self.rows, stream.as_raw())?;
+        driver::zero_scalar_async(&self.write_index, stream.as_raw())
     }
 
     /// Empties the ring: rows zeroed, write index 0 (synchronous).

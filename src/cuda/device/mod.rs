@@ -6,6 +6,7 @@ pub(crate) mod custom_module;
 pub(crate) mod gpu;
 pub(crate) mod plan_buffers;
 pub(crate) mod plan_inputs;
+pub(crate) mod readbacks;
 pub(crate) mod settings;
 pub(crate) mod stream;
 pub(crate) mod tuning;

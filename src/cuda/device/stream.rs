@@ -1,6 +1,7 @@
 //! [`Stream`]s, the [`Queue`]s launches go to, CUDA [`Graph`] capture and [`Event`] timing.
 
 use super::gpu::Gpu;
+use super::readbacks::ReadbackPool;
 use crate::cuda::abi::ptr::DevPtr;
 use crate::cuda::abi::status::{decode, STATUS_WORDS};
 use crate::cuda::driver::memory;
@@ -9,6 +10,7 @@ use crate::Error;
 use core::marker::PhantomData;
 use cust::memory::DeviceBuffer;
 use cust::sys::CUstream;
+use std::sync::Arc;
 
 /// Words of a stream's launch scratch.
 const SCRATCH_WORDS: usize = 4;
@@ -30,6 +32,9 @@ pub struct Stream<'g> {
     /// barrier and out-of-LUT keys (`SCRATCH_INIT`). Launches on one stream run in order, so
     /// they share it safely.
     scratch: DeviceBuffer<i64>,
+    /// The pinned staging of this stream's asynchronous step reports (shared with the pending
+    /// reports, which give their staging back when taken or dropped).
+    readbacks: Arc<ReadbackPool>,
 }
 
 // `Send`: everything a stream holds (its `&Gpu`, cust's stream, two device buffers) is. `Sync`
@@ -53,7 +58,31 @@ impl<'g> Stream<'g> {
             raw,
             status,
             scratch,
+            readbacks: Arc::default(),
         })
+    }
+
+    /// The pinned staging pool of this stream's asynchronous reports.
+    pub(crate) fn readbacks(&self) -> &Arc<ReadbackPool> {
+        &self.readbacks
+    }
+
+    /// The device address of the status word (for the asynchronous reports' readback).
+    pub(crate) fn status_addr(&self) -> u64 {
+        memory::addr(&self.status)
+    }
+
+    /// Violations delivered by the device step reports taken so far from this stream's canary
+    /// ([`PendingDeviceReport::wait`](crate::cuda::PendingDeviceReport::wait) or `try_take`).
+    pub fn delivered_violations(&self) -> u64 {
+        self.readbacks.delivered_violations()
+    }
+
+    /// Pinned staging buffers allocated so far for this stream's asynchronous reports: 1 after
+    /// the first step, 2 after the second when reports are taken one step late, and then no
+    /// more (each allocation is a possible host stall).
+    pub fn report_stagings_allocated(&self) -> u64 {
+        self.readbacks.allocated()
     }
 
     /// The device this stream runs on.

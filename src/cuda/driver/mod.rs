@@ -5,6 +5,7 @@
 //! * [`context`]: initialisation, the device's attributes and its primary context;
 //! * [`module`]: modules loaded from PTX and their functions;
 //! * [`memory`]: allocation, synchronous transfers, typed addresses;
+//! * [`pinned`]: pinned host memory and stream-ordered readbacks into it (async reports);
 //! * [`stream`]: streams, events, capture and executable graphs;
 //! * [`launch`]: [`launch`](launch::launch), the one call that queues a kernel.
 
@@ -13,4 +14,5 @@ pub(crate) mod error;
 pub(crate) mod launch;
 pub(crate) mod memory;
 pub(crate) mod module;
+pub(crate) mod pinned;
 pub(crate) mod stream;

@@ -1,0 +1,318 @@
+//! Pinned (page-locked) host memory and stream-ordered readbacks into it: the raw calls behind
+//! the asynchronous step reports (`cuMemHostAlloc`, `cuMemFreeHost`, `cuMemcpyDtoHAsync`,
+//! `cuEventRecord`, `cuEventQuery`, `cuEventSynchronize`).
+//!
+//! [`PinnedHost`] owns one allocation. [`Readback`] owns two of them (`i64` and `i32` words)
+//! and an event, and is the only way to copy into them asynchronously: copies are queued on a
+//! stream between [`begin`](Readback::begin) and [`finish`](Readback::finish) (which records
+//! the event), and the words can be read only once that event has completed
+//! ([`read`](Readback::read) returns `None` before), so the host never reads a word the device
+//! may still be writing.
+
+use super::context::PrimaryContext;
+use super::error::check;
+use crate::memory::Element;
+use crate::Error;
+use core::ptr::NonNull;
+use cust::sys::{self, CUcontext, CUevent, CUresult, CUstream};
+
+/// `len` elements of `T` in pinned host memory, zero-filled, freed on drop.
+#[derive(Debug)]
+pub(crate) struct PinnedHost<T: Element> {
+    ptr: NonNull<T>,
+    len: usize,
+}
+
+// SAFETY: the allocation is owned by this value alone (like a `Box<[T]>`); pinned memory may be
+// used from any thread (it is `PORTABLE`).
+unsafe impl<T: Element + Send> Send for PinnedHost<T> {}
+// SAFETY: `&PinnedHost` only reads (`as_slice`); writes need `&mut` or go through `Readback`,
+// which owns its allocations privately.
+unsafe impl<T: Element + Sync> Sync for PinnedHost<T> {}
+
+impl<T: Element> PinnedHost<T> {
+    /// `len` zeroed elements of pinned host memory, allocated with `context` current (`len` 0
+    /// allocates one element, so the pointer is always a live allocation).
+    pub(crate) fn zeroed(context: &PrimaryContext, len: usize) -> Result<Self, Error> {
+        let bytes = len
+            .max(1)
+            .checked_mul(core::mem::size_of::<T>())
+            .ok_or(Error::OutOfRange {
+                what: "pinned host buffer size in bytes",
+                value: i64::MAX,
+                allowed: "[0, usize::MAX]",
+            })?;
+        context.make_current()?;
+        let mut raw: *mut core::ffi::c_void = core::ptr::null_mut();
+        // SAFETY: the driver writes the address of a new pinned allocation of `bytes` bytes (or
+        // nothing, with an error) into `raw`.
+        check("cuMemHostAlloc", unsafe {
+            sys::cuMemHostAlloc(&mut raw, bytes, sys::CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        let ptr = NonNull::new(raw.cast::<T>()).ok_or(Error::AllocationFailed {
+            what: "pinned host buffer",
+            rows: len as u128,
+            cols: 1,
+            element_bytes: core::mem::size_of::<T>(),
+        })?;
+        // SAFETY: `ptr` is a fresh allocation of `bytes` bytes, suitably aligned (the driver
+        // returns page-aligned memory); zero bytes are a valid value of every element type.
+        unsafe { core::ptr::write_bytes(ptr.as_ptr().cast::<u8>(), 0, bytes) };
+        Ok(PinnedHost { ptr, len })
+    }
+
+    /// The elements.
+    pub(crate) fn as_slice(&self) -> &[T] {
+        // SAFETY: `ptr` is a live, initialised allocation of at least `len` elements owned by
+        // `self`; asynchronous writes into it happen only through `Readback`, which hands out
+        // this slice only after its copies completed.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Elements held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<T: Element> Drop for PinnedHost<T> {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `cuMemHostAlloc` and is freed once, here; no copy into it is
+        // in flight (`Readback` waits for its copies before dropping its buffers).
+        let _ = unsafe { sys::cuMemFreeHost(self.ptr.as_ptr().cast()) };
+    }
+}
+
+/// The `i64` and `i32` words of a completed [`Readback`].
+pub(crate) type Words<'a> = (&'a [i64], &'a [i32]);
+
+/// Where a [`Readback`] stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// No copy queued since the last completed readback: the words are stable.
+    Idle,
+    /// Copies queued, the event not yet recorded after them.
+    Queued,
+    /// Copies queued and the event recorded after them.
+    Recorded,
+}
+
+/// Pinned `i64` and `i32` words filled by stream-ordered device-to-host copies, and the event
+/// that tells when they have landed.
+#[derive(Debug)]
+pub(crate) struct Readback {
+    wide: PinnedHost<i64>,
+    narrow: PinnedHost<i32>,
+    /// A `DISABLE_TIMING` event owned by this readback, destroyed on drop.
+    event: CUevent,
+    state: State,
+    /// The context the copies run in (to wait for them on drop).
+    context: CUcontext,
+}
+
+// SAFETY: the pinned buffers are `Send`; the event and context are handles the driver accepts
+// from any thread (its event calls are thread-safe).
+unsafe impl Send for Readback {}
+// SAFETY: every `&self` method only queries the event or reads words after their copies
+// completed.
+unsafe impl Sync for Readback {}
+
+impl Readback {
+    /// A readback of `wide` `i64` words and `narrow` `i32` words in `context`.
+    pub(crate) fn new(context: &PrimaryContext, wide: usize, narrow: usize) -> Result<Self, Error> {
+        let wide = PinnedHost::zeroed(context, wide)?;
+        let narrow = PinnedHost::zeroed(context, narrow)?;
+        let mut event: CUevent = core::ptr::null_mut();
+        // SAFETY: the driver writes a new event of the current context into `event`.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(
+                &mut event,
+                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+            )
+        })?;
+        let mut raw: CUcontext = core::ptr::null_mut();
+        // SAFETY: the driver writes the current context (made current by `zeroed`) into `raw`.
+        check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut raw) })?;
+        Ok(Readback {
+            wide,
+            narrow,
+            event,
+            state: State::Idle,
+            context: raw,
+        })
+    }
+
+    /// `i64` words held.
+    pub(crate) fn wide_len(&self) -> usize {
+        self.wide.len()
+    }
+
+    /// `i32` words held.
+    pub(crate) fn narrow_len(&self) -> usize {
+        self.narrow.len()
+    }
+
+    /// Starts a new readback: the words are unreadable until the copies queued from now on
+    /// and the event [`finish`](Self::finish) records have run.
+    pub(crate) fn begin(&mut self) {
+        self.state = State::Queued;
+    }
+
+    /// Queues a copy of `len` `i64` words from device address `src` into words `[at, at +
+    /// len)` on `stream`.
+    ///
+    /// `src` must be the address of `len` live device words of `context` (the device layer
+    /// passes whole buffers and scalars it holds); the host side is bounds-checked here.
+    pub(crate) fn copy_wide(
+        &mut self,
+        context: &PrimaryContext,
+        at: usize,
+        src: u64,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), Error> {
+        let dst = Self::host_range(&self.wide, at, len, self.state)?;
+        Self::copy(context, dst.cast(), src, len * 8, stream)
+    }
+
+    /// Queues a copy of `len` `i32` words from device address `src` into words `[at, at +
+    /// len)` on `stream` (preconditions of [`copy_wide`](Self::copy_wide)).
+    pub(crate) fn copy_narrow(
+        &mut self,
+        context: &PrimaryContext,
+        at: usize,
+        src: u64,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), Error> {
+        let dst = Self::host_range(&self.narrow, at, len, self.state)?;
+        Self::copy(context, dst.cast(), src, len * 4, stream)
+    }
+
+    /// The host address of `[at, at + len)` of `buffer`, checked against its length; copies
+    /// only between `begin` and `finish`.
+    fn host_range<T: Element>(
+        buffer: &PinnedHost<T>,
+        at: usize,
+        len: usize,
+        state: State,
+    ) -> Result<*mut T, Error> {
+        if state != State::Queued {
+            return Err(Error::OutOfRange {
+                what: "readback copy outside begin/finish",
+                value: 0,
+                allowed: "a copy between begin and finish",
+            });
+        }
+        if at.checked_add(len).is_none_or(|end| end > buffer.len()) {
+            return Err(Error::LengthMismatch {
+                what: "pinned readback",
+                expected: buffer.len().saturating_sub(at),
+                found: len,
+            });
+        }
+        // SAFETY: `at <= len(buffer)` (checked above), so the offset stays inside (or one past)
+        // the allocation.
+        Ok(unsafe { buffer.ptr.as_ptr().add(at) })
+    }
+
+    fn copy(
+        context: &PrimaryContext,
+        dst: *mut core::ffi::c_void,
+        src: u64,
+        bytes: usize,
+        stream: CUstream,
+    ) -> Result<(), Error> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        context.make_current()?;
+        // SAFETY: `dst` points to `bytes` bytes of a pinned allocation owned by this readback
+        // (bounds checked in `host_range`), which outlives the copy: it is dropped only after
+        // waiting for the copies (`Drop`), and read only once the event recorded after them
+        // completed (`read`). `src` holds `bytes` live device bytes (the caller's
+        // precondition); every bit pattern is a valid `i64`/`i32`.
+        check("cuMemcpyDtoHAsync", unsafe {
+            sys::cuMemcpyDtoHAsync_v2(dst, src, bytes, stream)
+        })
+    }
+
+    /// Records the event on `stream` after the queued copies.
+    pub(crate) fn finish(
+        &mut self,
+        context: &PrimaryContext,
+        stream: CUstream,
+    ) -> Result<(), Error> {
+        context.make_current()?;
+        // SAFETY: the event is live and owned by `self`; `stream` is the live stream the copies
+        // were queued on.
+        check("cuEventRecord", unsafe {
+            sys::cuEventRecord(self.event, stream)
+        })?;
+        self.state = State::Recorded;
+        Ok(())
+    }
+
+    /// Whether every copy queued before [`finish`](Self::finish) has landed (never blocks).
+    pub(crate) fn is_done(&self, context: &PrimaryContext) -> Result<bool, Error> {
+        match self.state {
+            State::Idle => Ok(true),
+            State::Queued => Ok(false),
+            State::Recorded => {
+                context.make_current()?;
+                // SAFETY: the event is live and owned by `self`.
+                match unsafe { sys::cuEventQuery(self.event) } {
+                    CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+                    result => check("cuEventQuery", result).map(|()| true),
+                }
+            }
+        }
+    }
+
+    /// Blocks the host until the copies have landed.
+    pub(crate) fn wait(&self, context: &PrimaryContext) -> Result<(), Error> {
+        if self.state == State::Recorded {
+            context.make_current()?;
+            // SAFETY: the event is live and owned by `self`; this only blocks the thread.
+            check("cuEventSynchronize", unsafe {
+                sys::cuEventSynchronize(self.event)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The `i64` and `i32` words once the copies have landed; `None` while they may still be
+    /// running (never blocks).
+    pub(crate) fn read(&mut self, context: &PrimaryContext) -> Result<Option<Words<'_>>, Error> {
+        if !self.is_done(context)? {
+            return Ok(None);
+        }
+        self.state = State::Idle;
+        Ok(Some((self.wide.as_slice(), self.narrow.as_slice())))
+    }
+}
+
+impl Drop for Readback {
+    fn drop(&mut self) {
+        // Never free pinned memory a copy may still write into.
+        match self.state {
+            State::Idle => {}
+            State::Recorded => {
+                // SAFETY: the event is live and owned by `self`; this only blocks the thread.
+                let _ = unsafe { sys::cuEventSynchronize(self.event) };
+            }
+            State::Queued => {
+                // No event after the copies: wait for everything in their context.
+                // SAFETY: `context` is the live context the copies were queued in (a readback
+                // lives inside a `Stream` of its `Gpu` or a pending report borrowing that
+                // `Gpu`); setting it current and synchronising only blocks this thread.
+                unsafe {
+                    let _ = sys::cuCtxSetCurrent(self.context);
+                    let _ = sys::cuCtxSynchronize();
+                }
+            }
+        }
+        // SAFETY: the event is owned by `self` and destroyed once, here.
+        let _ = unsafe { sys::cuEventDestroy_v2(self.event) };
+    }
+}
