@@ -47,7 +47,7 @@ fi
 if want sanitize; then
   for tool in memcheck racecheck initcheck synccheck; do
     echo "=== compute-sanitizer --tool $tool ===" >>"$OUT/sanitizer.log"
-    KV_CANARY_GPU_QUICK=1 run_part "sanitizer $tool" "$OUT/sanitizer.log" \
+    KV_CANARY_GPU_QUICK=1 KV_CANARY_UNDER_SANITIZER=1 run_part "sanitizer $tool" "$OUT/sanitizer.log" \
       compute-sanitizer --tool "$tool" --error-exitcode 97 --print-limit 20 "$here/cuda_gpu"
   done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|Uninitialized|Barrier" "$OUT/sanitizer.log" | sort | uniq -c | tee -a "$summary"

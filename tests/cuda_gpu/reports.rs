@@ -44,7 +44,15 @@ type Small<'g> = Canary<Cap<8>, Cap<4>, Cap<16>, Cap<64>, Cap<16>, kv_canary::Fu
 /// A 200 ms spin queued ahead of a step: `try_take` returns the pending report at once, and
 /// `wait` then delivers it; with reports taken one step late, two pinned stagings serve 20
 /// steps.
+///
+/// Under compute-sanitizer (`KV_CANARY_UNDER_SANITIZER`, set by `gpu-run-remote.sh`) launches
+/// may run serialised, so the spin can finish before `try_take`: the test then says so and
+/// checks nothing.
 pub fn try_take_does_not_block(gpu: &Gpu) -> Result<(), String> {
+    if std::env::var_os("KV_CANARY_UNDER_SANITIZER").is_some() {
+        println!("    SKIPPED under compute-sanitizer: its serialised launches void the timing");
+        return Ok(());
+    }
     try_take_on(gpu)
 }
 
