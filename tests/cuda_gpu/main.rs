@@ -63,6 +63,10 @@ const TESTS: &[(&str, TestFn)] = &[
         "two_canaries_from_two_threads",
         threads::two_canaries_two_threads,
     ),
+    (
+        "two_devices_from_two_threads",
+        threads::two_devices_two_threads,
+    ),
     ("hostile_plan_device_data", hostile::plan_hostile),
     ("hostile_write_device_data", hostile::write_hostile),
     ("hostile_verify_device_data", hostile::verify_hostile),

@@ -50,3 +50,59 @@ pub fn two_canaries_two_threads(gpu: &Gpu) -> Result<(), String> {
 fn join(outcome: std::thread::Result<Result<Run, String>>) -> Result<Run, String> {
     outcome.unwrap_or_else(|_| Err("the thread panicked".to_owned()))
 }
+
+/// Issue 12: one canary on each of two devices (`Gpu::with_ordinal(0)` and `(1)`), each driven
+/// from its own thread on its own stream, each equal to its CPU twin; a fault injected on device
+/// 0 is reported by device 0 alone. With fewer than two devices it says so loudly and checks
+/// nothing.
+pub fn two_devices_two_threads(gpu: &Gpu) -> Result<(), String> {
+    let second = match Gpu::with_ordinal(1) {
+        Ok(second) => second,
+        Err(e) => {
+            println!(
+                "    !!! SKIPPED: this machine has fewer than two CUDA devices (device 1: {e}); \
+                 nothing was checked. Run it on nvidia-h200-x2. !!!"
+            );
+            return Ok(());
+        }
+    };
+    let steps = scaled(STEPS) as usize;
+    let draw = |seed, tamper| Draw {
+        seed,
+        steps,
+        tamper,
+        recycle_full_rows: true,
+        late: true,
+    };
+    let second = &second;
+    let (a, b) = std::thread::scope(|scope| {
+        let a = scope.spawn(move || run_against_cpu(gpu, draw(0x7A12_0001, true)));
+        let b = scope.spawn(move || run_against_cpu(second, draw(0x7A12_0002, false)));
+        (join(a.join()), join(b.join()))
+    });
+    let (a, b): (Run, Run) = (
+        a.map_err(|e| format!("device 0: {e}"))?,
+        b.map_err(|e| format!("device 1: {e}"))?,
+    );
+    println!(
+        "    2 devices ({} and {}), a thread and a stream each, {steps} steps, equal to the CPU: \
+         device 0 {} records tampered, {} steps with violations ({} violations); device 1 {} \
+         steps with violations ({} violations)",
+        gpu.name(),
+        second.name(),
+        a.tampered,
+        a.found,
+        a.violations,
+        b.found,
+        b.violations
+    );
+    ensure!(
+        a.tampered > 0 && a.found > 0,
+        "device 0's faults went unseen: {a:?}"
+    );
+    ensure!(
+        b.found == 0 && b.violations == 0,
+        "device 1 reported violations it never had: {b:?}"
+    );
+    Ok(())
+}
