@@ -295,52 +295,106 @@ fn write_case(rng: &mut Rng) -> WriteCase {
     }
 }
 
+/// A launch case the campaign runs on both backends: a write or a verify case.
+trait LaunchCase {
+    /// The state before the launch.
+    fn state(&self) -> &State;
+    /// The launch on the CPU.
+    fn on_cpu(&self, st: &mut State) -> Result<(), Error>;
+    /// The launch on the GPU (through `Offload`).
+    fn on_device(&self, st: &mut State) -> Result<(), Error>;
+}
+
+impl LaunchCase for WriteCase {
+    fn state(&self) -> &State {
+        &self.state
+    }
+    fn on_cpu(&self, st: &mut State) -> Result<(), Error> {
+        run_write(self, &Cpu, st)
+    }
+    fn on_device(&self, st: &mut State) -> Result<(), Error> {
+        on_gpu(self, st, run_write)
+    }
+}
+
+impl LaunchCase for VerifyCase {
+    fn state(&self) -> &State {
+        &self.state
+    }
+    fn on_cpu(&self, st: &mut State) -> Result<(), Error> {
+        run_verify(self, &Cpu, st)
+    }
+    fn on_device(&self, st: &mut State) -> Result<(), Error> {
+        on_gpu(self, st, run_verify)
+    }
+}
+
 /// CPU and GPU on `c`: the same result, equal state.
-fn write_exact(c: &WriteCase, label: &str) -> Result<String, String> {
-    let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
-    let cpu = run_write(c, &Cpu, &mut cs);
-    let gpu = on_gpu(c, &mut gs, run_write);
+fn exact<C: LaunchCase>(c: &C, label: &str) -> Result<String, String> {
+    let (mut cs, mut gs) = (c.state().clone(), c.state().clone());
+    let cpu = c.on_cpu(&mut cs);
+    let gpu = c.on_device(&mut gs);
     ensure!(
         outcome(&cpu) == outcome(&gpu),
         "{label}: CPU {cpu:?}, GPU {gpu:?}"
     );
     if cpu.is_ok() {
-        let all = all_rows(&c.state, |s| run_write(c, &Cpu, s));
-        same_state(label, &cs, &gs, c.state.ring.write_index(), &all)?;
+        let all = all_rows(c.state(), |s| c.on_cpu(s));
+        same_state(label, &cs, &gs, c.state().ring.write_index(), &all)?;
     } else {
-        ensure!(cs == c.state, "{label}: the CPU modified state on error");
+        ensure!(&cs == c.state(), "{label}: the CPU modified state on error");
     }
     Ok(outcome(&cpu))
 }
 
 /// The CPU errs on `c` and changes nothing; the GPU records the same kind and leaves the state
-/// the CPU leaves on `model` (the documented skip), which must succeed.
-fn write_modelled(c: &WriteCase, model: &WriteCase, label: &str) -> Result<String, String> {
-    let mut cs = c.state.clone();
-    let cpu = run_write(c, &Cpu, &mut cs);
+/// the CPU leaves on `model` (the documented skip: `skipped` says what), which must succeed.
+fn modelled<C: LaunchCase>(c: &C, model: &C, label: &str, skipped: &str) -> Result<String, String> {
+    let mut cs = c.state().clone();
+    let cpu = c.on_cpu(&mut cs);
     ensure!(cpu.is_err(), "{label}: the CPU accepted it");
-    ensure!(cs == c.state, "{label}: the CPU modified state on error");
-    let mut gs = c.state.clone();
-    let gpu = on_gpu(c, &mut gs, run_write);
+    ensure!(&cs == c.state(), "{label}: the CPU modified state on error");
+    let mut gs = c.state().clone();
+    let gpu = c.on_device(&mut gs);
     ensure!(
         outcome(&cpu) == outcome(&gpu),
         "{label}: CPU {cpu:?}, GPU {gpu:?}"
     );
-    let mut ms = c.state.clone();
-    let m = run_write(model, &Cpu, &mut ms);
+    let mut ms = c.state().clone();
+    let m = model.on_cpu(&mut ms);
     ensure!(
         m.is_ok(),
         "{label}: the model case failed on the CPU: {m:?}"
     );
-    let all = all_rows(&c.state, |s| run_write(model, &Cpu, s));
+    let all = all_rows(c.state(), |s| model.on_cpu(s));
     same_state(
-        &format!("{label} (GPU vs the CPU with the bad part skipped)"),
+        &format!("{label} (GPU vs the CPU with {skipped} skipped)"),
         &ms,
         &gs,
-        c.state.ring.write_index(),
+        c.state().ring.write_index(),
         &all,
     )?;
     Ok(outcome(&cpu))
+}
+
+/// [`exact`] for a write case.
+fn write_exact(c: &WriteCase, label: &str) -> Result<String, String> {
+    exact(c, label)
+}
+
+/// [`modelled`] for a write case: the model skips the bad part.
+fn write_modelled(c: &WriteCase, model: &WriteCase, label: &str) -> Result<String, String> {
+    modelled(c, model, label, "the bad part")
+}
+
+/// [`exact`] for a verify case.
+fn verify_exact(c: &VerifyCase, label: &str) -> Result<String, String> {
+    exact(c, label)
+}
+
+/// [`modelled`] for verify: the model skips every bad entry (slot 0).
+fn verify_modelled(c: &VerifyCase, model: &VerifyCase, label: &str) -> Result<String, String> {
+    modelled(c, model, label, "the bad entries")
 }
 
 /// A copy of the case (the case types hold no `Clone`).
@@ -586,53 +640,6 @@ fn ring_and_counters<C>(
 }
 
 // ---------------------------------------------------------------- verify
-
-/// CPU and GPU on `c`: the same result, equal state.
-fn verify_exact(c: &VerifyCase, label: &str) -> Result<String, String> {
-    let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
-    let cpu = run_verify(c, &Cpu, &mut cs);
-    let gpu = on_gpu(c, &mut gs, run_verify);
-    ensure!(
-        outcome(&cpu) == outcome(&gpu),
-        "{label}: CPU {cpu:?}, GPU {gpu:?}"
-    );
-    if cpu.is_ok() {
-        let all = all_rows(&c.state, |s| run_verify(c, &Cpu, s));
-        same_state(label, &cs, &gs, c.state.ring.write_index(), &all)?;
-    } else {
-        ensure!(cs == c.state, "{label}: the CPU modified state on error");
-    }
-    Ok(outcome(&cpu))
-}
-
-/// [`write_modelled`] for verify: the model skips every bad entry (slot 0).
-fn verify_modelled(c: &VerifyCase, model: &VerifyCase, label: &str) -> Result<String, String> {
-    let mut cs = c.state.clone();
-    let cpu = run_verify(c, &Cpu, &mut cs);
-    ensure!(cpu.is_err(), "{label}: the CPU accepted it");
-    ensure!(cs == c.state, "{label}: the CPU modified state on error");
-    let mut gs = c.state.clone();
-    let gpu = on_gpu(c, &mut gs, run_verify);
-    ensure!(
-        outcome(&cpu) == outcome(&gpu),
-        "{label}: CPU {cpu:?}, GPU {gpu:?}"
-    );
-    let mut ms = c.state.clone();
-    let m = run_verify(model, &Cpu, &mut ms);
-    ensure!(
-        m.is_ok(),
-        "{label}: the model case failed on the CPU: {m:?}"
-    );
-    let all = all_rows(&c.state, |s| run_verify(model, &Cpu, s));
-    same_state(
-        &format!("{label} (GPU vs the CPU with the bad entries skipped)"),
-        &ms,
-        &gs,
-        c.state.ring.write_index(),
-        &all,
-    )?;
-    Ok(outcome(&cpu))
-}
 
 fn clone_verify(c: &VerifyCase) -> VerifyCase {
     VerifyCase {
