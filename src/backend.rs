@@ -3,8 +3,8 @@
 //! the ops (the step API, the conformance runner, an engine's own loop) is written once, generic
 //! over the backend.
 //!
-//! A backend fixes where buffers live ([`Backend::Memory`]), allocates them, and runs the write
-//! and verify ops on them; [`Writes`] runs the write op and [`PlanWith`] the plan op on the
+//! A backend fixes where buffers live ([`Backend::Memory`]), allocates them, and runs the verify
+//! op on them; [`Writes`] runs the write op and [`PlanWith`] the plan op on the
 //! inputs a backend accepts (every backend that plans the four typed host combinations also
 //! plans [`RuntimePlanInputs`], whose group and pool are chosen at run time); [`Scatters`] runs
 //! `scatter_req_token_ids`.

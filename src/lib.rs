@@ -75,9 +75,10 @@
 //!
 //! * Feature `cuda` adds the CUDA backend, `cuda`: the same ops as kernels (`kernels/*.cu`,
 //!   compiled to PTX by nvcc at build time) on device buffers typed like the host ones.
-//! * [`backend`] is the seam: [`backend::Backend`] (allocation, write, verify) and
-//!   [`backend::PlanWith`] (plan), implemented by [`backend::Cpu`]; [`step::Canary`] is generic
-//!   over it, so code driving the ops is written once.
+//! * [`backend`] is the seam: [`backend::Backend`] (allocation, verify), [`backend::Writes`]
+//!   (write) and [`backend::PlanWith`] (plan), implemented by [`backend::Cpu`] and, with the
+//!   `cuda` feature, a CUDA stream; [`step::Canary`] is generic over it, so code driving the ops
+//!   is written once.
 //! * Inside the crate the layers import downward only: `consts` <- `hash`; `capacity`, `memory`
 //!   <- the buffers (plans, inputs, real-KV, canary state) <- `Shape` <- [`cpu`] <- [`backend`]
 //!   <- [`step`]; `cuda` in its own layers (`abi` <- `driver` <- `device` <- `ops`) on the same

@@ -47,7 +47,7 @@ impl<'g> Offload<'g> {
     }
 
     /// The write launch for an input assert the device supports (both); see
-    /// [`Backend::write`] below for why the inputs are re-typed first.
+    /// [`Writes::write`] below for why the inputs are re-typed first.
     #[allow(clippy::too_many_arguments, reason = "the write op's own arguments")]
     fn write_typed<V, W, E, WB, EB, A, S, R>(
         &self,
