@@ -1,0 +1,76 @@
+//! The benchmark's workloads on the CPU reference canary (runs without a GPU): the setup step
+//! and two measured steps must be verified and clean, with the numbers of entries the device
+//! run expects. This checks the workload construction that the device run relies on.
+
+use crate::workload::{cap, Mode, Workload, RING_ROWS};
+use kv_canary::step::{Canary, StepStatus, TailKv};
+use kv_canary::{Error, PlanInputs, RealKv, RealKvSource, RealKvSources};
+
+/// What one CPU run of a workload saw.
+pub struct CpuCheck {
+    /// Entries the measured step verified, over all its verify launches.
+    pub entries_checked: u64,
+    /// Entries the measured step wrote, over all its write launches.
+    pub entries_written: u64,
+}
+
+/// Runs `w`'s setup step and its measured step twice on a CPU canary in `mode` (K+V modes
+/// only: the CPU step API has no K-only canary yet); every report must be clean.
+pub fn run(w: &Workload, mode: Mode) -> Result<CpuCheck, String> {
+    let err = |what: &'static str| move |e: Error| format!("{}: {what}: {e}", w.kind.name);
+    let mut canary = Canary::try_full(
+        w.shape,
+        cap("slots", w.slots).map_err(err("slots"))?,
+        cap("ring rows", RING_ROWS).map_err(err("ring"))?,
+    )
+    .map_err(err("canary"))?;
+    let (layout, params) = w.kv_layout();
+    let k = vec![0x5Au8; w.kv_pool_bytes()];
+    let v = vec![0xA5u8; w.kv_pool_bytes()];
+    let source = |bytes| -> Result<RealKv<'_>, String> {
+        let s = RealKvSource::new(bytes, layout.row_bytes, params).map_err(err("source"))?;
+        Ok(RealKv::new(
+            mode.hash_mode(),
+            RealKvSources::from_array([s]),
+        ))
+    };
+    let kv = || -> Result<TailKv<'_>, String> { Ok(TailKv::new(source(&k)?, source(&v)?)) };
+    let mut steps = Vec::new();
+    if let Some((batch, inputs)) = &w.setup {
+        steps.push((batch, inputs, "setup"));
+    }
+    steps.push((&w.step.0, &w.step.1, "step"));
+    steps.push((&w.step.0, &w.step.1, "step again"));
+    let mut last = None;
+    for (batch, inputs, label) in steps {
+        let report = canary
+            .plan(&PlanInputs::full(batch, &w.table))
+            .and_then(|s| s.verify_head())
+            .and_then(|s| s.write(inputs))
+            .map_err(err("step"))?
+            .verify_tail(kv()?)
+            .map_err(err("tail"))?;
+        if report.status() != StepStatus::Clean {
+            return Err(format!(
+                "{} {}, {label}: the CPU report is not clean: {report}",
+                w.kind.name,
+                mode.name()
+            ));
+        }
+        last = Some(report);
+    }
+    let report = last.ok_or("no step ran")?;
+    let want_checked = (Workload::verify_launches(mode) * w.verify_entries) as u64;
+    if report.entries_checked() != want_checked {
+        return Err(format!(
+            "{} {}: the CPU step checked {} entries, the benchmark expects {want_checked}",
+            w.kind.name,
+            mode.name(),
+            report.entries_checked()
+        ));
+    }
+    Ok(CpuCheck {
+        entries_checked: report.entries_checked(),
+        entries_written: report.entries_written(),
+    })
+}

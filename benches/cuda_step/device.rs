@@ -1,0 +1,774 @@
+//! The device side: one workload on one GPU, through the device step API (`step::Canary` on a
+//! `Stream`: eager steps timed with events, the host timeline) and through the raw ops of the
+//! same step with the same tags on the canary's own buffers (eager launches timed one by one,
+//! and the whole step captured into one CUDA graph and replayed).
+//!
+//! The graph: the step API cannot be captured yet (its canary owns its stream, and
+//! `Stream::capture` needs the stream by `&mut`; branch `streams` adds an owned whole-step
+//! graph). [`queue_step`] queues the launches of one step exactly as the step API does (plan;
+//! HEAD_K, HEAD_V verify; HEAD_K, HEAD_V write; TAIL_K, TAIL_V verify; TAIL_K, TAIL_V write) on
+//! the canary's buffers; [`capture_step`] is the one place to switch to the owned step graph.
+
+use crate::timing::{self, Lead, Stats};
+use crate::workload::{cap, Mode, Workload, RING_ROWS};
+use crate::Options;
+use cust::memory::DeviceBuffer;
+use kv_canary::cuda::{
+    self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, DeviceReqToToken, DeviceSettings,
+    DeviceStepReport, Gpu, Polled, Queue, Stream, TailKvOnDevice,
+};
+use kv_canary::step::{Canary, KvPair};
+use kv_canary::{
+    CanaryBuffer, Device, Error, Full, HealthCounters, InputAssertOff, NoExpectedTokens,
+    TokenCheckOff, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing, WriteInputs,
+    WritePlan,
+};
+use kv_canary_testkit::floors::{self, Floors, GatherFloor};
+use std::cell::Cell;
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+type Uc = UncheckedCapacity;
+/// The device canary of the benchmark: run-time capacities, FULL group, on a stream.
+type DeviceCanary<'g> = Canary<Uc, Uc, Uc, Uc, Uc, Full, Stream<'g>>;
+type DeviceInputs = WriteInputs<Uc, InputAssertOff, Device>;
+type DevicePlanInputs<'a> = cuda::PlanInputs<'a, Uc, Full, NoExpectedTokens>;
+
+/// A message with its context.
+fn ctx(what: &'static str) -> impl Fn(Error) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+/// What the host calls of the step API cost, over a run of steps.
+#[derive(Clone, Debug, Default)]
+pub struct HostTimes {
+    /// `[plan, verify_head, write, verify_tail, try_take]`, µs, every call.
+    pub calls: [Vec<f64>; 5],
+    /// `wait` calls (a report not ready at the next step), µs.
+    pub waits: Vec<f64>,
+    /// `try_take` calls that found the report ready.
+    pub ready: usize,
+    /// Pinned report stagings the stream allocated (2 when reports are taken one step late).
+    pub stagings: u64,
+    /// Timeline lines of a few steps (host timestamps).
+    pub timeline: Vec<String>,
+}
+
+/// Names of [`HostTimes::calls`].
+pub const HOST_CALLS: [&str; 5] = ["plan", "verify_head", "write", "verify_tail", "try_take"];
+
+impl HostTimes {
+    /// Calls longer than `stall_us`, `wait` excluded.
+    pub fn stalls(&self, stall_us: f64) -> usize {
+        self.calls
+            .iter()
+            .flatten()
+            .filter(|&&t| t > stall_us)
+            .count()
+    }
+
+    /// The largest call of each kind, µs.
+    pub fn max(&self) -> [f64; 5] {
+        self.calls
+            .each_ref()
+            .map(|c| c.iter().copied().fold(0.0, f64::max))
+    }
+
+    /// Median of each kind, µs.
+    pub fn median(&self) -> [f64; 5] {
+        self.calls.each_ref().map(|c| median(c))
+    }
+
+    /// Steps recorded.
+    pub fn steps(&self) -> usize {
+        self.calls[0].len()
+    }
+}
+
+/// The median of `v` (0 when empty).
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The floor of one row, measured ([`crate::workload::FLOOR_FORMULA`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Floor {
+    /// One gather floor over the step's verify entries, µs.
+    pub gather_us: f64,
+    /// Verify launches.
+    pub launches: usize,
+    /// Bytes moved besides the gathers.
+    pub bytes: u64,
+    /// `bytes` at the copy bandwidth, µs.
+    pub traffic_us: f64,
+    /// The chain floor of the longest request, µs.
+    pub chain_us: f64,
+}
+
+impl Floor {
+    /// The whole floor, µs.
+    pub fn total_us(&self) -> f64 {
+        self.launches as f64 * self.gather_us + self.traffic_us + self.chain_us
+    }
+}
+
+/// Results of one (step, mode) row on one device.
+#[derive(Clone, Debug)]
+pub struct RowResult {
+    /// Which step.
+    pub step: &'static str,
+    /// Which mode.
+    pub mode: Mode,
+    /// Verify entries and written tokens of the step.
+    pub entries: usize,
+    /// Written tokens of the step.
+    pub tokens: usize,
+    /// Graph replay, stream idle before each replay (SGLang's method).
+    pub graph: Stats,
+    /// Graph replay queued behind a spin kernel (the device's time alone).
+    pub queued: Option<Stats>,
+    /// Eager steps through the step API, events around each step (report copies included);
+    /// `None` for K only (the step API has no K-only canary yet).
+    pub step_api: Option<Stats>,
+    /// Eager raw launches, events between them: (launch, median µs).
+    pub launches: Vec<(&'static str, f64)>,
+    /// The host calls of the step API (timeline run).
+    pub host: Option<HostTimes>,
+    /// The floor (one-device full run only).
+    pub floor: Option<Floor>,
+    /// Step reports checked clean (step API) plus graph/raw executions checked clean.
+    pub checked_steps: usize,
+}
+
+/// What the full run adds on device 0: the floor kernels and the copy bandwidth.
+pub struct FloorKit<'g> {
+    /// The bench kernels.
+    pub floors: Floors<'g>,
+    /// Device-to-device copy bandwidth, bytes per µs (read + written).
+    pub copy_bytes_per_us: f64,
+}
+
+impl<'g> FloorKit<'g> {
+    /// Loads the floor kernels and measures the copy bandwidth (512 MiB, median of 10).
+    pub fn new(gpu: &'g Gpu, o: &Options) -> Result<Self, String> {
+        let floors = Floors::new(gpu).map_err(ctx("floor kernels"))?;
+        let stream = Stream::new(gpu).map_err(ctx("stream"))?;
+        let n = 512usize << 20;
+        let src = floors::filled(n, 1).map_err(ctx("copy source"))?;
+        let dst = floors::filled(n, 0).map_err(ctx("copy destination"))?;
+        let stats = timing::time(&stream, Lead::Idle, 2, if o.quick { 3 } else { 10 }, || {
+            floors::device_copy(&stream, &dst, &src)
+        })
+        .map_err(ctx("copy floor"))?;
+        Ok(FloorKit {
+            floors,
+            copy_bytes_per_us: 2.0 * n as f64 / stats.median_us,
+        })
+    }
+}
+
+/// The device copy of one workload's inputs, shared by its modes.
+struct DeviceWorkload<'g> {
+    table: DeviceReqToToken,
+    setup: Option<(DeviceBatch<Uc>, DeviceInputs)>,
+    batch: DeviceBatch<Uc>,
+    inputs: DeviceInputs,
+    k_pool: DeviceBuffer<u8>,
+    v_pool: DeviceBuffer<u8>,
+    canary: DeviceCanary<'g>,
+}
+
+impl<'g> DeviceWorkload<'g> {
+    fn new(gpu: &'g Gpu, w: &Workload) -> Result<Self, String> {
+        gpu.make_current().map_err(ctx("context"))?;
+        let canary = Canary::full_on(
+            Stream::new(gpu).map_err(ctx("stream"))?,
+            w.shape,
+            cap("slots", w.slots).map_err(ctx("slots"))?,
+            cap("ring rows", RING_ROWS).map_err(ctx("ring"))?,
+        )
+        .map_err(ctx("device canary"))?;
+        let upload = |batch: &kv_canary::Batch, inputs: &WriteInputs<Uc>| {
+            let b = w.shape.device_batch(gpu)?;
+            b.upload(batch)?;
+            let i = canary.try_write_inputs()?;
+            i.upload(inputs)?;
+            Ok::<_, Error>((b, i))
+        };
+        let setup = match &w.setup {
+            Some((b, i)) => Some(upload(b, i).map_err(ctx("setup inputs"))?),
+            None => None,
+        };
+        let (batch, inputs) = upload(&w.step.0, &w.step.1).map_err(ctx("step inputs"))?;
+        Ok(DeviceWorkload {
+            table: DeviceReqToToken::from_host(gpu, &w.table).map_err(ctx("table"))?,
+            setup,
+            batch,
+            inputs,
+            k_pool: floors::filled(w.kv_pool_bytes(), 0x5A).map_err(ctx("K pool"))?,
+            v_pool: floors::filled(w.kv_pool_bytes(), 0xA5).map_err(ctx("V pool"))?,
+            canary,
+        })
+    }
+}
+
+/// The tail fingerprints of `mode` over the two pools (the V half folds nothing in K only).
+fn tail_kv<'a>(
+    w: &Workload,
+    mode: Mode,
+    k: &'a DeviceBuffer<u8>,
+    v: &'a DeviceBuffer<u8>,
+) -> Result<TailKvOnDevice<'a>, String> {
+    let (layout, params) = w.kv_layout();
+    let one = |pool| -> Result<DeviceRealKv<'a>, String> {
+        let s = DeviceRealKvSource::new(pool, layout, params).map_err(ctx("real-KV source"))?;
+        Ok(DeviceRealKv::new(mode.hash_mode(), [s]))
+    };
+    Ok(KvPair {
+        k: one(k)?,
+        v: if mode.halves() == 2 {
+            one(v)?
+        } else {
+            DeviceRealKv::NONE
+        },
+    })
+}
+
+/// One report must be clean, verified, with the step's numbers.
+fn check_report(w: &Workload, r: &DeviceStepReport, what: &str) -> Result<(), String> {
+    let tokens_ok = r.write_tokens as usize == w.write_tokens || what == "setup";
+    if !r.is_clean() || !r.enabled || !tokens_ok {
+        return Err(format!(
+            "{}: a {what} report is not clean and verified: {:?} (enabled {}, {} verify \
+             entries, {} tokens written, {} violations, {} dropped)",
+            w.kind.name,
+            r.status(),
+            r.enabled,
+            r.verify_num_valid,
+            r.write_tokens,
+            r.violations.len(),
+            r.dropped
+        ));
+    }
+    Ok(())
+}
+
+/// One step through the step API, waiting for its report (setup and checks).
+fn step_and_wait(
+    c: &mut DeviceCanary<'_>,
+    inputs: &DevicePlanInputs<'_>,
+    write: &DeviceInputs,
+    kv: TailKvOnDevice<'_>,
+) -> Result<DeviceStepReport, String> {
+    c.plan(inputs)
+        .and_then(|s| s.verify_head())
+        .and_then(|s| s.write(write))
+        .and_then(|s| s.verify_tail(kv))
+        .and_then(|p| p.wait())
+        .map_err(ctx("step API step"))
+}
+
+/// Busy-waits `d` on the host (the engine's forward pass, as the host sees it).
+fn spin_host(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// `reps` steps through the step API, each report taken one step late (after the next step is
+/// queued: `try_take`, and `wait` only when it is still pending), every report checked. With
+/// `events`, each step is timed on the device by events around it; `forward` is spun on the
+/// host between `write` and `verify_tail`. Returns the device times and the host's.
+#[allow(clippy::too_many_arguments)]
+fn step_api_run(
+    w: &Workload,
+    gpu: &Gpu,
+    c: &mut DeviceCanary<'_>,
+    inputs: &DevicePlanInputs<'_>,
+    write: &DeviceInputs,
+    kv: TailKvOnDevice<'_>,
+    reps: usize,
+    forward: Duration,
+    timeline_lines: usize,
+) -> Result<(Vec<f64>, HostTimes), String> {
+    let events: Vec<_> = (0..reps)
+        .map(|_| Ok((cuda::Event::new(gpu)?, cuda::Event::new(gpu)?)))
+        .collect::<Result<_, Error>>()
+        .map_err(ctx("events"))?;
+    let mut host = HostTimes::default();
+    let origin = Instant::now();
+    let us = |t: Instant| t.duration_since(origin).as_secs_f64() * 1e6;
+    let mut unread = None;
+    for (n, (start, stop)) in events.iter().enumerate() {
+        c.backend().record(start).map_err(ctx("record"))?;
+        let t0 = Instant::now();
+        let s = c.plan(inputs).map_err(ctx("plan"))?;
+        let t1 = Instant::now();
+        let s = s.verify_head().map_err(ctx("verify_head"))?;
+        let t2 = Instant::now();
+        let s = s.write(write).map_err(ctx("write"))?;
+        let t3 = Instant::now();
+        spin_host(forward);
+        let t4 = Instant::now();
+        let pending = s.verify_tail(kv).map_err(ctx("verify_tail"))?;
+        let t5 = Instant::now();
+        c.backend().record(stop).map_err(ctx("record"))?;
+        for (i, d) in [(0, t1 - t0), (1, t2 - t1), (2, t3 - t2), (3, t5 - t4)] {
+            host.calls[i].push(d.as_secs_f64() * 1e6);
+        }
+        let mut line = format!(
+            "    step {n}: plan at +{:.1} us ({:.1} us), verify_head {:.1} us, write {:.1} us, \
+             forward {:.0} us, verify_tail {:.1} us: queued at +{:.1} us",
+            us(t0),
+            host.calls[0][n],
+            host.calls[1][n],
+            host.calls[2][n],
+            (t4 - t3).as_secs_f64() * 1e6,
+            host.calls[3][n],
+            us(t5)
+        );
+        if let Some(prev) = unread.take() {
+            let t6 = Instant::now();
+            let polled: Polled<'_> =
+                kv_canary::cuda::PendingDeviceReport::try_take(prev).map_err(ctx("try_take"))?;
+            let t7 = Instant::now();
+            host.calls[4].push((t7 - t6).as_secs_f64() * 1e6);
+            let (report, how) = match polled {
+                Polled::Ready(r) => {
+                    host.ready += 1;
+                    (r, "ready")
+                }
+                Polled::Pending(p) => {
+                    let r = p.wait().map_err(ctx("wait"))?;
+                    host.waits.push(t7.elapsed().as_secs_f64() * 1e6);
+                    (r, "pending, then wait")
+                }
+            };
+            check_report(w, &report, "step")?;
+            line += &format!(
+                "; then step {}'s report: try_take at +{:.1} us ({:.1} us) -> {how}, clean",
+                n - 1,
+                us(t6),
+                (t7 - t6).as_secs_f64() * 1e6
+            );
+        }
+        if n < timeline_lines {
+            host.timeline.push(line);
+        }
+        unread = Some(pending);
+    }
+    if let Some(last) = unread {
+        check_report(w, &last.wait().map_err(ctx("wait"))?, "step")?;
+    }
+    host.stagings = c.backend().report_stagings_allocated();
+    let times = events
+        .iter()
+        .map(|(a, b)| b.elapsed_ms(a).map(|ms| f64::from(ms) * 1e3))
+        .collect::<Result<_, Error>>()
+        .map_err(ctx("elapsed"))?;
+    Ok((times, host))
+}
+
+/// Median, p10 and p90 of `v`.
+fn stats_of(v: &[f64]) -> Stats {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    Stats {
+        median_us: at(0.5),
+        p10_us: at(0.1),
+        p90_us: at(0.9),
+    }
+}
+
+/// The devices of a multi-device run lined up around each capture: a capture runs in global
+/// mode, during which no other thread may allocate or transfer, so every thread stops at a
+/// point before the captures, captures in turn (one lock), and meets the others again before
+/// the replays, which then run on every device at once. Every thread passes the same number of
+/// points; one that fails passes its remaining points when dropped, so that the others are not
+/// left waiting for it.
+pub struct Lineup<'b> {
+    barrier: &'b Barrier,
+    capture: &'b Mutex<()>,
+    left: Cell<usize>,
+}
+
+/// Barrier points of one row ([`Lineup`]): before the captures, after them.
+pub const LINEUP_POINTS_PER_ROW: usize = 2;
+
+impl<'b> Lineup<'b> {
+    /// `points` points on `barrier`, captures one at a time under `capture`.
+    pub fn new(barrier: &'b Barrier, capture: &'b Mutex<()>, points: usize) -> Self {
+        Lineup {
+            barrier,
+            capture,
+            left: Cell::new(points),
+        }
+    }
+
+    /// Waits for every device at the next point.
+    fn wait(&self) {
+        if self.left.get() > 0 {
+            self.left.set(self.left.get() - 1);
+            self.barrier.wait();
+        }
+    }
+}
+
+impl Drop for Lineup<'_> {
+    fn drop(&mut self) {
+        while self.left.get() > 0 {
+            self.wait();
+        }
+    }
+}
+
+/// The buffers and settings of one step's raw launches: the canary's own buffers, tags and
+/// shape, the step's inputs, the tail fingerprints.
+pub struct StepParts<'a> {
+    shape: &'a UncheckedShape,
+    plan_inputs: DevicePlanInputs<'a>,
+    verify: &'a VerifyPlan<Uc, Device>,
+    write: &'a WritePlan<Uc, Device>,
+    inputs: &'a DeviceInputs,
+    /// Head K, head V, tail K, tail V.
+    buffers: [&'a CanaryBuffer<Uc, Device>; 4],
+    counters: [&'a HealthCounters<Device>; 4],
+    settings: [DeviceSettings<'a>; 4],
+    ring: &'a ViolationRing<Uc, Device>,
+    halves: usize,
+}
+
+impl<'a> StepParts<'a> {
+    fn new(
+        c: &'a DeviceCanary<'_>,
+        plan_inputs: DevicePlanInputs<'a>,
+        inputs: &'a DeviceInputs,
+        kv: TailKvOnDevice<'a>,
+        mode: Mode,
+    ) -> Result<Self, String> {
+        let tags = c.tags();
+        let buffer = |i: usize| c.buffer(tags[i]).ok_or("a canary buffer is missing");
+        let counter = |i: usize| c.counters(tags[i]).ok_or("a counter pair is missing");
+        let (verify, write) = c.plans();
+        let fold = [DeviceRealKv::NONE, DeviceRealKv::NONE, kv.k, kv.v];
+        Ok(StepParts {
+            shape: c.shape(),
+            plan_inputs,
+            verify,
+            write,
+            inputs,
+            buffers: [buffer(0)?, buffer(1)?, buffer(2)?, buffer(3)?],
+            counters: [counter(0)?, counter(1)?, counter(2)?, counter(3)?],
+            settings: [0, 1, 2, 3].map(|i| DeviceSettings::new(tags[i]).with_real_kv(fold[i])),
+            ring: c.ring(),
+            halves: mode.halves(),
+        })
+    }
+
+    /// The launches of one step, in queue order.
+    fn launch_names(&self) -> Vec<&'static str> {
+        let all: [&[&str]; 4] = [
+            &["HEAD_K verify", "HEAD_V verify"],
+            &["HEAD_K write", "HEAD_V write"],
+            &["TAIL_K verify", "TAIL_V verify"],
+            &["TAIL_K write", "TAIL_V write"],
+        ];
+        let mut names = vec!["plan"];
+        for pair in all {
+            names.extend(&pair[..self.halves]);
+        }
+        names
+    }
+}
+
+/// Queues one step's launches on `on` (a stream, or a capture) in the step API's order;
+/// `after(i)` runs after launch `i` (events between eager launches).
+fn queue_step<'a, Q: Queue<'a> + ?Sized>(
+    on: &Q,
+    p: &StepParts<'a>,
+    mut after: impl FnMut(usize) -> Result<(), Error>,
+) -> Result<(), Error> {
+    cuda::plan(on, p.shape, &p.plan_inputs, p.verify, p.write)?;
+    let mut i = 0;
+    after(i)?;
+    for end in [0, 2] {
+        for h in 0..p.halves {
+            let b = end + h;
+            cuda::verify(
+                on,
+                p.shape,
+                p.verify,
+                TokenCheckOff,
+                &p.settings[b],
+                p.buffers[b],
+                p.ring,
+                p.counters[b],
+            )?;
+            i += 1;
+            after(i)?;
+        }
+        for h in 0..p.halves {
+            let b = end + h;
+            cuda::write(
+                on,
+                p.shape,
+                p.write,
+                p.inputs,
+                &p.settings[b],
+                p.buffers[b],
+                p.ring,
+                p.counters[b],
+            )?;
+            i += 1;
+            after(i)?;
+        }
+    }
+    Ok(())
+}
+
+/// Captures one step's launches into a graph on `stream` and times its replays (idle, and
+/// queued behind a spin kernel when `floors` is given). The one place to switch to the step
+/// API's own graph once branch `streams` lands.
+fn capture_step(
+    stream: &mut Stream<'_>,
+    parts: &StepParts<'_>,
+    o: &Options,
+    floors: Option<&Floors<'_>>,
+    lineup: Option<&Lineup<'_>>,
+) -> Result<(Stats, Option<Stats>, usize), String> {
+    if let Some(l) = lineup {
+        l.wait();
+    }
+    let graph = {
+        let _alone = lineup.map(|l| l.capture.lock().unwrap_or_else(|e| e.into_inner()));
+        stream.capture(|c| queue_step(c, parts, |_| Ok(())))
+    };
+    if let Some(l) = lineup {
+        l.wait();
+    }
+    let graph = graph.map_err(ctx("capture"))?;
+    let warmup = 5;
+    let idle = timing::time(graph.stream(), Lead::Idle, warmup, o.reps, || {
+        graph.replay()
+    })
+    .map_err(ctx("graph replay"))?;
+    let mut runs = warmup + o.reps;
+    let queued = match floors {
+        Some(f) => {
+            runs += warmup + o.reps;
+            Some(
+                timing::time(graph.stream(), Lead::Spin(f), warmup, o.reps, || {
+                    graph.replay()
+                })
+                .map_err(ctx("queued graph replay"))?,
+            )
+        }
+        None => None,
+    };
+    graph.stream().status().map_err(ctx("graph status"))?;
+    Ok((idle, queued, runs))
+}
+
+/// (launch, median µs) of each launch of a step.
+type LaunchTimes = Vec<(&'static str, f64)>;
+
+/// Eager raw launches, events between them: the median of each launch over `reps` steps.
+fn time_launches(
+    gpu: &Gpu,
+    parts: &StepParts<'_>,
+    reps: usize,
+) -> Result<(LaunchTimes, usize), String> {
+    let stream = Stream::new(gpu).map_err(ctx("stream"))?;
+    let names = parts.launch_names();
+    let events: Vec<Vec<cuda::Event<'_>>> = (0..reps)
+        .map(|_| (0..=names.len()).map(|_| cuda::Event::new(gpu)).collect())
+        .collect::<Result<_, Error>>()
+        .map_err(ctx("events"))?;
+    for ev in &events {
+        stream.record(&ev[0]).map_err(ctx("record"))?;
+        queue_step(&stream, parts, |i| stream.record(&ev[i + 1])).map_err(ctx("raw launches"))?;
+    }
+    stream.status().map_err(ctx("raw launch status"))?;
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let t: Vec<f64> = events
+            .iter()
+            .map(|ev| ev[i + 1].elapsed_ms(&ev[i]).map(|ms| f64::from(ms) * 1e3))
+            .collect::<Result<_, Error>>()
+            .map_err(ctx("elapsed"))?;
+        out.push((*name, median(&t)));
+    }
+    Ok((out, reps))
+}
+
+/// After raw launches and replays: the ring is still empty (nothing recorded by any of them),
+/// the plan is enabled over exactly the step's entries.
+fn check_raw(w: &Workload, parts: &StepParts<'_>, runs: usize) -> Result<(), String> {
+    let ring = parts.ring.to_host().map_err(ctx("ring"))?;
+    let plan = parts.verify.to_host().map_err(ctx("verify plan"))?;
+    if ring.write_index() != 0
+        || !plan.is_enabled()
+        || plan.num_valid() as usize != w.verify_entries
+    {
+        return Err(format!(
+            "{}: after {runs} raw steps the ring holds {} rows, the plan is enabled {} over {} \
+             entries (expected {})",
+            w.kind.name,
+            ring.write_index(),
+            plan.is_enabled(),
+            plan.num_valid(),
+            w.verify_entries
+        ));
+    }
+    Ok(())
+}
+
+/// The floor of `mode` on this workload: the gather floor over the plan's own entries and the
+/// head K canary buffer, the chain floor of the longest request, the bytes at copy bandwidth.
+fn measure_floor(
+    gpu: &Gpu,
+    w: &Workload,
+    mode: Mode,
+    parts: &StepParts<'_>,
+    kit: &FloorKit<'_>,
+) -> Result<Floor, String> {
+    let stream = Stream::new(gpu).map_err(ctx("stream"))?;
+    let host = parts.verify.to_host().map_err(ctx("verify plan"))?;
+    let n = w.verify_entries;
+    let upload = |v: &[i64]| DeviceBuffer::from_slice(v).map_err(|e| format!("upload: {e}"));
+    let (slots, prevs) = if n == 0 {
+        (upload(&[0])?, upload(&[-1])?)
+    } else {
+        (
+            upload(&host.slot_indices()[..n])?,
+            upload(&host.prev_slot_indices()[..n])?,
+        )
+    };
+    let sink = upload(&[0])?;
+    let gather = GatherFloor::new(
+        &kit.floors,
+        &slots,
+        &prevs,
+        n,
+        parts.buffers[0].device_bytes(),
+        32,
+        &sink,
+    )
+    .map_err(ctx("gather floor"))?;
+    let g = timing::time(&stream, Lead::Idle, 3, 30, || gather.queue(&stream))
+        .map_err(ctx("gather floor"))?;
+    let chain = timing::time(&stream, Lead::Idle, 3, 30, || {
+        kit.floors.chain(&stream, w.longest_write, &sink, true)
+    })
+    .map_err(ctx("chain floor"))?;
+    let bytes = w.traffic_bytes(mode);
+    Ok(Floor {
+        gather_us: g.median_us,
+        launches: Workload::verify_launches(mode),
+        bytes,
+        traffic_us: bytes as f64 / kit.copy_bytes_per_us,
+        chain_us: chain.median_us,
+    })
+}
+
+/// Every mode of `w` on `gpu`. `kit`: the full run (floors, queued replays, per-launch times,
+/// the host timeline); without it only the step API's eager steps and the graph replay (the
+/// multi-device run, `lineup` lining the devices up before each replay run).
+pub fn measure(
+    gpu: &Gpu,
+    w: &Workload,
+    o: &Options,
+    kit: Option<&FloorKit<'_>>,
+    lineup: Option<&Lineup<'_>>,
+) -> Result<Vec<RowResult>, String> {
+    let mut d = DeviceWorkload::new(gpu, w)?;
+    let mut rows = Vec::new();
+    for mode in [Mode::KvPartial, Mode::KOnlyPartial, Mode::KvAll] {
+        let kv = tail_kv(w, mode, &d.k_pool, &d.v_pool)?;
+        let plan_inputs = cuda::PlanInputs::full(&d.batch, &d.table);
+        let mut checked = 0;
+        // Stamp the prefixes in this mode's fingerprints (K only reuses PARTIAL's).
+        if mode != Mode::KOnlyPartial {
+            if let Some((batch, inputs)) = &d.setup {
+                let setup = cuda::PlanInputs::full(batch, &d.table);
+                let r = step_and_wait(&mut d.canary, &setup, inputs, kv)?;
+                check_report(w, &r, "setup")?;
+            }
+        }
+        let (step_api, host) = if mode == Mode::KOnlyPartial {
+            (None, None)
+        } else {
+            let (times, _) = step_api_run(
+                w,
+                gpu,
+                &mut d.canary,
+                &plan_inputs,
+                &d.inputs,
+                kv,
+                o.step_reps,
+                Duration::ZERO,
+                0,
+            )?;
+            checked += times.len();
+            let eager = stats_of(&times);
+            let host = if kit.is_some() {
+                // The engine's forward pass on the host: twice the eager step, at least 100 us.
+                let forward = Duration::from_secs_f64((2.0 * eager.median_us).max(100.0) * 1e-6);
+                let (t, host) = step_api_run(
+                    w,
+                    gpu,
+                    &mut d.canary,
+                    &plan_inputs,
+                    &d.inputs,
+                    kv,
+                    o.timeline_steps,
+                    forward,
+                    6,
+                )?;
+                checked += t.len();
+                Some(host)
+            } else {
+                None
+            };
+            (Some(eager), host)
+        };
+        d.canary.backend().synchronize().map_err(ctx("sync"))?;
+        let parts = StepParts::new(&d.canary, plan_inputs, &d.inputs, kv, mode)?;
+        let (launches, raw_runs) = match kit {
+            Some(_) => time_launches(gpu, &parts, o.launch_reps)?,
+            None => (Vec::new(), 0),
+        };
+        let mut graph_stream = Stream::new(gpu).map_err(ctx("stream"))?;
+        let (graph, queued, graph_runs) =
+            capture_step(&mut graph_stream, &parts, o, kit.map(|k| &k.floors), lineup)?;
+        check_raw(w, &parts, raw_runs + graph_runs)?;
+        checked += raw_runs + graph_runs;
+        let floor = match kit {
+            Some(k) => Some(measure_floor(gpu, w, mode, &parts, k)?),
+            None => None,
+        };
+        rows.push(RowResult {
+            step: w.kind.name,
+            mode,
+            entries: w.verify_entries,
+            tokens: w.write_tokens,
+            graph,
+            queued,
+            step_api,
+            launches,
+            host,
+            floor,
+            checked_steps: checked,
+        });
+    }
+    // One more step through the step API after every replay: still clean.
+    let plan_inputs = cuda::PlanInputs::full(&d.batch, &d.table);
+    let kv = tail_kv(w, Mode::KvAll, &d.k_pool, &d.v_pool)?;
+    let r = step_and_wait(&mut d.canary, &plan_inputs, &d.inputs, kv)?;
+    check_report(w, &r, "final step")?;
+    Ok(rows)
+}

@@ -1,0 +1,489 @@
+//! Whole-step benchmark of the device step API (issue 10 item 9, issue 12 item 2): one canary
+//! step (plan; HEAD_K, HEAD_V verify and write; TAIL_K, TAIL_V verify and write with a real-KV
+//! fold of one 2 KB KV row per token, page size 1, one source per half) for decode bs 1 / 64 /
+//! 256 at ~2k-token prefixes and an 8192-token prefill, in three modes (K+V PARTIAL, K+V ALL,
+//! K only PARTIAL), against SGLang's numbers of the issue and the step's measured floor.
+//!
+//! ```text
+//! cargo bench --features cuda --bench cuda_step -- [--out DIR] [--reps N] [--quick]
+//!     [--devices N] [--filter TEXT] [--stall-us US] [--dry-run]
+//! ```
+//!
+//! Per row: the whole step captured into one CUDA graph and replayed (stream idle before each
+//! replay, as SGLang measured; and queued behind a spin kernel), eager steps through the step
+//! API (`step::Canary::full_on(stream, ..)`, events around each step, its report copies
+//! included), eager raw launches timed one by one, the floor (`workload::FLOOR_FORMULA`), the
+//! host timeline of the step API (the host time of every stage call and `try_take`, stalls over
+//! `--stall-us`, default 50). Every measured step is checked verified and clean.
+//!
+//! `--devices N` then runs one canary per device, each on its own thread and stream, the same
+//! steps concurrently, and prints the per-device times beside the one-device ones.
+//!
+//! Writes `DIR/wholestep.csv` and `DIR/wholestep.json` (default DIR `target/cuda-wholestep`).
+//! Without a CUDA device (or with `--dry-run`) it says SKIPPED loudly and runs what the CPU
+//! can check: every workload is built, and the small ones run on the CPU reference canary,
+//! clean and with the entry counts the device run expects.
+
+mod cpu_check;
+mod device;
+#[allow(dead_code)]
+#[path = "../cuda/timing.rs"]
+mod timing;
+mod workload;
+
+use device::{FloorKit, Lineup, RowResult, HOST_CALLS, LINEUP_POINTS_PER_ROW};
+use kv_canary::cuda::Gpu;
+use kv_canary::Error;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::{Barrier, Mutex};
+use workload::{Mode, Workload, FLOOR_FORMULA, STEPS};
+
+/// Command-line options.
+pub struct Options {
+    /// Where the CSV and JSON go.
+    pub out: PathBuf,
+    /// Graph replays per timing.
+    pub reps: usize,
+    /// Eager step-API steps per row.
+    pub step_reps: usize,
+    /// Eager raw steps (launches timed one by one) per row.
+    pub launch_reps: usize,
+    /// Steps of the host-timeline run per row.
+    pub timeline_steps: usize,
+    /// Fewer repetitions.
+    pub quick: bool,
+    /// Devices of the multi-device run (0: none).
+    pub devices: usize,
+    /// Only the steps whose name contains this.
+    pub filter: Option<String>,
+    /// A host call longer than this is a stall, µs.
+    pub stall_us: f64,
+    /// CPU checks only.
+    pub dry_run: bool,
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        out: PathBuf::from("target/cuda-wholestep"),
+        reps: 200,
+        step_reps: 100,
+        launch_reps: 30,
+        timeline_steps: 50,
+        quick: false,
+        devices: 0,
+        filter: None,
+        stall_us: 50.0,
+        dry_run: false,
+    };
+    let mut args = std::env::args().skip(1);
+    let number = |v: Option<String>, what: &str| -> Result<usize, String> {
+        v.as_deref()
+            .and_then(|s| s.parse().ok())
+            .ok_or(format!("{what} needs a number"))
+    };
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--out" => o.out = args.next().ok_or("--out needs a directory")?.into(),
+            "--reps" => o.reps = number(args.next(), "--reps")?.max(1),
+            "--devices" => o.devices = number(args.next(), "--devices")?,
+            "--stall-us" => o.stall_us = number(args.next(), "--stall-us")? as f64,
+            "--filter" => o.filter = args.next(),
+            "--quick" => o.quick = true,
+            "--dry-run" => o.dry_run = true,
+            _ => {} // cargo bench passes --bench
+        }
+    }
+    if o.quick {
+        o.reps = o.reps.min(50);
+        (o.step_reps, o.launch_reps, o.timeline_steps) = (30, 10, 20);
+    }
+    Ok(o)
+}
+
+fn main() {
+    let result = options().and_then(run);
+    if let Err(e) = result {
+        eprintln!("cuda_step benchmark failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(o: Options) -> Result<(), String> {
+    let steps: Vec<_> = STEPS
+        .iter()
+        .filter(|s| o.filter.as_deref().is_none_or(|f| s.name.contains(f)))
+        .copied()
+        .collect();
+    let workloads = steps
+        .iter()
+        .map(|&k| Workload::build(k).map_err(|e| format!("{}: {e}", k.name)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let gpu = if o.dry_run {
+        Err("--dry-run".to_owned())
+    } else {
+        match Gpu::new() {
+            Ok(g) => Ok(g),
+            Err(Error::NoCudaDevice { detail }) => Err(detail),
+            Err(e) => return Err(format!("GPU setup: {e}")),
+        }
+    };
+    let gpu = match gpu {
+        Ok(g) => g,
+        Err(why) => {
+            println!(
+                "\n!!! SKIPPED: the whole-step benchmark needs a CUDA device ({why}); nothing was \
+                 timed. Running the CPU checks of its workloads instead. !!!\n"
+            );
+            return dry_run(&workloads);
+        }
+    };
+    println!(
+        "device: {} ({} SMs); graph replays {}, step-API steps {}, raw steps {}, timeline steps {}",
+        gpu.name(),
+        gpu.sm_count(),
+        o.reps,
+        o.step_reps,
+        o.launch_reps,
+        o.timeline_steps
+    );
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let kit = FloorKit::new(&gpu, &o)?;
+    println!(
+        "device-to-device copy: {:.0} GB/s (read + write)",
+        kit.copy_bytes_per_us * 1e-3
+    );
+    let mut rows = Vec::new();
+    for w in &workloads {
+        let t = std::time::Instant::now();
+        rows.extend(device::measure(&gpu, w, &o, Some(&kit), None)?);
+        println!(
+            "  measured {} in {:.1} s",
+            w.kind.name,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    print_results(&rows, &o);
+    write_files(&rows, &o, &gpu, kit.copy_bytes_per_us)?;
+    if o.devices > 0 {
+        multi_device(&workloads, &rows, &o)?;
+    }
+    Ok(())
+}
+
+/// The CPU checks: every workload's sizes and floor traffic; the small ones stepped on the CPU.
+fn dry_run(workloads: &[Workload]) -> Result<(), String> {
+    println!("floor formula: {FLOOR_FORMULA}\n");
+    for w in workloads {
+        println!(
+            "{}: {} slots, {} verify entries, {} tokens written, KV pool {:.1} MB a half",
+            w.kind.name,
+            w.slots,
+            w.verify_entries,
+            w.write_tokens,
+            w.kv_pool_bytes() as f64 / 1e6
+        );
+        for mode in Mode::ALL {
+            let bytes = w.traffic_bytes(mode);
+            let cpu = if w.kv_pool_bytes() > 64 << 20 {
+                "not stepped on the CPU (pool over 64 MB)".to_owned()
+            } else if mode == Mode::KOnlyPartial {
+                "not stepped on the CPU (no K-only canary in the step API yet)".to_owned()
+            } else {
+                let c = cpu_check::run(w, mode)?;
+                format!(
+                    "CPU step clean: {} entries checked, {} written",
+                    c.entries_checked, c.entries_written
+                )
+            };
+            println!(
+                "  {:<15} {} verify launches, {:.2} MB besides the gathers; {cpu}",
+                mode.name(),
+                Workload::verify_launches(mode),
+                bytes as f64 / 1e6
+            );
+        }
+    }
+    println!("\n!!! SKIPPED: no device timing was run (CPU checks passed) !!!");
+    Ok(())
+}
+
+/// "met" / "NOT MET".
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "NOT MET"
+    }
+}
+
+fn sglang(r: &RowResult) -> f64 {
+    STEPS
+        .iter()
+        .find(|s| s.name == r.step)
+        .map_or(f64::NAN, |s| s.sglang_us[r.mode.column()])
+}
+
+fn print_results(rows: &[RowResult], o: &Options) {
+    println!("\nwhole step, microseconds (median); ours = the step's launches in one CUDA graph, replayed on an idle stream (SGLang's method), warm L2");
+    println!("floor: {FLOOR_FORMULA}");
+    println!(
+        "\n  {:<27} {:<15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6}  {:<8} {:<8}",
+        "step",
+        "mode",
+        "ours",
+        "queued",
+        "step API",
+        "SGLang",
+        "speed-up",
+        "floor",
+        "ours/flr",
+        "",
+        ">=3x",
+        "<=1.3 flr"
+    );
+    let mut misses = 0;
+    for r in rows {
+        let ours = r.graph.median_us;
+        let s = sglang(r);
+        let speedup = s / ours;
+        let floor = r.floor.map(|f| f.total_us());
+        let ratio = floor.map(|f| ours / f);
+        let fast = speedup >= 3.0;
+        let floor_target = r
+            .step
+            .starts_with("decode bs 256")
+            .then(|| ratio.is_some_and(|x| x <= 1.3));
+        misses += usize::from(!fast) + usize::from(floor_target == Some(false));
+        let f1 = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        println!(
+            "  {:<27} {:<15} {:>9.1} {:>9} {:>9} {:>9} {:>8.2}x {:>8} {:>8}x {:>6}  {:<8} {:<8}",
+            r.step,
+            r.mode.name(),
+            ours,
+            f1(r.queued.map(|q| q.median_us)),
+            f1(r.step_api.map(|q| q.median_us)),
+            s,
+            speedup,
+            f1(floor),
+            ratio.map_or("-".to_owned(), |x| format!("{x:.2}")),
+            "",
+            verdict(fast),
+            floor_target.map_or("-", verdict),
+        );
+    }
+    println!(
+        "  targets: >= 3x faster than SGLang on every row; decode bs 256 within 1.3x its floor: {} \
+         miss(es)",
+        misses
+    );
+    println!("\nfloors (µs): L x gather(N) + bytes / copy_bw + chain(longest)");
+    for r in rows {
+        if let Some(f) = r.floor {
+            println!(
+                "  {:<27} {:<15} {} x {:.1} + {:.2} MB -> {:.1} + chain {:.1} = {:.1}",
+                r.step,
+                r.mode.name(),
+                f.launches,
+                f.gather_us,
+                f.bytes as f64 / 1e6,
+                f.traffic_us,
+                f.chain_us,
+                f.total_us()
+            );
+        }
+    }
+    println!("\neager raw launches, events between them (µs, median): launch by launch, sum");
+    for r in rows.iter().filter(|r| !r.launches.is_empty()) {
+        let mut line = String::new();
+        for (name, us) in &r.launches {
+            let _ = write!(line, " {name} {us:.1},");
+        }
+        let sum: f64 = r.launches.iter().map(|l| l.1).sum();
+        println!("  {:<27} {:<15}{line} sum {sum:.1}", r.step, r.mode.name());
+    }
+    println!(
+        "\nhost timeline of the step API (forward pass spun on the host: 2 x the eager step, at \
+         least 100 us; step N's report taken after step N+1 is queued): host µs per call, median / \
+         max; stalls = calls over {} us (wait excluded)",
+        o.stall_us
+    );
+    let mut total_stalls = 0;
+    for r in rows {
+        let Some(h) = &r.host else { continue };
+        let (med, max) = (h.median(), h.max());
+        let mut line = String::new();
+        for i in 0..HOST_CALLS.len() {
+            let _ = write!(line, " {} {:.1}/{:.1},", HOST_CALLS[i], med[i], max[i]);
+        }
+        let stalls = h.stalls(o.stall_us);
+        total_stalls += stalls;
+        println!(
+            "  {:<27} {:<15}{line} try_take ready {}/{}, waits {}, stagings {}, stalls {stalls} in {} steps",
+            r.step,
+            r.mode.name(),
+            h.ready,
+            h.calls[4].len(),
+            h.waits.len(),
+            h.stagings,
+            h.steps()
+        );
+    }
+    println!("  stalls over every row: {total_stalls}");
+    if let Some(h) = rows
+        .iter()
+        .find(|r| r.step.starts_with("decode bs 256") && r.host.is_some())
+        .and_then(|r| r.host.as_ref())
+    {
+        println!("\n  timeline, decode bs 256 K+V PARTIAL (host timestamps from the run's start):");
+        for line in &h.timeline {
+            println!("{line}");
+        }
+    }
+    let checked: usize = rows.iter().map(|r| r.checked_steps).sum();
+    println!("\nevery measured step verified and clean: {checked} steps checked (step-API reports, and the ring / plan after every raw and graph run)");
+}
+
+fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<(), String> {
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+    let jopt = |v: Option<f64>| v.map_or("null".to_owned(), |v| format!("{v:.3}"));
+    let mut csv = String::from(
+        "step,mode,verify_entries,tokens,graph_us,graph_p10_us,graph_p90_us,queued_us,step_api_us,sglang_us,speedup,floor_us,ratio_to_floor,gather_us,traffic_bytes,traffic_us,chain_us,host_stalls\n",
+    );
+    let mut json = Vec::new();
+    for r in rows {
+        let floor = r.floor.map(|f| f.total_us());
+        let s = sglang(r);
+        let stalls = r.host.as_ref().map(|h| h.stalls(o.stall_us));
+        let _ = writeln!(
+            csv,
+            "\"{}\",{},{},{},{:.3},{:.3},{:.3},{},{},{},{:.3},{},{},{},{},{},{},{}",
+            r.step,
+            r.mode.name(),
+            r.entries,
+            r.tokens,
+            r.graph.median_us,
+            r.graph.p10_us,
+            r.graph.p90_us,
+            opt(r.queued.map(|q| q.median_us)),
+            opt(r.step_api.map(|q| q.median_us)),
+            s,
+            s / r.graph.median_us,
+            opt(floor),
+            opt(floor.map(|f| r.graph.median_us / f)),
+            opt(r.floor.map(|f| f.gather_us)),
+            r.floor.map_or(String::new(), |f| f.bytes.to_string()),
+            opt(r.floor.map(|f| f.traffic_us)),
+            opt(r.floor.map(|f| f.chain_us)),
+            stalls.map_or(String::new(), |s| s.to_string()),
+        );
+        let launches: Vec<String> = r
+            .launches
+            .iter()
+            .map(|(n, us)| format!("{{\"launch\":\"{n}\",\"us\":{us:.3}}}"))
+            .collect();
+        json.push(format!(
+            "{{\"step\":\"{}\",\"mode\":\"{}\",\"verify_entries\":{},\"tokens\":{},\"graph_us\":{:.3},\"queued_us\":{},\"step_api_us\":{},\"sglang_us\":{s},\"floor_us\":{},\"host_stalls\":{},\"launches\":[{}]}}",
+            r.step,
+            r.mode.name(),
+            r.entries,
+            r.tokens,
+            r.graph.median_us,
+            jopt(r.queued.map(|q| q.median_us)),
+            jopt(r.step_api.map(|q| q.median_us)),
+            jopt(floor),
+            stalls.map_or("null".to_owned(), |s| s.to_string()),
+            launches.join(",")
+        ));
+    }
+    let body = format!(
+        "{{\"device\":\"{}\",\"sm_count\":{},\"reps\":{},\"copy_gb_per_s\":{:.1},\"floor_formula\":\"{}\",\"rows\":[\n{}\n]}}\n",
+        gpu.name(),
+        gpu.sm_count(),
+        o.reps,
+        copy * 1e-3,
+        FLOOR_FORMULA,
+        json.join(",\n")
+    );
+    let (c, j) = (o.out.join("wholestep.csv"), o.out.join("wholestep.json"));
+    std::fs::write(&c, csv).map_err(|e| format!("{}: {e}", c.display()))?;
+    std::fs::write(&j, body).map_err(|e| format!("{}: {e}", j.display()))?;
+    println!("\nwrote {} and {}", c.display(), j.display());
+    Ok(())
+}
+
+/// Issue 12 item 2: one canary per device, each on its own thread and stream, the same steps
+/// at once; the per-device times beside the one-device run's.
+fn multi_device(workloads: &[Workload], single: &[RowResult], o: &Options) -> Result<(), String> {
+    let present = (0..o.devices as u32)
+        .take_while(|&i| Gpu::with_ordinal(i).is_ok())
+        .count();
+    if present < o.devices {
+        println!(
+            "\n!!! --devices {}: this machine has {present} CUDA device(s); running N={present}. \
+             N=2 needs nvidia-h200-x2 (one canary per device, concurrently: not measured here) !!!",
+            o.devices
+        );
+    }
+    if present == 0 {
+        return Ok(());
+    }
+    // Two barrier points per row: before the captures (one at a time) and before the replays,
+    // which then start on every device together.
+    let points = workloads.len() * Mode::ALL.len() * LINEUP_POINTS_PER_ROW;
+    let barrier = Barrier::new(present);
+    let capture = Mutex::new(());
+    let results: Vec<Result<Vec<RowResult>, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..present as u32)
+            .map(|d| {
+                let (barrier, capture) = (&barrier, &capture);
+                scope.spawn(move || {
+                    let lineup = Lineup::new(barrier, capture, points);
+                    let gpu = Gpu::with_ordinal(d).map_err(|e| format!("device {d}: {e}"))?;
+                    let mut rows = Vec::new();
+                    for w in workloads {
+                        let r = device::measure(&gpu, w, o, None, Some(&lineup))
+                            .map_err(|e| format!("device {d}: {e}"))?;
+                        rows.extend(r);
+                    }
+                    Ok(rows)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a device thread panicked".into()))
+            })
+            .collect()
+    });
+    let per_device: Vec<Vec<RowResult>> = results.into_iter().collect::<Result<_, _>>()?;
+    println!(
+        "\n{present} device(s) at once, one canary, thread and stream each (µs, median): graph \
+         replay and eager step API, one-device run first"
+    );
+    for (i, r) in single.iter().enumerate() {
+        let mut line = format!(
+            "  {:<27} {:<15} graph {:>8.1} |",
+            r.step,
+            r.mode.name(),
+            r.graph.median_us
+        );
+        for (d, rows) in per_device.iter().enumerate() {
+            if let Some(x) = rows.get(i) {
+                let _ = write!(line, " dev{d} {:>8.1}", x.graph.median_us);
+            }
+        }
+        let f1 =
+            |v: Option<timing::Stats>| v.map_or("-".to_owned(), |v| format!("{:.1}", v.median_us));
+        let _ = write!(line, "   step API {:>8} |", f1(r.step_api));
+        for (d, rows) in per_device.iter().enumerate() {
+            if let Some(x) = rows.get(i) {
+                let _ = write!(line, " dev{d} {:>8}", f1(x.step_api));
+            }
+        }
+        println!("{line}");
+    }
+    Ok(())
+}

@@ -1,0 +1,303 @@
+//! The whole-step workloads of issue 10 item 9, built on the host (no device needed): the
+//! `req_to_token` table, the setup step that stamps every request's prefix, the measured step,
+//! the real-KV layout, SGLang's numbers and the step's floor formula.
+
+use kv_canary::hash::splitmix64;
+use kv_canary::{
+    Batch, BatchRow, Error, RealKvHashMode, RealKvParams, ReqToToken, RowLayout, UncheckedCapacity,
+    UncheckedShape, WriteInputs,
+};
+
+/// Bytes of one token's KV row in one half: layer 0, 8 KV heads x 128 dims x 2 bytes.
+pub const KV_ROW_BYTES: usize = 8 * 128 * 2;
+/// Bytes a PARTIAL fold reads of each strip (spec §2.10: the first two words).
+pub const PARTIAL_BYTES: usize = 16;
+/// Rows of the violation ring (a clean step records none).
+pub const RING_ROWS: usize = 1024;
+
+/// The steps of the issue's table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepKind {
+    /// The table's name of the step.
+    pub name: &'static str,
+    /// Requests in the batch.
+    pub bs: usize,
+    /// `Some(tokens)`: one request prefilling that many tokens (no prefix); `None`: a decode
+    /// of one token per request after a prefix of about 2k tokens.
+    pub prefill: Option<usize>,
+    /// SGLang's step, µs (K+V PARTIAL, K+V ALL, K only PARTIAL).
+    pub sglang_us: [f64; 3],
+}
+
+/// The four steps of issue 10 item 9, with SGLang's numbers (same H200 kind, warm L2, one CUDA
+/// graph per step).
+pub const STEPS: [StepKind; 4] = [
+    StepKind {
+        name: "decode bs 1, ~2k prefix",
+        bs: 1,
+        prefill: None,
+        sglang_us: [32.9, 124.9, 20.1],
+    },
+    StepKind {
+        name: "decode bs 64, ~2k prefix",
+        bs: 64,
+        prefill: None,
+        sglang_us: [78.1, 715.0, 45.8],
+    },
+    StepKind {
+        name: "decode bs 256, ~2k prefix",
+        bs: 256,
+        prefill: None,
+        sglang_us: [195.5, 2728.0, 110.8],
+    },
+    StepKind {
+        name: "prefill 8192 tokens",
+        bs: 1,
+        prefill: Some(8192),
+        sglang_us: [15212.0, 288276.0, 7617.0],
+    },
+];
+
+/// The fold of the tail launches, and which halves run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// K and V, PARTIAL fold (16 bytes a token a half).
+    KvPartial,
+    /// K and V, ALL fold (2 KB a token a half).
+    KvAll,
+    /// The K half alone (a pool without V), PARTIAL fold.
+    KOnlyPartial,
+}
+
+impl Mode {
+    /// In the order of the issue's table columns.
+    pub const ALL: [Mode; 3] = [Mode::KvPartial, Mode::KvAll, Mode::KOnlyPartial];
+
+    /// The column name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::KvPartial => "K+V PARTIAL",
+            Mode::KvAll => "K+V ALL",
+            Mode::KOnlyPartial => "K only PARTIAL",
+        }
+    }
+
+    /// The column of [`StepKind::sglang_us`].
+    pub fn column(self) -> usize {
+        match self {
+            Mode::KvPartial => 0,
+            Mode::KvAll => 1,
+            Mode::KOnlyPartial => 2,
+        }
+    }
+
+    /// The fold mode of the tail launches.
+    pub fn hash_mode(self) -> RealKvHashMode {
+        match self {
+            Mode::KvAll => RealKvHashMode::All,
+            Mode::KvPartial | Mode::KOnlyPartial => RealKvHashMode::Partial,
+        }
+    }
+
+    /// Halves whose launches run (2 for K+V, 1 for K only).
+    pub fn halves(self) -> usize {
+        match self {
+            Mode::KOnlyPartial => 1,
+            Mode::KvPartial | Mode::KvAll => 2,
+        }
+    }
+
+    /// Bytes the fold reads per token per half.
+    pub fn fold_bytes(self) -> usize {
+        match self.hash_mode() {
+            RealKvHashMode::All => KV_ROW_BYTES,
+            _ => PARTIAL_BYTES,
+        }
+    }
+}
+
+/// One step's host data: everything the canary needs, for the CPU and the device alike.
+pub struct Workload {
+    /// Which step.
+    pub kind: StepKind,
+    /// Slots of the KV pool and of the canary buffers (slot 0 is the padding slot).
+    pub slots: usize,
+    /// Row r (1..=bs), position p: a distinct slot, scattered over the pool.
+    pub table: ReqToToken,
+    /// Every buffer's capacities: verify entries (the prefix tokens), request rows, write
+    /// entries (the larger of the setup's and the step's tokens).
+    pub shape: UncheckedShape,
+    /// The step that stamps every request's prefix (a prefill of it); `None` for a prefill
+    /// step, which has no prefix.
+    pub setup: Option<(Batch, WriteInputs<UncheckedCapacity>)>,
+    /// The measured step.
+    pub step: (Batch, WriteInputs<UncheckedCapacity>),
+    /// Verify entries of the measured step (its prefix tokens).
+    pub verify_entries: usize,
+    /// Tokens the measured step writes.
+    pub write_tokens: usize,
+    /// The longest request's tokens in the measured step (its write's serial chain).
+    pub longest_write: usize,
+}
+
+/// A run-time capacity (never 0 here).
+pub fn cap(what: &'static str, n: usize) -> Result<UncheckedCapacity, Error> {
+    UncheckedCapacity::new(what, n.max(1))
+}
+
+/// The token of request row `row` at position `pos`.
+fn token(row: usize, pos: usize) -> i64 {
+    (splitmix64(((row as u64) << 32) | pos as u64) % 150_000) as i64
+}
+
+/// Prefix lengths of a decode batch: uniform in 1792..=2304 ("~2k"), seeded.
+fn prefix_lens(bs: usize, seed: u64) -> Vec<usize> {
+    (0..bs)
+        .map(|i| 1792 + (splitmix64(seed ^ (i as u64 + 1)) % 513) as usize)
+        .collect()
+}
+
+/// `n` slot ids `1..=n` in a seeded random order (an engine that has been running a while).
+fn shuffled(n: usize, seed: u64) -> Vec<i32> {
+    let mut v: Vec<i32> = (1..=n as i32).collect();
+    let mut x = seed;
+    for i in (1..v.len()).rev() {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let j = (splitmix64(x) % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+    v
+}
+
+/// A batch and its write inputs: request row r writes positions `from[r]..from[r] + len[r]`.
+fn tokens_of(
+    shape: &UncheckedShape,
+    table: &ReqToToken,
+    rows: &[(usize, usize, usize)],
+) -> Result<(Batch, WriteInputs<UncheckedCapacity>), Error> {
+    let batch: Batch = rows
+        .iter()
+        .map(|&(r, prefix, extend)| BatchRow {
+            req_pool_index: r as i64,
+            prefix_len: prefix as i64,
+            extend_len: extend as i64,
+        })
+        .collect();
+    let mut inputs = shape.try_write_inputs()?;
+    let p = inputs.parts_mut();
+    p.out_cache_loc.fill(-1);
+    let mut i = 0;
+    for &(r, prefix, extend) in rows {
+        for pos in prefix..prefix + extend {
+            let slot = table.get(r, pos).ok_or(Error::OutOfRange {
+                what: "workload table cell",
+                value: pos as i64,
+                allowed: "a position inside the row",
+            })?;
+            p.out_cache_loc[i] = i64::from(slot);
+            p.input_ids[i] = token(r, pos);
+            p.positions[i] = pos as i64;
+            i += 1;
+        }
+    }
+    Ok((batch, inputs))
+}
+
+impl Workload {
+    /// The host data of `kind`, seeded (every run measures the same inputs).
+    pub fn build(kind: StepKind) -> Result<Workload, Error> {
+        let seed = 0x5745_0000 ^ kind.bs as u64;
+        let (prefixes, extends): (Vec<usize>, Vec<usize>) = match kind.prefill {
+            Some(tokens) => (vec![0; kind.bs], vec![tokens; kind.bs]),
+            None => (prefix_lens(kind.bs, seed), vec![1; kind.bs]),
+        };
+        let lens: Vec<usize> = prefixes.iter().zip(&extends).map(|(p, e)| p + e).collect();
+        let width = lens.iter().copied().max().unwrap_or(1);
+        let used: usize = lens.iter().sum();
+        let slots = used + 1;
+        let order = shuffled(used, seed);
+        let mut cells = vec![0i32; (kind.bs + 1) * width];
+        let mut next = order.into_iter();
+        for (r, &len) in lens.iter().enumerate() {
+            for pos in 0..len {
+                cells[(r + 1) * width + pos] = next.next().unwrap_or(0);
+            }
+        }
+        let table = ReqToToken::from_vec(kind.bs + 1, width, cells)?;
+        let verify_entries: usize = prefixes.iter().sum();
+        let write_tokens: usize = extends.iter().sum();
+        let shape = UncheckedShape::from_capacities(
+            cap("verify entries", verify_entries)?,
+            cap("request rows", kind.bs)?,
+            cap("write entries", verify_entries.max(write_tokens))?,
+        );
+        let setup = if verify_entries > 0 {
+            let rows: Vec<_> = (0..kind.bs).map(|r| (r + 1, 0, prefixes[r])).collect();
+            Some(tokens_of(&shape, &table, &rows)?)
+        } else {
+            None
+        };
+        let rows: Vec<_> = (0..kind.bs)
+            .map(|r| (r + 1, prefixes[r], extends[r]))
+            .collect();
+        let step = tokens_of(&shape, &table, &rows)?;
+        Ok(Workload {
+            kind,
+            slots,
+            table,
+            shape,
+            setup,
+            step,
+            verify_entries,
+            write_tokens,
+            longest_write: extends.iter().copied().max().unwrap_or(0),
+        })
+    }
+
+    /// The layout of one half's KV pool: one 2 KB row per slot, page size 1.
+    pub fn kv_layout(&self) -> (RowLayout, RealKvParams) {
+        (
+            RowLayout {
+                num_rows: self.slots,
+                row_bytes: KV_ROW_BYTES,
+                row_stride_bytes: KV_ROW_BYTES,
+            },
+            RealKvParams::new(1, KV_ROW_BYTES as i64, KV_ROW_BYTES as i64),
+        )
+    }
+
+    /// Bytes of one half's KV pool.
+    pub fn kv_pool_bytes(&self) -> usize {
+        self.slots * KV_ROW_BYTES
+    }
+
+    /// The bytes the step must move besides the verify gathers ([`FLOOR_FORMULA`]).
+    pub fn traffic_bytes(&self, mode: Mode) -> u64 {
+        let (n, t, h) = (
+            self.verify_entries as u64,
+            self.write_tokens as u64,
+            mode.halves() as u64,
+        );
+        let plan = 36 * n;
+        let writes = 2 * h * 56 * t;
+        let fold = h * (n + t) * mode.fold_bytes() as u64;
+        plan + writes + fold
+    }
+
+    /// Verify launches of the step (head and tail of each half).
+    pub fn verify_launches(mode: Mode) -> usize {
+        2 * mode.halves()
+    }
+}
+
+/// How the step's floor is computed (printed with the results and in docs/benchmarks.md).
+pub const FLOOR_FORMULA: &str =
+    "floor = L x gather(N) + bytes / copy_bw + chain(longest request); \
+L = verify launches (4 for K+V, 2 for K only), gather(N) = the gather floor kernel over the \
+step's N verify entries (slot + predecessor loads and their two 32-byte canary gathers, measured \
+on the same plan and canary buffer), copy_bw = the measured device-to-device copy bandwidth \
+(bytes read + written per second), bytes = 36 N (plan: 4-byte table read, 32 bytes of plan \
+written) + 2 h x 56 T (head and tail writes: 24 bytes of inputs read, a 32-byte slot stored) + \
+h x (N + T) x f (tail verify and tail write folds), h = halves, T = tokens written, f = 16 \
+(PARTIAL) or 2048 (ALL) bytes; chain(k) = the chain floor kernel of k dependent mix3 steps (the \
+write's serial hash chain; counted once: the four writes' chains are independent)";
