@@ -7,8 +7,11 @@
 # Builds with `--features cuda` (release): the GPU test binaries (`cuda_gpu` of the library,
 # `golden_gpu` of crates/conformance; `cargo test --no-run --message-format=json` names them),
 # the `cuda_step` example, the conformance runner (`kv-canary-conformance`, staged as
-# `conformance`) and the `cuda` and `cuda_host` benchmarks, then copies into DEST:
-#   cuda_gpu  golden_gpu  cuda_step  conformance  cuda_bench  cuda_host   the binaries (PTX embedded)
+# `conformance`) and the `cuda`, `cuda_host` and `cuda_wholestep` benchmarks, then copies into
+# DEST:
+#   cuda_gpu  golden_gpu  cuda_step  conformance  cuda_bench  cuda_host  wholestep
+#                                                   the binaries (PTX embedded; `wholestep` is
+#                                                   the `cuda_wholestep` bench)
 #   ptx/*.ptx                                       the kernels as built (<file>.<arch>.ptx for
 #                                                   sm_80 and sm_90, bench.ptx of the testkit)
 #   golden/                                         tests/golden (the conformance vectors)
@@ -44,20 +47,20 @@ tests+=$'\n'$(cargo test --release -p kv-canary-conformance --features cuda --te
 echo "[gpu-build] cargo build the cuda_step example and the conformance runner"
 examples=$(cargo build --release --features cuda --example cuda_step --message-format=json | executables cuda_step)
 examples+=$'\n'$(cargo build --release -p kv-canary-conformance --features cuda --bin kv-canary-conformance --message-format=json | executables kv-canary-conformance)
-echo "[gpu-build] cargo bench --no-run (cuda, cuda_host)"
-benches=$(cargo bench --features cuda --bench cuda --bench cuda_host --no-run --message-format=json | executables cuda cuda_host)
+echo "[gpu-build] cargo bench --no-run (cuda, cuda_host, cuda_wholestep)"
+benches=$(cargo bench --features cuda --bench cuda --bench cuda_host --bench cuda_wholestep --no-run --message-format=json | executables cuda cuda_host cuda_wholestep)
 
 rm -rf "$dest"
 mkdir -p "$dest/ptx"
 while read -r name path; do
   [[ -n "$name" ]] || continue
-  case $name in cuda) target=cuda_bench ;; kv-canary-conformance) target=conformance ;; *) target=$name ;; esac
+  case $name in cuda) target=cuda_bench ;; cuda_wholestep) target=wholestep ;; kv-canary-conformance) target=conformance ;; *) target=$name ;; esac
   cp "$path" "$dest/$target"
   echo "[gpu-build] $dest/$target <- $path"
 done <<<"$tests
 $examples
 $benches"
-for bin in cuda_gpu golden_gpu cuda_step conformance cuda_bench cuda_host; do
+for bin in cuda_gpu golden_gpu cuda_step conformance cuda_bench cuda_host wholestep; do
   [[ -x "$dest/$bin" ]] || { echo "[gpu-build] ERROR: $bin was not built" >&2; exit 1; }
 done
 # The library's PTX (<file>.<arch>.ptx for sm_80 and sm_90) and the testkit's bench kernels.

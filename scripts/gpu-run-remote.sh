@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-run-remote.sh — run the staged GPU binaries on the GPU machine; logs go to $OUT.
 #
-#   .device-run/gpu-run-remote.sh [all|tests|sanitize|step|bench|bench-quick|host|profile ...]
+#   .device-run/gpu-run-remote.sh [all|tests|sanitize|step|bench|bench-quick|host|profile|wholestep ...]
 #
 # Run from the repository root of the copy on the GPU machine, after scripts/gpu-build.sh
 # staged .device-run/ here and it was carried there. With no argument it runs `all`: the GPU
@@ -10,7 +10,11 @@
 # memcheck, racecheck, initcheck and synccheck over the GPU tests (reduced case counts), the cuda_step example and
 # the benchmark (with its plot) and the host-cost benchmark (criterion: a typed launch against
 # the raw driver launch). `profile` (not in `all`) runs Nsight Compute on a few kernels of the
-# benchmark. Logs (the device tool returns at most 8 files):
+# benchmark. `wholestep` (not in `all`, whose logs already fill the device tool's 8 files) runs
+# the whole-step benchmark of the device step API (`wholestep`, the `cuda_wholestep` bench; one
+# device; add `--devices 2` through WHOLESTEP_ARGS on nvidia-h200-x2) and writes
+# $OUT/wholestep.log, $OUT/wholestep.csv and $OUT/wholestep.json; its verdict lines go to
+# summary.txt. Logs (the device tool returns at most 8 files):
 #   $OUT/tests.log  $OUT/sanitizer.log  $OUT/step.log  $OUT/bench.log  $OUT/bench.csv
 #   $OUT/bench.json  $OUT/bench.png  $OUT/summary.txt; the host-cost report goes to bench.log,
 #   `profile` writes $OUT/profile.log
@@ -65,6 +69,12 @@ if want host; then
   echo "=== host cost (criterion) ===" >>"$OUT/bench.log"
   run_part "host-cost benchmark" "$OUT/bench.log" "$here/cuda_host" --bench --noplot
   grep "host cost, " "$OUT/bench.log" | tee -a "$summary"
+fi
+if want_only wholestep; then
+  # WHOLESTEP_ARGS: e.g. "--devices 2" (nvidia-h200-x2) or "--quick".
+  # shellcheck disable=SC2086
+  run_part "whole-step benchmark" "$OUT/wholestep.log" "$here/wholestep" --out "$OUT" ${WHOLESTEP_ARGS:-}
+  grep -E "  (met|NOT MET) +(met|NOT MET|-) *$|targets:|stalls over|every measured step|!!!" "$OUT/wholestep.log" | tee -a "$summary"
 fi
 if want_only profile; then
   # One kernel of one workload each: Nsight Compute, clocks and caches left alone.

@@ -5,7 +5,7 @@
 //! K only PARTIAL), against SGLang's numbers of the issue and the step's measured floor.
 //!
 //! ```text
-//! cargo bench --features cuda --bench cuda_step -- [--out DIR] [--reps N] [--quick]
+//! cargo bench --features cuda --bench cuda_wholestep -- [--out DIR] [--reps N] [--quick]
 //!     [--devices N] [--filter TEXT] [--stall-us US] [--dry-run]
 //! ```
 //!
@@ -104,7 +104,7 @@ fn options() -> Result<Options, String> {
 fn main() {
     let result = options().and_then(run);
     if let Err(e) = result {
-        eprintln!("cuda_step benchmark failed: {e}");
+        eprintln!("cuda_wholestep benchmark failed: {e}");
         std::process::exit(1);
     }
 }
