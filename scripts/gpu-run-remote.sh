@@ -11,8 +11,9 @@
 # the benchmark (with its plot) and the host-cost benchmark (criterion: a typed launch against
 # the raw driver launch). `profile` (not in `all`) runs Nsight Compute on a few kernels of the
 # benchmark. `wholestep` (not in `all`, whose logs already fill the device tool's 8 files) runs
-# the whole-step benchmark of the device step API (`wholestep`, the `cuda_wholestep` bench; one
-# device; add `--devices 2` through WHOLESTEP_ARGS on nvidia-h200-x2) and writes
+# the whole-step benchmark of the device step API (`wholestep`, the `cuda_wholestep` bench) on
+# one device, then with `--devices 2` (one canary per device at once; on a one-GPU machine it
+# says loudly that N=2 needs nvidia-h200-x2 and runs N=1; WHOLESTEP_ARGS replaces the flag) and writes
 # $OUT/wholestep.log, $OUT/wholestep.csv and $OUT/wholestep.json; its verdict lines go to
 # summary.txt. Logs (the device tool returns at most 8 files):
 #   $OUT/tests.log  $OUT/sanitizer.log  $OUT/step.log  $OUT/bench.log  $OUT/bench.csv
@@ -71,9 +72,9 @@ if want host; then
   grep "host cost, " "$OUT/bench.log" | tee -a "$summary"
 fi
 if want_only wholestep; then
-  # WHOLESTEP_ARGS: e.g. "--devices 2" (nvidia-h200-x2) or "--quick".
+  # WHOLESTEP_ARGS: default "--devices 2"; e.g. "--devices 2 --quick".
   # shellcheck disable=SC2086
-  run_part "whole-step benchmark" "$OUT/wholestep.log" "$here/wholestep" --out "$OUT" ${WHOLESTEP_ARGS:-}
+  run_part "whole-step benchmark" "$OUT/wholestep.log" "$here/wholestep" --out "$OUT" ${WHOLESTEP_ARGS:---devices 2}
   grep -E "  (met|NOT MET) +(met|NOT MET|-) *$|targets:|stalls over|every measured step|!!!" "$OUT/wholestep.log" | tee -a "$summary"
 fi
 if want_only profile; then

@@ -228,7 +228,7 @@ fn print_results(rows: &[RowResult], o: &Options) {
     println!("\nwhole step, microseconds (median); ours = the step's launches in one CUDA graph, replayed on an idle stream (SGLang's method), warm L2");
     println!("floor: {FLOOR_FORMULA}");
     println!(
-        "\n  {:<27} {:<15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6}  {:<8} {:<8}",
+        "\n  {:<27} {:<15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}  {:<8} {:<8}",
         "step",
         "mode",
         "ours",
@@ -238,7 +238,6 @@ fn print_results(rows: &[RowResult], o: &Options) {
         "speed-up",
         "floor",
         "ours/flr",
-        "",
         ">=3x",
         "<=1.3 flr"
     );
@@ -257,7 +256,7 @@ fn print_results(rows: &[RowResult], o: &Options) {
         misses += usize::from(!fast) + usize::from(floor_target == Some(false));
         let f1 = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
         println!(
-            "  {:<27} {:<15} {:>9.1} {:>9} {:>9} {:>9} {:>8.2}x {:>8} {:>8}x {:>6}  {:<8} {:<8}",
+            "  {:<27} {:<15} {:>9.1} {:>9} {:>9} {:>9} {:>8.2}x {:>8} {:>8}x  {:<8} {:<8}",
             r.step,
             r.mode.name(),
             ours,
@@ -267,7 +266,6 @@ fn print_results(rows: &[RowResult], o: &Options) {
             speedup,
             f1(floor),
             ratio.map_or("-".to_owned(), |x| format!("{x:.2}")),
-            "",
             verdict(fast),
             floor_target.map_or("-", verdict),
         );
