@@ -153,22 +153,47 @@ fn run(o: Options) -> Result<(), String> {
         "device-to-device copy: {:.0} GB/s (read + write)",
         kit.copy_bytes_per_us * 1e-3
     );
-    let mut rows = Vec::new();
+    // A workload that fails is reported and the others still run (the results so far print).
+    let (mut rows, mut failures) = (Vec::new(), Vec::new());
     for w in &workloads {
         let t = std::time::Instant::now();
-        rows.extend(device::measure(&gpu, w, &o, Some(&kit), None)?);
+        match device::measure(&gpu, w, &o, Some(&kit), None) {
+            Ok(r) => {
+                for x in &r {
+                    println!(
+                        "  {} {}: graph {:.1} us, step API {}, floor {}",
+                        x.step,
+                        x.mode.name(),
+                        x.graph.median_us,
+                        x.step_api
+                            .map_or("-".to_owned(), |s| format!("{:.1} us", s.median_us)),
+                        x.floor
+                            .map_or("-".to_owned(), |f| format!("{:.1} us", f.total_us()))
+                    );
+                }
+                rows.extend(r);
+            }
+            Err(e) => {
+                println!("  !!! FAILED: {}: {e}", w.kind.name);
+                failures.push(format!("{}: {e}", w.kind.name));
+            }
+        }
         println!(
-            "  measured {} in {:.1} s",
+            "  ({} took {:.1} s)",
             w.kind.name,
             t.elapsed().as_secs_f64()
         );
     }
     print_results(&rows, &o);
     write_files(&rows, &o, &gpu, kit.copy_bytes_per_us)?;
-    if o.devices > 0 {
+    if o.devices > 0 && failures.is_empty() {
         multi_device(&workloads, &rows, &o)?;
     }
-    Ok(())
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; "))
+    }
 }
 
 /// The CPU checks: every workload's sizes and floor traffic; the small ones stepped on the CPU.
