@@ -554,16 +554,17 @@ fn capture_step(
     }
     let graph = graph.map_err(ctx("capture"))?;
     let warmup = 5;
-    let idle = timing::time(graph.stream(), Lead::Idle, warmup, o.reps, || {
-        graph.replay()
-    })
-    .map_err(ctx("graph replay"))?;
-    let mut runs = warmup + o.reps;
+    let probe = timing::time(graph.stream(), Lead::Idle, 1, 3, || graph.replay())
+        .map_err(ctx("graph replay"))?;
+    let reps = within_budget(o.reps, probe.median_us, 20);
+    let idle = timing::time(graph.stream(), Lead::Idle, warmup, reps, || graph.replay())
+        .map_err(ctx("graph replay"))?;
+    let mut runs = 4 + warmup + reps;
     let queued = match floors {
         Some(f) => {
-            runs += warmup + o.reps;
+            runs += warmup + reps;
             Some(
-                timing::time(graph.stream(), Lead::Spin(f), warmup, o.reps, || {
+                timing::time(graph.stream(), Lead::Spin(f), warmup, reps, || {
                     graph.replay()
                 })
                 .map_err(ctx("queued graph replay"))?,
@@ -573,6 +574,13 @@ fn capture_step(
     };
     graph.stream().status().map_err(ctx("graph status"))?;
     Ok((idle, queued, runs))
+}
+
+/// Repetitions of a timing: `reps`, fewer for a step so slow that they would take over about a
+/// second and a half (at least `least`), so that the whole run stays within its few minutes.
+pub fn within_budget(reps: usize, step_us: f64, least: usize) -> usize {
+    let affordable = (1.5e6 / step_us.max(1.0)) as usize;
+    reps.min(affordable.max(least))
 }
 
 /// (launch, median µs) of each launch of a step.
@@ -704,33 +712,19 @@ pub fn measure(
         let (step_api, host) = if mode == Mode::KOnlyPartial {
             (None, None)
         } else {
-            let (times, _) = step_api_run(
-                w,
-                gpu,
-                &mut d.canary,
-                &plan_inputs,
-                &d.inputs,
-                kv,
-                o.step_reps,
-                Duration::ZERO,
-                0,
-            )?;
-            checked += times.len();
+            let run = |c: &mut DeviceCanary<'_>, reps, forward, lines| {
+                step_api_run(w, gpu, c, &plan_inputs, &d.inputs, kv, reps, forward, lines)
+            };
+            let (probe, _) = run(&mut d.canary, 3, Duration::ZERO, 0)?;
+            let reps = within_budget(o.step_reps, median(&probe), 20);
+            let (times, _) = run(&mut d.canary, reps, Duration::ZERO, 0)?;
+            checked += probe.len() + times.len();
             let eager = stats_of(&times);
             let host = if kit.is_some() {
                 // The engine's forward pass on the host: twice the eager step, at least 100 us.
                 let forward = Duration::from_secs_f64((2.0 * eager.median_us).max(100.0) * 1e-6);
-                let (t, host) = step_api_run(
-                    w,
-                    gpu,
-                    &mut d.canary,
-                    &plan_inputs,
-                    &d.inputs,
-                    kv,
-                    o.timeline_steps,
-                    forward,
-                    6,
-                )?;
+                let steps = within_budget(o.timeline_steps, 3.0 * eager.median_us, 20);
+                let (t, host) = run(&mut d.canary, steps, forward, 6)?;
                 checked += t.len();
                 Some(host)
             } else {
@@ -741,7 +735,12 @@ pub fn measure(
         d.canary.backend().synchronize().map_err(ctx("sync"))?;
         let parts = StepParts::new(&d.canary, plan_inputs, &d.inputs, kv, mode)?;
         let (launches, raw_runs) = match kit {
-            Some(_) => time_launches(gpu, &parts, o.launch_reps)?,
+            Some(_) => {
+                let reps = step_api.map_or(o.launch_reps, |s| {
+                    within_budget(o.launch_reps, s.median_us, 5)
+                });
+                time_launches(gpu, &parts, reps)?
+            }
             None => (Vec::new(), 0),
         };
         let mut graph_stream = Stream::new(gpu).map_err(ctx("stream"))?;
