@@ -281,9 +281,10 @@ fn spin_host(d: Duration) {
 }
 
 /// `reps` steps through the step API, each report taken one step late (after the next step is
-/// queued: `try_take`, and `wait` only when it is still pending), every report checked. With
-/// `events`, each step is timed on the device by events around it; `forward` is spun on the
-/// host between `write` and `verify_tail`. Returns the device times and the host's.
+/// queued: `try_take`, and `wait` only when it is still pending), every report checked. Each
+/// step is timed on the device by events around it; `forward` is spun on the host between
+/// `write` and `verify_tail`; the first `timeline_lines` steps are kept as timeline lines.
+/// Returns the device times and the host's.
 #[allow(clippy::too_many_arguments)]
 fn step_api_run(
     w: &Workload,
