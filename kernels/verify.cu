@@ -1,7 +1,7 @@
 // The verify op (spec §5) over a full grid (every SM, several blocks each), grid-stride over the
 // active entries. Per entry the self and predecessor slots are gathered together (two
-// independent 32-byte loads in flight); with real-KV sources in ALL mode four lanes share an
-// entry, each folding one source, so the per-slot folds run side by side instead of in series.
+// independent 32-byte loads in flight); with real-KV sources in ALL mode up to four lanes share
+// an entry, one per source, so the per-slot folds run side by side instead of in series.
 //
 // ALL mode with strips of at most 128 bytes (verify_staged): each warp takes batches of eight
 // entries. The batch's strips (8 entries x 4 sources x up to 128 bytes) and canary slots are
@@ -117,19 +117,28 @@ __device__ __forceinline__ void verify_single(const VerifyArgs& a) {
     }
 }
 
-// ALL mode: four lanes per entry, lane q folds source q, the group's first lane checks the slot.
+// ALL mode: G lanes per entry (G = 1, 2 or 4: the number of sources rounded up to a power of
+// two), lane q of a group folds source q, the group's first lane checks the slot. So one source
+// (a K or V pool, a latent pool) keeps every lane folding its own entry instead of one lane in
+// four, and four sources still fold side by side.
 template <int KV, bool CHECK_TOKEN>
 __device__ __forceinline__ void verify_grouped(const VerifyArgs& a) {
     bool enabled;
     const i64 n = active_entries(a, enabled);
     const Ring ring = {a.ring, a.ring_capacity, a.write_index};
     const int lane = threadIdx.x & 31;
-    const int q = lane & 3;
-    const int leader = lane & ~3;
-    const i64 groups = static_cast<i64>(gridDim.x) * blockDim.x / 4;
-    const i64 warp_first = (static_cast<i64>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31)) / 4;
+    // log2(G), uniform over the grid.
+    const int lg = a.kv.num_sources <= 1 ? 0 : a.kv.num_sources == 2 ? 1 : 2;
+    const int q = lane & ((1 << lg) - 1);
+    const int leader = lane & ~((1 << lg) - 1);
+    const i64 groups = (static_cast<i64>(gridDim.x) * blockDim.x) >> lg;
+    // Warps interleaved over the blocks (warp w of block b is the grid's warp w * grid + b), so a
+    // small plan spreads over every multiprocessor instead of filling the first blocks.
+    const i64 grid_warp =
+        static_cast<i64>(threadIdx.x >> 5) * gridDim.x + static_cast<i64>(blockIdx.x);
+    const i64 warp_first = (grid_warp * 32) >> lg;
     for (i64 base = warp_first; base < n; base += groups) {
-        const i64 e = base + (lane >> 2);
+        const i64 e = base + (lane >> lg);
         bool ok = false;
         i64 s = 0, prev = 0;
         if (e < n) {
@@ -147,7 +156,8 @@ __device__ __forceinline__ void verify_grouped(const VerifyArgs& a) {
         u64 acc = 0;
 #pragma unroll
         for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
-            const u64 hk = __shfl_sync(0xffffffffu, h, leader + k);
+            // Lanes past the group (k >= G) are read and ignored: k < num_sources <= G.
+            const u64 hk = __shfl_sync(0xffffffffu, h, (leader + k) & 31);
             if (k < a.kv.num_sources) acc = splitmix64(acc ^ hk);
         }
         if (ok && q == 0) check_entry<CHECK_TOKEN>(a, ring, e, s, prev, st, pv, acc);
@@ -350,6 +360,104 @@ __device__ __forceinline__ void verify_staged(const VerifyArgs& a) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Streamed ALL mode: one source whose strips exceed 128 bytes (a K, V or latent pool row of
+// 2 KB). Each warp takes batches of 32 entries, one a lane. A strip is folded in chunks of 128
+// bytes: the chunk of all 32 entries is copied into shared memory with cp.async, whole
+// 128-byte lines (eight lanes a line, four lines a warp instruction), while the lanes fold the
+// previous chunk of their own entry out of shared memory. So every lane folds (the hash of a
+// strip is serial) and the loads are whole lines, not a lane's 16 bytes of a line at a time.
+// ---------------------------------------------------------------------------------------------
+constexpr int STREAM_WARPS = STAGED_THREADS / 32;
+
+// One chunk of a batch: entry i's 16-byte piece p at [i][p ^ (i & 7)] (eight lanes reading
+// piece p of eight entries, or writing eight pieces of one, hit eight bank groups).
+struct StreamChunk {
+    ulonglong2 piece[32][8];
+};
+static_assert(sizeof(StreamChunk) * 2 * STREAM_WARPS == RUST_VERIFY_STREAMED_SHARED_BYTES,
+              "streamed verify shared memory (src/cuda/abi/shared.rs)");
+
+// Queues the copies of chunk c (pieces 8c .. 8c + 8, fewer in the last) of the batch's strips
+// (lane l's strip at `strip`, 0 when not served) into `ck`, then commits them as one group.
+__device__ __forceinline__ void stream_issue(StreamChunk& ck, u64 strip, int c, int pieces) {
+    const int lane = threadIdx.x & 31;
+    unsigned char* base = reinterpret_cast<unsigned char*>(&ck);
+    const unsigned base_s = static_cast<unsigned>(__cvta_generic_to_shared(base));
+    const int p = lane & 7;
+    const int piece = c * 8 + p;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+        const int t = m * 4 + (lane >> 3);
+        const u64 src = __shfl_sync(0xffffffffu, strip, t);
+        if (src != 0 && piece < pieces) {
+            copy16_async(base, base_s, static_cast<unsigned>((t * 8 + (p ^ (t & 7))) * 16),
+                         reinterpret_cast<const unsigned char*>(src) + piece * 16);
+        }
+    }
+    copy_commit();
+}
+
+template <bool CHECK_TOKEN>
+__device__ __forceinline__ void verify_streamed(const VerifyArgs& a) {
+    extern __shared__ __align__(16) unsigned char s_raw[];
+    bool enabled;
+    const i64 n = active_entries(a, enabled);
+    const Ring ring = {a.ring, a.ring_capacity, a.write_index};
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    StreamChunk* ck = reinterpret_cast<StreamChunk*>(s_raw) + warp * 2;
+    const int pieces = static_cast<int>(a.kv.read_bytes[0] >> 4);
+    const int chunks = (pieces + 7) / 8;
+    const i64 page = a.kv.page_size[0];
+    const i64 batches = (n + 31) / 32;
+    const i64 step = static_cast<i64>(gridDim.x) * STREAM_WARPS;
+    // Warps interleaved over the blocks, so a small plan spreads over every multiprocessor.
+    for (i64 b = static_cast<i64>(warp) * gridDim.x + blockIdx.x; b < batches; b += step) {
+        const i64 e = b * 32 + lane;
+        bool ok = false;
+        i64 s = 0, prev = 0;
+        if (e < n) {
+            s = __ldg(a.slots + e);
+            prev = __ldg(a.prevs + e);
+            ok = entry_in_range<true>(a, e, s, prev);
+        }
+        u64 strip = 0;
+        if (ok) {
+            const i64 row = page == 1 ? s : s / page;
+            strip = reinterpret_cast<u64>(a.kv.base[0] + row * a.kv.row_stride[0] +
+                                          (s - row * page) * a.kv.bytes_per_token[0]);
+        }
+        Slot st = {}, pv = {};
+        if (ok) {
+            st = load_slot(a.buf, a.stride, s);
+            if (prev > 0) pv = load_slot(a.buf, a.stride, prev);
+        }
+        __syncwarp();  // the previous batch's last chunk is folded before it is refilled
+        stream_issue(ck[0], strip, 0, pieces);
+        u64 h = 0;
+        for (int c = 0; c < chunks; ++c) {
+            if (c + 1 < chunks) {
+                stream_issue(ck[(c + 1) & 1], strip, c + 1, pieces);
+            } else {
+                copy_commit();  // an empty group keeps one group per chunk
+            }
+            copy_wait_all_but_one();
+            __syncwarp();
+            const int here = min(8, pieces - c * 8);
+            if (ok) {
+                const StreamChunk& k = ck[c & 1];
+                for (int p = 0; p < here; ++p) {
+                    const ulonglong2 w = k.piece[lane][p ^ (lane & 7)];
+                    h = splitmix64(h ^ w.x);
+                    h = splitmix64(h ^ w.y);
+                }
+            }
+            __syncwarp();  // chunk c & 1 is refilled by the next iteration's copies
+        }
+        if (ok) check_entry<CHECK_TOKEN>(a, ring, e, s, prev, st, pv, splitmix64(h));
+    }
+}
+
 }  // namespace kvc
 
 using kvc::VerifyArgs;
@@ -377,3 +485,11 @@ KVC_VERIFY_ENTRY(kv_canary_verify_all_tokens, verify_grouped, 2, true, 1)
     }
 KVC_VERIFY_STAGED(kv_canary_verify_all_staged, false)
 KVC_VERIFY_STAGED(kv_canary_verify_all_staged_tokens, true)
+// ALL, one source of strips over 128 bytes, streamed through shared memory (64 KB a block: 8
+// warps x 2 chunks of 32 entries x 128 bytes); three blocks a multiprocessor.
+#define KVC_VERIFY_STREAMED(NAME, CHECK)                                                          \
+    extern "C" __global__ void __launch_bounds__(kvc::STAGED_THREADS, 3) NAME(VerifyArgs a) {     \
+        kvc::verify_streamed<CHECK>(a);                                                           \
+    }
+KVC_VERIFY_STREAMED(kv_canary_verify_all_streamed, false)
+KVC_VERIFY_STREAMED(kv_canary_verify_all_streamed_tokens, true)

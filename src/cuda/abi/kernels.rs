@@ -2,8 +2,8 @@
 //! block size and dynamic shared memory. Ops pick a [`Kernel`]; nothing indexes by arithmetic.
 
 use super::shared::{
-    PLAN_MAX_ROWS, SCATTER_THREADS, STAGED_THREADS, VERIFY_STAGE_BYTES, VERIFY_THREADS,
-    WRITE_THREADS,
+    PLAN_MAX_ROWS, SCATTER_THREADS, STAGED_THREADS, VERIFY_STAGE_BYTES,
+    VERIFY_STREAMED_SHARED_BYTES, VERIFY_THREADS, WRITE_THREADS,
 };
 
 /// A kernel file, loaded as one module (lazily, on first use of one of its kernels).
@@ -58,6 +58,7 @@ impl ModuleId {
                 .into_iter()
                 .flat_map(|fold| [false, true].map(|tokens| Kernel::Verify { fold, tokens }))
                 .chain([false, true].map(|tokens| Kernel::VerifyStaged { tokens }))
+                .chain([false, true].map(|tokens| Kernel::VerifyStreamed { tokens }))
                 .collect(),
             ModuleId::Write => Fold::ALL
                 .into_iter()
@@ -183,6 +184,12 @@ pub(crate) enum Kernel {
         /// Expected-token check on.
         tokens: bool,
     },
+    /// `kv_canary_verify_all_streamed[_tokens]`: ALL folds of one source of strips over 128
+    /// bytes, streamed through shared memory a 128-byte chunk at a time.
+    VerifyStreamed {
+        /// Expected-token check on.
+        tokens: bool,
+    },
     /// `kv_canary_write[_partial|_all][_assert]`.
     Write {
         /// Real-KV fold.
@@ -202,7 +209,9 @@ impl Kernel {
     pub(crate) const fn module(self) -> ModuleId {
         match self {
             Kernel::Plan { .. } => ModuleId::Plan,
-            Kernel::Verify { .. } | Kernel::VerifyStaged { .. } => ModuleId::Verify,
+            Kernel::Verify { .. } | Kernel::VerifyStaged { .. } | Kernel::VerifyStreamed { .. } => {
+                ModuleId::Verify
+            }
             Kernel::Write { .. } => ModuleId::Write,
             Kernel::Scatter => ModuleId::Scatter,
         }
@@ -216,6 +225,7 @@ impl Kernel {
             }
             Kernel::Verify { fold, tokens } => fold as usize * 2 + tokens as usize,
             Kernel::VerifyStaged { tokens } => Fold::ALL.len() * 2 + tokens as usize,
+            Kernel::VerifyStreamed { tokens } => Fold::ALL.len() * 2 + 2 + tokens as usize,
             Kernel::Write { fold, assert } => fold as usize * 2 + assert as usize,
             Kernel::Scatter => 0,
         }
@@ -244,6 +254,9 @@ impl Kernel {
             Kernel::VerifyStaged { tokens } => {
                 format!("kv_canary_verify_all_staged{}", on(tokens, "_tokens"))
             }
+            Kernel::VerifyStreamed { tokens } => {
+                format!("kv_canary_verify_all_streamed{}", on(tokens, "_tokens"))
+            }
             Kernel::Write { fold: f, assert } => {
                 format!("kv_canary_write{}{}", fold(f), on(assert, "_assert"))
             }
@@ -256,7 +269,7 @@ impl Kernel {
         match self {
             Kernel::Plan { family, .. } => family.block().0,
             Kernel::Verify { .. } => VERIFY_THREADS,
-            Kernel::VerifyStaged { .. } => STAGED_THREADS,
+            Kernel::VerifyStaged { .. } | Kernel::VerifyStreamed { .. } => STAGED_THREADS,
             Kernel::Write { .. } => WRITE_THREADS,
             Kernel::Scatter => SCATTER_THREADS,
         }
@@ -268,6 +281,7 @@ impl Kernel {
         match self {
             Kernel::Plan { .. } => plan_shared_bytes(PLAN_MAX_ROWS, 512),
             Kernel::VerifyStaged { .. } => STAGED_SHARED_BYTES,
+            Kernel::VerifyStreamed { .. } => VERIFY_STREAMED_SHARED_BYTES,
             _ => 0,
         }
     }

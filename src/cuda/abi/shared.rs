@@ -44,6 +44,9 @@ pub const SCATTER_THREADS: u32 = 256;
 pub const WRITE_THREADS: u32 = 352;
 /// Bytes of one staged-verify stage (asserted against `sizeof(Stage)` in kernels/verify.cu).
 pub const VERIFY_STAGE_BYTES: u32 = 4608;
+/// Dynamic shared memory of a streamed ALL verify block: 8 warps x 2 chunks x 32 entries x 128
+/// bytes (asserted against `StreamChunk` in kernels/verify.cu).
+pub const VERIFY_STREAMED_SHARED_BYTES: u32 = 8 * 2 * 32 * 128;
 
 /// Scalar constants of the header, in order.
 #[allow(dead_code)] // read by build.rs
@@ -64,6 +67,11 @@ pub const SCALARS: &[HeaderConst] = &[
 pub const ASSERTED: &[HeaderConst] = &[
     ("int", "RUST_WRITE_THREADS", WRITE_THREADS as u64),
     ("int", "RUST_VERIFY_STAGE_BYTES", VERIFY_STAGE_BYTES as u64),
+    (
+        "int",
+        "RUST_VERIFY_STREAMED_SHARED_BYTES",
+        VERIFY_STREAMED_SHARED_BYTES as u64,
+    ),
 ];
 
 codes! {

@@ -50,6 +50,13 @@ pub struct KernelTuning {
     /// Verify, staged ALL: blocks of 256 threads per SM (three fit: 72 KB of shared memory,
     /// 64 registers).
     pub verify_all_staged_blocks_per_sm: u32,
+    /// Verify with ALL real-KV folds of one source whose strips exceed 128 bytes (a 2 KB K, V
+    /// or latent row) streamed through shared memory, one lane an entry: whether to use that
+    /// kernel at all (else the unstaged one).
+    pub verify_all_streamed: bool,
+    /// Verify, streamed ALL: blocks of 256 threads per SM (three fit: 64 KB of shared memory
+    /// each).
+    pub verify_all_streamed_blocks_per_sm: u32,
 }
 
 impl Default for KernelTuning {
@@ -64,6 +71,8 @@ impl Default for KernelTuning {
             verify_all_blocks_per_sm: 1,
             verify_all_staged: true,
             verify_all_staged_blocks_per_sm: 3,
+            verify_all_streamed: true,
+            verify_all_streamed_blocks_per_sm: 3,
         }
     }
 }
@@ -81,6 +90,8 @@ impl KernelTuning {
             verify_all_blocks_per_sm: self.verify_all_blocks_per_sm.max(1),
             verify_all_staged: self.verify_all_staged,
             verify_all_staged_blocks_per_sm: self.verify_all_staged_blocks_per_sm.max(1),
+            verify_all_streamed: self.verify_all_streamed,
+            verify_all_streamed_blocks_per_sm: self.verify_all_streamed_blocks_per_sm.max(1),
         }
     }
 }

@@ -5,6 +5,7 @@ use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity};
 use crate::cuda::abi::args::VerifyArgs;
 use crate::cuda::abi::kernels::{Fold, Kernel, STAGED_SHARED_BYTES};
+use crate::cuda::abi::shared::VERIFY_STREAMED_SHARED_BYTES;
 use crate::cuda::device::settings::DeviceSettings;
 use crate::cuda::device::stream::{Queue, Target};
 use crate::cuda::driver::launch::LaunchDims;
@@ -23,7 +24,8 @@ use crate::Error;
 /// `verify_num_valid` are read on the device.
 ///
 /// A full grid (every SM) strides over the entries; each entry's own and predecessor slots are
-/// gathered together. In ALL real-KV mode four lanes share an entry, each folding one source;
+/// gathered together. In ALL real-KV mode one lane per source shares an entry (1, 2 or 4 lanes:
+/// the number of sources rounded up to a power of two), each folding one source;
 /// when every source reads at most 128 bytes a token and the slot stride is a multiple of 16,
 /// each warp stages batches of eight entries (their strips and slots) in shared memory with
 /// asynchronous copies and folds one batch while the next is in flight.
@@ -76,7 +78,9 @@ where
 /// row_stride bytes (validated layout) and every row is checked; the scalars are live. The
 /// staged kernel copies 16-byte pieces: slots at multiples of the stride (a multiple of 16,
 /// checked here) and strips of read_bytes <= 128 (multiples of 16, validated), inside the rows
-/// the same checks allow; its shared memory is the size it is given.
+/// the same checks allow; its shared memory is the size it is given. The streamed kernel (one
+/// source, read_bytes > 128) copies 16-byte pieces of the strips inside read_bytes of rows the
+/// same checks allow (base, row stride and bytes per token multiples of 16, validated).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn prepare<'a, V, W, E, VB, K, S, R>(
     target: &Target<'_>,
@@ -128,12 +132,22 @@ where
         && args.kv.read_bytes[..args.kv.num_sources as usize]
             .iter()
             .all(|&b| b <= 128);
+    let streamed = fold == Fold::All
+        && config.verify_all_streamed
+        && args.kv.num_sources == 1
+        && args.kv.read_bytes[0] > 128;
     let tokens = K::ENABLED;
     let (kernel, per_sm, shared_bytes) = if staged {
         (
             Kernel::VerifyStaged { tokens },
             config.verify_all_staged_blocks_per_sm,
             STAGED_SHARED_BYTES,
+        )
+    } else if streamed {
+        (
+            Kernel::VerifyStreamed { tokens },
+            config.verify_all_streamed_blocks_per_sm,
+            VERIFY_STREAMED_SHARED_BYTES,
         )
     } else {
         let per_sm = match fold {
