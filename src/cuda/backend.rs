@@ -82,20 +82,24 @@ impl KvPair<DeviceRealKv<'static>> {
 }
 
 // A device canary can be built on one thread and driven from another (one canary per device,
-// each on its own thread).
-static_assertions::assert_impl_all!(
-    crate::step::Canary<
-        crate::capacity::Cap<8>,
-        crate::capacity::Cap<4>,
-        crate::capacity::Cap<16>,
-        crate::capacity::Cap<64>,
-        crate::capacity::Cap<16>,
-        crate::input::Full,
-        Stream<'static>,
-    >: Send
-);
+// each on its own thread), and it borrows nothing (its stream holds a `Gpu` handle), so an
+// engine can keep it in its own structs.
+const _: fn() = || {
+    fn owned<T: Send + 'static>() {}
+    owned::<
+        crate::step::Canary<
+            crate::capacity::Cap<8>,
+            crate::capacity::Cap<4>,
+            crate::capacity::Cap<16>,
+            crate::capacity::Cap<64>,
+            crate::capacity::Cap<16>,
+            crate::input::Full,
+            Stream,
+        >,
+    >();
+};
 
-impl<'g> Backend for Stream<'g> {
+impl Backend for Stream {
     type Memory = Device;
     type RealKv<'k> = DeviceRealKv<'k>;
     type Settings<'k> = DeviceSettings<'k>;
@@ -179,7 +183,7 @@ impl<'g> Backend for Stream<'g> {
 }
 
 /// The device write kernels implement both input-assert states.
-impl<A: DeviceInputAssert> Writes<A> for Stream<'_> {
+impl<A: DeviceInputAssert> Writes<A> for Stream {
     fn write<V, W, E, WB, EB, S, R>(
         &self,
         shape: &Shape<V, W, E>,
@@ -203,7 +207,7 @@ impl<A: DeviceInputAssert> Writes<A> for Stream<'_> {
     }
 }
 
-impl<'a, 'g, V, W, E, BB, G, X> PlanWith<PlanInputs<'a, BB, G, X>, V, W, E> for Stream<'g>
+impl<'a, V, W, E, BB, G, X> PlanWith<PlanInputs<'a, BB, G, X>, V, W, E> for Stream
 where
     V: Capacity,
     W: SameWriteReqCapacity<BB>,
@@ -262,8 +266,8 @@ impl<LB: Capacity> DeviceGroupTokens for super::DeviceExpectedPool<'_, LB> {
     const HAS_POOL: bool = true;
 }
 
-impl<'g> Reports for Stream<'g> {
-    type Report = PendingDeviceReport<'g>;
+impl Reports for Stream {
+    type Report = PendingDeviceReport;
 
     /// Queues the readback of the step's ring, counters, plan scalars and status word into
     /// pinned host memory on the stream, records an event after it and returns at once
@@ -271,13 +275,13 @@ impl<'g> Reports for Stream<'g> {
     fn report<V: Capacity, W: Capacity, R: Capacity>(
         &self,
         step: &FinishedStep<'_, Self, V, W, R>,
-    ) -> Result<PendingDeviceReport<'g>, Error> {
+    ) -> Result<PendingDeviceReport, Error> {
         report::queue(self, step)
     }
 
     /// Unknown when the step ends: counted when the report is taken
     /// ([`delivered_violations`](Reports::delivered_violations)).
-    fn recorded(_report: &PendingDeviceReport<'g>) -> u64 {
+    fn recorded(_report: &PendingDeviceReport) -> u64 {
         0
     }
 

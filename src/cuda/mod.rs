@@ -49,7 +49,10 @@
 //!
 //! # Threads and contexts
 //!
-//! [`Gpu`] is `Send + Sync`; [`Stream`], [`Event`], [`CustomModule`] and every device buffer are
+//! [`Gpu`] is `Send + Sync` and cheap to clone (one context and kernel table behind an `Arc`);
+//! [`Stream`], [`Event`] and [`PendingDeviceReport`] hold a clone and borrow nothing, so a
+//! device canary is `Send + 'static` and an engine can store it. [`Stream`], [`Event`],
+//! [`CustomModule`] and every device buffer are
 //! `Send + Sync` (the device buffers as cust's are: Rust never borrows device memory). Every call
 //! of this module that reaches the driver makes the right context current on the calling thread
 //! first: launches, stream and event creation, synchronisation, status reads, capture and replay

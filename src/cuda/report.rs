@@ -133,28 +133,29 @@ impl DeviceStepReport {
 /// until [`wait`](Self::wait); dropping a pending report unread discards that step's report.
 #[must_use = "a pending report holds a step's findings: take it (try_take or wait)"]
 #[derive(Debug)]
-pub struct PendingDeviceReport<'g> {
-    gpu: &'g Gpu,
+pub struct PendingDeviceReport {
     pool: Arc<ReadbackPool>,
     /// `Some` until taken (then back in the pool).
     readback: Option<Readback>,
     layout: Layout,
     verify_capacity: usize,
     abandoned_steps: u64,
+    /// Dropped after the staging (it may hold the last handle of the staging's context).
+    gpu: Gpu,
 }
 
-static_assertions::assert_impl_all!(PendingDeviceReport<'static>: Send);
+static_assertions::assert_impl_all!(PendingDeviceReport: Send);
 
 /// What [`PendingDeviceReport::try_take`] found.
 #[derive(Debug)]
-pub enum Polled<'g> {
+pub enum Polled {
     /// The copies have landed: the decoded report.
     Ready(DeviceStepReport),
     /// The copies are still queued or running: the pending report, to try again later.
-    Pending(PendingDeviceReport<'g>),
+    Pending(PendingDeviceReport),
 }
 
-impl<'g> PendingDeviceReport<'g> {
+impl PendingDeviceReport {
     /// Whether the report's copies have landed, so that taking it does not block.
     pub fn is_ready(&self) -> Result<bool, Error> {
         match &self.readback {
@@ -166,7 +167,7 @@ impl<'g> PendingDeviceReport<'g> {
     /// The report if its copies have landed ([`Polled::Ready`]), else this pending report back
     /// ([`Polled::Pending`]); never blocks. A malformed-data error the stream's kernels
     /// recorded (the status word) is returned as the CPU op's [`Error`].
-    pub fn try_take(mut self) -> Result<Polled<'g>, Error> {
+    pub fn try_take(mut self) -> Result<Polled, Error> {
         if !self.is_ready()? {
             return Ok(Polled::Pending(self));
         }
@@ -247,7 +248,7 @@ impl<'g> PendingDeviceReport<'g> {
     }
 }
 
-impl Drop for PendingDeviceReport<'_> {
+impl Drop for PendingDeviceReport {
     fn drop(&mut self) {
         // Unread: the staging goes back; the copies still queued into it run before any later
         // copy into it (one stream), and nothing reads it before its next event completes.
@@ -258,10 +259,10 @@ impl Drop for PendingDeviceReport<'_> {
 }
 
 /// Queues the readback of a finished step on `stream`: no host synchronisation.
-pub(crate) fn queue<'g, V: Capacity, W: Capacity, R: Capacity>(
-    stream: &Stream<'g>,
-    step: &FinishedStep<'_, Stream<'g>, V, W, R>,
-) -> Result<PendingDeviceReport<'g>, Error> {
+pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
+    stream: &Stream,
+    step: &FinishedStep<'_, Stream, V, W, R>,
+) -> Result<PendingDeviceReport, Error> {
     let gpu = stream.gpu();
     let context = gpu.context();
     let raw = stream.as_raw();
@@ -316,7 +317,7 @@ pub(crate) fn queue<'g, V: Capacity, W: Capacity, R: Capacity>(
     }
     readback.finish(context, raw)?;
     Ok(PendingDeviceReport {
-        gpu,
+        gpu: gpu.clone(),
         pool,
         readback: Some(readback),
         layout,

@@ -156,7 +156,7 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
     let mut cached = [0usize; ROWS];
     let (mut overflows, mut found, mut tampered) = (0, 0, 0);
     // The previous step's CPU report and its device report, still pending (`late`).
-    let mut unread: Option<(usize, StepReport, PendingDeviceReport<'_>)> = None;
+    let mut unread: Option<(usize, StepReport, PendingDeviceReport)> = None;
     for step in 0..steps {
         // Rows 1..ROWS: each active with a new prefill or a decode of what it has cached.
         let mut rows = Vec::new();

@@ -24,8 +24,7 @@ const SCRATCH_INIT: [i64; SCRATCH_WORDS] = [0, 0, i64::MAX, i64::MAX];
 /// transfer of this module runs), so transfers and launches are ordered as written, on any
 /// stream. Launches on one stream run in order; launches on two streams touching the same
 /// buffer are the caller's to order.
-pub struct Stream<'g> {
-    gpu: &'g Gpu,
+pub struct Stream {
     raw: RawStream,
     status: DeviceBuffer<i64>,
     /// Launch scratch owned by the stream (launches allocate nothing): the checked plan's grid
@@ -35,26 +34,30 @@ pub struct Stream<'g> {
     /// The pinned staging of this stream's asynchronous step reports (shared with the pending
     /// reports, which give their staging back when taken or dropped).
     readbacks: Arc<ReadbackPool>,
+    /// Declared last, so dropped last: it may hold the last handle of the context everything
+    /// above lives in.
+    gpu: Gpu,
 }
 
-// `Send`: everything a stream holds (its `&Gpu`, cust's stream, two device buffers) is. `Sync`
+// `Send`: everything a stream holds (its `Gpu` handle, cust's stream, two device buffers) is. `Sync`
 // as well, soundly: every method takes `&self` and only makes driver calls, which are
 // thread-safe, and whatever two threads queue on one stream runs in stream order, so the launch
 // scratch is never used by two kernels at once; capture takes `&mut self`. What sharing a
 // stream between threads does not give is meaning: their launches interleave in no fixed order
 // and share one status word, so give each thread its own stream (the `cuda` module docs).
-static_assertions::assert_impl_all!(Stream<'static>: Send, Sync);
-static_assertions::assert_impl_all!(Event<'static>: Send, Sync);
+static_assertions::assert_impl_all!(Stream: Send, Sync);
+static_assertions::assert_impl_all!(Event: Send, Sync);
 
-impl<'g> Stream<'g> {
-    /// A new blocking stream with a clear status word, in `gpu`'s context.
-    pub fn new(gpu: &'g Gpu) -> Result<Self, Error> {
+impl Stream {
+    /// A new blocking stream with a clear status word, in `gpu`'s context (it keeps a clone
+    /// of `gpu`).
+    pub fn new(gpu: &Gpu) -> Result<Self, Error> {
         let raw = RawStream::new(gpu.context())?;
         let status = memory::zeroed::<i64>(STATUS_WORDS)?;
         let scratch = memory::zeroed::<i64>(SCRATCH_WORDS)?;
         memory::upload(&scratch, 0, &SCRATCH_INIT)?;
         Ok(Stream {
-            gpu,
+            gpu: gpu.clone(),
             raw,
             status,
             scratch,
@@ -86,8 +89,8 @@ impl<'g> Stream<'g> {
     }
 
     /// The device this stream runs on.
-    pub fn gpu(&self) -> &'g Gpu {
-        self.gpu
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
     }
 
     /// Blocks the host until everything queued on this stream has run.
@@ -111,7 +114,7 @@ impl<'g> Stream<'g> {
     }
 
     /// Records `event` at this point of the stream (an event of this stream's [`Gpu`]).
-    pub fn record(&self, event: &Event<'_>) -> Result<(), Error> {
+    pub fn record(&self, event: &Event) -> Result<(), Error> {
         self.raw.record(self.gpu.context(), &event.raw)
     }
 
@@ -132,9 +135,9 @@ impl<'g> Stream<'g> {
     /// error instead of corrupting it. Every kernel file is loaded before the capture begins.
     pub fn capture<'a>(
         &'a mut self,
-        f: impl FnOnce(&Capture<'a, 'g>) -> Result<(), Error>,
-    ) -> Result<Graph<'a, 'g>, Error> {
-        let stream: &'a Stream<'g> = self;
+        f: impl FnOnce(&Capture<'a>) -> Result<(), Error>,
+    ) -> Result<Graph<'a>, Error> {
+        let stream: &'a Stream = self;
         stream.gpu.load_all()?;
         let open = stream.raw.begin_capture(stream.gpu.context())?;
         let result = f(&Capture {
@@ -152,7 +155,7 @@ impl<'g> Stream<'g> {
 
     pub(crate) fn target(&self) -> Target<'_> {
         Target {
-            gpu: self.gpu,
+            gpu: &self.gpu,
             stream: self.raw.handle(),
             status: memory::ptr(&self.status),
             scratch: memory::ptr(&self.scratch),
@@ -160,7 +163,7 @@ impl<'g> Stream<'g> {
     }
 }
 
-impl core::fmt::Debug for Stream<'_> {
+impl core::fmt::Debug for Stream {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Stream")
             .field("gpu", &self.gpu.name())
@@ -172,12 +175,12 @@ impl core::fmt::Debug for Stream<'_> {
 /// buffers they take must be borrowed for the graph's lifetime `'a`.
 ///
 /// Invariant in `'a`, so a launch cannot shorten it to a local buffer's lifetime.
-pub struct Capture<'a, 'g> {
-    stream: &'a Stream<'g>,
+pub struct Capture<'a> {
+    stream: &'a Stream,
     _invariant: PhantomData<fn(&'a ()) -> &'a ()>,
 }
 
-impl core::fmt::Debug for Capture<'_, '_> {
+impl core::fmt::Debug for Capture<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Capture").finish_non_exhaustive()
     }
@@ -185,13 +188,13 @@ impl core::fmt::Debug for Capture<'_, '_> {
 
 /// A captured, instantiated CUDA graph: the launches of one [`Stream::capture`], replayable on
 /// that stream. The buffers they use stay borrowed while it lives.
-pub struct Graph<'a, 'g> {
-    stream: &'a Stream<'g>,
+pub struct Graph<'a> {
+    stream: &'a Stream,
     graph: ExecGraph,
     _buffers: PhantomData<fn(&'a ()) -> &'a ()>,
 }
 
-impl<'a, 'g> Graph<'a, 'g> {
+impl<'a> Graph<'a> {
     /// Queues one replay of the captured launches on the capturing stream (no host sync).
     pub fn replay(&self) -> Result<(), Error> {
         // SAFETY: the graph is instantiated (`capture`); every buffer its nodes use is borrowed
@@ -204,40 +207,41 @@ impl<'a, 'g> Graph<'a, 'g> {
     }
 
     /// The stream the graph replays on: for events, status and eager launches between replays.
-    pub fn stream(&self) -> &'a Stream<'g> {
+    pub fn stream(&self) -> &'a Stream {
         self.stream
     }
 }
 
-impl core::fmt::Debug for Graph<'_, '_> {
+impl core::fmt::Debug for Graph<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Graph").finish_non_exhaustive()
     }
 }
 
 /// A CUDA event of one [`Gpu`], for timing launches on its streams.
-pub struct Event<'g> {
-    gpu: &'g Gpu,
+pub struct Event {
     raw: RawEvent,
+    /// Dropped after the event (it may hold the context's last handle).
+    gpu: Gpu,
 }
 
-impl<'g> Event<'g> {
-    /// A new timing event in `gpu`'s context.
-    pub fn new(gpu: &'g Gpu) -> Result<Self, Error> {
+impl Event {
+    /// A new timing event in `gpu`'s context (it keeps a clone of `gpu`).
+    pub fn new(gpu: &Gpu) -> Result<Self, Error> {
         Ok(Event {
-            gpu,
+            gpu: gpu.clone(),
             raw: RawEvent::new(gpu.context())?,
         })
     }
 
     /// Milliseconds of device time from `start` (an event of the same [`Gpu`]) to this event;
     /// waits for this event.
-    pub fn elapsed_ms(&self, start: &Event<'_>) -> Result<f32, Error> {
+    pub fn elapsed_ms(&self, start: &Event) -> Result<f32, Error> {
         self.raw.elapsed_ms(self.gpu.context(), &start.raw)
     }
 }
 
-impl core::fmt::Debug for Event<'_> {
+impl core::fmt::Debug for Event {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("Event")
     }
@@ -247,8 +251,8 @@ impl core::fmt::Debug for Event<'_> {
 /// (recorded into a graph, buffers borrowed for `'a`). Sealed.
 pub trait Queue<'a>: sealed::LaunchTarget {}
 
-impl<'a> Queue<'a> for Stream<'_> {}
-impl<'a> Queue<'a> for Capture<'a, '_> {}
+impl<'a> Queue<'a> for Stream {}
+impl<'a> Queue<'a> for Capture<'a> {}
 
 pub(crate) use sealed::Target;
 
@@ -270,13 +274,13 @@ pub(crate) mod sealed {
     }
 }
 
-impl sealed::LaunchTarget for Stream<'_> {
+impl sealed::LaunchTarget for Stream {
     fn target(&self) -> Target<'_> {
         Stream::target(self)
     }
 }
 
-impl sealed::LaunchTarget for Capture<'_, '_> {
+impl sealed::LaunchTarget for Capture<'_> {
     fn target(&self) -> Target<'_> {
         self.stream.target()
     }

@@ -304,8 +304,8 @@ impl Drop for Readback {
             State::Queued => {
                 // No event after the copies: wait for everything in their context.
                 // SAFETY: `context` is the live context the copies were queued in (a readback
-                // lives inside a `Stream` of its `Gpu` or a pending report borrowing that
-                // `Gpu`); setting it current and synchronising only blocks this thread.
+                // lives inside a `Stream` of its `Gpu` or a pending report, each holding a
+                // handle of that `Gpu` that is dropped after the readback); setting it current and synchronising only blocks this thread.
                 unsafe {
                     let _ = sys::cuCtxSetCurrent(self.context);
                     let _ = sys::cuCtxSynchronize();
