@@ -127,31 +127,38 @@ impl Backend for Stream {
         real_kv.check_covers(slots)
     }
 
+    // Each allocation zeroes its buffer with a synchronous memset on the legacy default stream;
+    // on a non-blocking or foreign stream `settle` synchronises the context after it, so the
+    // canary's first launch never races its own zeroing.
+
     fn verify_plan<C: Capacity>(&self, capacity: C) -> Result<VerifyPlan<C, Device>, Error> {
-        VerifyPlan::on_device(self.gpu(), capacity)
+        settle(self, VerifyPlan::on_device(self.gpu(), capacity))
     }
 
     fn write_plan<C: Capacity>(&self, capacity: C) -> Result<WritePlan<C, Device>, Error> {
-        WritePlan::on_device(self.gpu(), capacity)
+        settle(self, WritePlan::on_device(self.gpu(), capacity))
     }
 
     fn canary_buffer<S: Capacity>(&self, slots: S) -> Result<CanaryBuffer<S, Device>, Error> {
-        CanaryBuffer::on_device(self.gpu(), slots, SlotStride::DEFAULT)
+        settle(
+            self,
+            CanaryBuffer::on_device(self.gpu(), slots, SlotStride::DEFAULT),
+        )
     }
 
     fn violation_ring<R: Capacity>(&self, rows: R) -> Result<ViolationRing<R, Device>, Error> {
-        ViolationRing::on_device(self.gpu(), rows)
+        settle(self, ViolationRing::on_device(self.gpu(), rows))
     }
 
     fn health_counters(&self) -> Result<HealthCounters<Device>, Error> {
-        HealthCounters::on_device(self.gpu())
+        settle(self, HealthCounters::on_device(self.gpu()))
     }
 
     fn write_inputs<E: Capacity>(
         &self,
         capacity: E,
     ) -> Result<WriteInputs<E, InputAssertOff, Device>, Error> {
-        WriteInputs::on_device(self.gpu(), capacity)
+        settle(self, WriteInputs::on_device(self.gpu(), capacity))
     }
 
     /// Queues the clear on the stream (memsets, no host synchronisation).
@@ -180,6 +187,14 @@ impl Backend for Stream {
     {
         ops::verify::verify(self, shape, plan, check, settings, canary, ring, counters)
     }
+}
+
+/// `allocated`, once its zeroing has landed for work on `stream` (a context synchronisation for
+/// a stream not ordered with the legacy default stream, nothing for a blocking one).
+fn settle<T>(stream: &Stream, allocated: Result<T, Error>) -> Result<T, Error> {
+    let buffer = allocated?;
+    stream.settle_transfers()?;
+    Ok(buffer)
 }
 
 /// The device write kernels implement both input-assert states.

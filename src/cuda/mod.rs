@@ -31,11 +31,30 @@
 //!
 //! # Streams, ordering and graphs
 //!
-//! * A [`Stream`] is a *blocking* CUDA stream: it synchronises with the legacy default stream.
-//!   (cust 0.3 silently drops `NON_BLOCKING`, Rust-GPU/rust-cuda#15; this backend relies on the
-//!   blocking behaviour and says so.) All transfers of this module (`upload`, `to_host`, ...)
-//!   are synchronous copies on the legacy default stream, so they are ordered after every
-//!   launch queued before them and before every launch queued after them, on any `Stream`.
+//! * [`Stream::new`] makes a *blocking* CUDA stream: it synchronises with the legacy default
+//!   stream. All synchronous transfers of this module (`upload`, `to_host`, `clear`,
+//!   `from_host`, the zeroing of new buffers) are copies on the legacy default stream, so on a
+//!   blocking stream they are ordered after every launch queued before them and before every
+//!   launch queued after them.
+//! * [`Stream::non_blocking`] (`CU_STREAM_NON_BLOCKING`, made with the raw driver call: cust
+//!   0.3 drops the flag, Rust-GPU/rust-cuda#15), [`Stream::from_raw`] (the engine's own
+//!   stream, not destroyed by the wrapper) and `Stream::from_cudarc` (feature `cudarc`) make
+//!   streams that are **not** ordered with those transfers. What stays ordered on them: every
+//!   launch, the step stages (the ring clear of `plan` is a `cuMemsetD32Async`, the report
+//!   copies of `verify_tail` are `cuMemcpyDtoHAsync`), [`Stream::clear_status`]
+//!   (`cuMemsetD32Async`), [`Stream::reset_scratch`] (`cuMemcpyHtoDAsync`),
+//!   [`Stream::record`] and [`Stream::wait_for`] (`cuStreamWaitEvent`), and the stream-ordered
+//!   uploads of the device inputs where they exist. What is not: every synchronous transfer
+//!   above. Fence them: [`Stream::synchronize`] before a transfer that overwrites or reads what
+//!   queued launches use, [`Gpu::synchronize`] (`cuCtxSynchronize`) after transfers before the
+//!   next launch. [`Stream::status`] synchronises the stream before it reads, so it is exact on
+//!   every kind. The constructors of these streams, and the canary allocations on them (the
+//!   `Backend` methods of `Stream`), synchronise the context once before they return, so
+//!   initialisation is complete before anything runs on the stream.
+//! * [`Event::sync`] (no timing) orders streams on the device: record it after the engine's
+//!   forward pass on its compute stream, [`Stream::wait_for`] it on the canary's stream between
+//!   `write` and `verify_tail` ([`Step::backend`](crate::step::Step::backend) gives the stream),
+//!   and the tail verify reads the pass's KV bytes with no host sync.
 //! * Launches are stream-ordered, allocate nothing and never synchronise the host. They read
 //!   the batch size, `verify_num_valid`, `enable` and `write_num_valid_reqs` from device memory,
 //!   as SGLang does, so one sequence of launches serves every batch.
@@ -82,7 +101,8 @@
 //!   launches interleave in no fixed order and share one status word. Give each thread its own;
 //! * a capture ([`Stream::capture`], global mode) while another thread transfers or allocates:
 //!   the capture fails with an error (no corruption);
-//! * [`Graph`] is not `Send` yet (it borrows its stream and buffers).
+//! * [`Graph`] is `Send`, not `Sync` (one thread replays it at a time; it borrows its
+//!   stream and buffers).
 //!
 //! # Malformed data on the device
 //!

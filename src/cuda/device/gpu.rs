@@ -92,6 +92,18 @@ impl Gpu {
         })
     }
 
+    /// The device ordinal (`0` for [`Gpu::new`]).
+    pub fn ordinal(&self) -> u32 {
+        self.shared.info.ordinal
+    }
+
+    /// Blocks the host until everything queued in this device's context, on every stream, has
+    /// run (`cuCtxSynchronize`): the fence between the crate's synchronous transfers and work
+    /// on a non-blocking or foreign stream (the ordering rules of [`cuda`](crate::cuda)).
+    pub fn synchronize(&self) -> Result<(), Error> {
+        self.shared.context.synchronize()
+    }
+
     /// The device's name (`NVIDIA H200`).
     pub fn name(&self) -> &str {
         &self.shared.info.name
