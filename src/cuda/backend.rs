@@ -48,8 +48,30 @@
 //! `try_take` at step N+2) stalls zero times per step. Step N+1's ring clear is ordered after
 //! step N's copies on the one stream, so it never erases rows that have not been copied.
 //!
-//! Graph capture of a whole step is not part of this API yet (capture the raw launches with
-//! [`Stream::capture`]).
+//! # Graph capture of a whole step
+//!
+//! Nothing in a step needs the host: no synchronisation, and no allocation once the kernels
+//! are loaded and the report stagings reserved ([`Canary::prepare_capture`]). So a whole step
+//! can be captured into a CUDA graph and replayed over refilled inputs, in two ways:
+//!
+//! * [`StepGraph`](super::StepGraph) owns the canary, the inputs and the step closure, captures
+//!   the step into two graph instances and alternates them, so that replay N's report is read
+//!   while replay N+1 runs; it refuses a replay that would overwrite an unread report
+//!   ([`Error::ReportUnread`]).
+//! * The engine's own capture: the engine calls [`Canary::prepare_capture`], begins a capture
+//!   on its stream (its own `cuStreamBeginCapture` on the stream it wrapped with
+//!   [`Stream::from_raw`]), runs the step stages on the canary (and its own kernels on the
+//!   same stream, through [`Step::backend`](crate::step::Step::backend)), and ends the
+//!   capture. `verify_tail` sees the stream capturing ([`Stream::is_capturing`]): it takes a
+//!   reserved staging, captures the report's copies instead of queueing them and returns a
+//!   pending report that [`into_captured`](super::PendingDeviceReport::into_captured) turns
+//!   into a [`CapturedReport`](super::CapturedReport). After each of its own launches of the
+//!   graph the engine calls [`CapturedReport::replayed`](super::CapturedReport::replayed)
+//!   (unsafe: the engine promises the launch, and keeps the canary, its inputs and the
+//!   `CapturedReport` alive while the graph can replay), checks
+//!   [`can_replay`](super::CapturedReport::can_replay) before the next launch, and takes each
+//!   replay's report with `try_take` or `wait`. GPU test `step_graph_engine_capture` does
+//!   this on a raw stream of its own.
 
 use super::device::plan_inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
 use super::device::settings::{ChainAssert, DeviceRealKv, DeviceSettings};
@@ -186,6 +208,29 @@ impl Backend for Stream {
         R: Capacity,
     {
         ops::verify::verify(self, shape, plan, check, settings, canary, ring, counters)
+    }
+}
+
+impl<V, W, E, S, R, G> crate::step::Canary<V, W, E, S, R, G, Stream>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: crate::step::GroupKind,
+{
+    /// Prepares the canary for steps captured into a graph, which may not load modules or
+    /// allocate: loads every kernel file and makes sure `reports` pinned report stagings of
+    /// this canary's size are free on its stream (allocating the missing ones now; each
+    /// captured step takes one, for the graph's lifetime).
+    /// [`StepGraph::capture`](super::StepGraph::capture) calls it itself; an engine that
+    /// captures steps on its own stream calls it before each capture.
+    pub fn prepare_capture(&self, reports: usize) -> Result<(), Error> {
+        let stream = self.backend();
+        stream.gpu().load_all()?;
+        let offsets = self.plans().1.offsets.len();
+        report::reserve(stream, self.ring().capacity().get(), offsets, reports)
     }
 }
 

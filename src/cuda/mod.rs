@@ -61,6 +61,12 @@
 //! * Device buffers are written through shared references: Rust never borrows device memory,
 //!   and every access to it is ordered on the streams. `&mut` would stop a captured graph from
 //!   sharing the buffers it replays over.
+//! * A whole step (plan, head verify, write, the engine's forward pass, tail verify, the
+//!   report's copies) is captured into graphs that own everything they replay over by a
+//!   [`StepGraph`]; an engine that captures its own stream instead turns the step's pending
+//!   report into a [`CapturedReport`] and tells it about each of its launches (the step
+//!   timeline docs of [`step::Canary`](crate::step::Canary) on a [`Stream`], "Graph capture of
+//!   a whole step", in the `backend` module; GPU test `step_graph_engine_capture`).
 //! * [`Stream::capture`] records launches into a CUDA [`Graph`]. Every buffer a captured launch
 //!   uses is borrowed for the graph's lifetime (the launches of a [`Capture`] demand it), so
 //!   none can be dropped or moved while the graph can replay; refill the inputs in place
@@ -127,6 +133,7 @@ mod device;
 mod driver;
 mod ops;
 mod report;
+mod step_graph;
 
 pub use backend::{DeviceGroupTokens, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
@@ -150,4 +157,5 @@ pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
 pub use ops::scatter::scatter_req_token_ids;
 pub use ops::verify::verify;
 pub use ops::write::write;
-pub use report::{DeviceStepReport, PendingDeviceReport, Polled};
+pub use report::{CapturedReport, DeviceStepReport, PendingDeviceReport, Polled};
+pub use step_graph::StepGraph;

@@ -17,6 +17,7 @@ mod plan;
 mod reports;
 mod rng;
 mod step;
+mod step_graph;
 mod streams;
 mod threads;
 
@@ -59,6 +60,14 @@ const TESTS: &[(&str, TestFn)] = &[
     (
         "step_try_take_does_not_block",
         reports::try_take_does_not_block,
+    ),
+    (
+        "step_graph_owned_replays_match_cpu",
+        step_graph::step_graph_replays_match_cpu,
+    ),
+    (
+        "step_graph_engine_capture",
+        step_graph::engine_captures_a_step,
     ),
     (
         "step_api_on_non_blocking_and_foreign_streams",

@@ -292,7 +292,7 @@ impl Stream {
     }
 
     /// Whether the stream is being captured into a graph right now (by
-    /// [`capture`](Self::capture) or the engine's own
+    /// [`capture`](Self::capture), a [`StepGraph`](crate::cuda::StepGraph), or the engine's own
     /// `cuStreamBeginCapture` on [`as_raw`](Self::as_raw)).
     pub fn is_capturing(&self) -> Result<bool, Error> {
         self.raw.is_capturing(self.gpu.context())
