@@ -33,11 +33,7 @@ fn cap(what: &'static str, n: usize) -> UncheckedCapacity {
 
 /// Host time of `iters` launches, in batches of `BATCH` with a synchronisation (untimed)
 /// before each.
-fn timed(
-    stream: &Stream<'_>,
-    iters: u64,
-    mut launch: impl FnMut() -> Result<(), Error>,
-) -> Duration {
+fn timed(stream: &Stream, iters: u64, mut launch: impl FnMut() -> Result<(), Error>) -> Duration {
     let mut total = Duration::ZERO;
     let mut left = iters;
     while left > 0 {
@@ -56,7 +52,7 @@ fn timed(
 
 /// Median nanoseconds per launch of `rounds` interleaved batches of each launch.
 fn interleaved(
-    stream: &Stream<'_>,
+    stream: &Stream,
     rounds: usize,
     typed: &mut dyn FnMut() -> Result<(), Error>,
     raw: &mut dyn FnMut() -> Result<(), Error>,

@@ -267,6 +267,14 @@ pub enum Error {
         /// What is wrong, with the offending values.
         detail: String,
     },
+    /// A replay of a captured step would overwrite the report of an earlier replay that was
+    /// not taken yet (feature `cuda`): take that report first.
+    ReportUnread {
+        /// The replay whose report is unread.
+        unread: u64,
+        /// The replay that was refused.
+        replay: u64,
+    },
     /// No CUDA device to run on (`cuInit` reports none); GPU tests report themselves skipped.
     NoCudaDevice {
         /// What the driver said.
@@ -484,6 +492,11 @@ impl fmt::Display for Error {
                 "at most {max} RealKvSource entries supported by the CUDA ABI, got {count}"
             ),
             Malformed { detail } => f.write_str(detail),
+            ReportUnread { unread, replay } => write!(
+                f,
+                "replay {replay} of the captured step would overwrite the unread report of \
+                 replay {unread}: take that report first (nothing was replayed)"
+            ),
             NoCudaDevice { detail } => write!(f, "no CUDA device: {detail}"),
             #[cfg(feature = "cuda")]
             Cuda { call, code } => write!(f, "CUDA {call} failed: {code}"),

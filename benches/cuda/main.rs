@@ -140,7 +140,7 @@ fn main() {
 
 /// A memset of 1 GiB, median of 20: GB/s of writes alone (the plan's roofline: it writes 32
 /// bytes an entry and reads 4 to 8).
-fn fill_roofline(stream: &Stream<'_>, o: &Options) -> Result<f64, Error> {
+fn fill_roofline(stream: &Stream, o: &Options) -> Result<f64, Error> {
     let n = 1usize << 30;
     let fill = floors::L2Flush::new(n)?;
     let reps = if o.quick { 5 } else { 20 };
@@ -149,7 +149,7 @@ fn fill_roofline(stream: &Stream<'_>, o: &Options) -> Result<f64, Error> {
 }
 
 /// Device-to-device copy of 1 GiB, median of 20: GB/s counting bytes read and written.
-fn copy_roofline(stream: &Stream<'_>, o: &Options) -> Result<f64, Error> {
+fn copy_roofline(stream: &Stream, o: &Options) -> Result<f64, Error> {
     let n = 1usize << 30;
     let src =
         cust::memory::DeviceBuffer::<u8>::from_slice(&vec![1u8; n]).map_err(|e| Error::Cuda {

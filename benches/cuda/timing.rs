@@ -31,7 +31,7 @@ pub const SPIN_NS: u64 = 30_000;
 /// Times `op` `reps` times after `warmup` untimed runs, each between two events on `stream`,
 /// each after `lead`.
 pub fn time(
-    stream: &Stream<'_>,
+    stream: &Stream,
     lead: Lead<'_>,
     warmup: usize,
     reps: usize,
@@ -78,7 +78,7 @@ pub struct Replays {
 /// queued ([`Lead::Spin`]), `reps` each after `warmup` untimed runs, then cold L2
 /// ([`Lead::Flush`] with `flush`, at most 100 repetitions).
 pub fn replays(
-    stream: &Stream<'_>,
+    stream: &Stream,
     floors: &Floors<'_>,
     flush: &L2Flush,
     warmup: usize,

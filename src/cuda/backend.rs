@@ -48,8 +48,30 @@
 //! `try_take` at step N+2) stalls zero times per step. Step N+1's ring clear is ordered after
 //! step N's copies on the one stream, so it never erases rows that have not been copied.
 //!
-//! Graph capture of a whole step is not part of this API yet (capture the raw launches with
-//! [`Stream::capture`]).
+//! # Graph capture of a whole step
+//!
+//! Nothing in a step needs the host: no synchronisation, and no allocation once the kernels
+//! are loaded and the report stagings reserved ([`Canary::prepare_capture`]). So a whole step
+//! can be captured into a CUDA graph and replayed over refilled inputs, in two ways:
+//!
+//! * [`StepGraph`](super::StepGraph) owns the canary, the inputs and the step closure, captures
+//!   the step into two graph instances and alternates them, so that replay N's report is read
+//!   while replay N+1 runs; it refuses a replay that would overwrite an unread report
+//!   ([`Error::ReportUnread`]).
+//! * The engine's own capture: the engine calls [`Canary::prepare_capture`], begins a capture
+//!   on its stream (its own `cuStreamBeginCapture` on the stream it wrapped with
+//!   [`Stream::from_raw`]), runs the step stages on the canary (and its own kernels on the
+//!   same stream, through [`Step::backend`](crate::step::Step::backend)), and ends the
+//!   capture. `verify_tail` sees the stream capturing ([`Stream::is_capturing`]): it takes a
+//!   reserved staging, captures the report's copies instead of queueing them and returns a
+//!   pending report that [`into_captured`](super::PendingDeviceReport::into_captured) turns
+//!   into a [`CapturedReport`](super::CapturedReport). After each of its own launches of the
+//!   graph the engine calls [`CapturedReport::replayed`](super::CapturedReport::replayed)
+//!   (unsafe: the engine promises the launch, and keeps the canary, its inputs and the
+//!   `CapturedReport` alive while the graph can replay), checks
+//!   [`can_replay`](super::CapturedReport::can_replay) before the next launch, and takes each
+//!   replay's report with `try_take` or `wait`. GPU test `step_graph_engine_capture` does
+//!   this on a raw stream of its own.
 
 use super::device::plan_inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
 use super::device::settings::{ChainAssert, DeviceRealKv, DeviceSettings};
@@ -82,20 +104,24 @@ impl KvPair<DeviceRealKv<'static>> {
 }
 
 // A device canary can be built on one thread and driven from another (one canary per device,
-// each on its own thread).
-static_assertions::assert_impl_all!(
-    crate::step::Canary<
-        crate::capacity::Cap<8>,
-        crate::capacity::Cap<4>,
-        crate::capacity::Cap<16>,
-        crate::capacity::Cap<64>,
-        crate::capacity::Cap<16>,
-        crate::input::Full,
-        Stream<'static>,
-    >: Send
-);
+// each on its own thread), and it borrows nothing (its stream holds a `Gpu` handle), so an
+// engine can keep it in its own structs.
+const _: fn() = || {
+    fn owned<T: Send + 'static>() {}
+    owned::<
+        crate::step::Canary<
+            crate::capacity::Cap<8>,
+            crate::capacity::Cap<4>,
+            crate::capacity::Cap<16>,
+            crate::capacity::Cap<64>,
+            crate::capacity::Cap<16>,
+            crate::input::Full,
+            Stream,
+        >,
+    >();
+};
 
-impl<'g> Backend for Stream<'g> {
+impl Backend for Stream {
     type Memory = Device;
     type RealKv<'k> = DeviceRealKv<'k>;
     type Settings<'k> = DeviceSettings<'k>;
@@ -123,31 +149,38 @@ impl<'g> Backend for Stream<'g> {
         real_kv.check_covers(slots)
     }
 
+    // Each allocation zeroes its buffer with a synchronous memset on the legacy default stream;
+    // on a non-blocking or foreign stream `settle` synchronises the context after it, so the
+    // canary's first launch never races its own zeroing.
+
     fn verify_plan<C: Capacity>(&self, capacity: C) -> Result<VerifyPlan<C, Device>, Error> {
-        VerifyPlan::on_device(self.gpu(), capacity)
+        settle(self, VerifyPlan::on_device(self.gpu(), capacity))
     }
 
     fn write_plan<C: Capacity>(&self, capacity: C) -> Result<WritePlan<C, Device>, Error> {
-        WritePlan::on_device(self.gpu(), capacity)
+        settle(self, WritePlan::on_device(self.gpu(), capacity))
     }
 
     fn canary_buffer<S: Capacity>(&self, slots: S) -> Result<CanaryBuffer<S, Device>, Error> {
-        CanaryBuffer::on_device(self.gpu(), slots, SlotStride::DEFAULT)
+        settle(
+            self,
+            CanaryBuffer::on_device(self.gpu(), slots, SlotStride::DEFAULT),
+        )
     }
 
     fn violation_ring<R: Capacity>(&self, rows: R) -> Result<ViolationRing<R, Device>, Error> {
-        ViolationRing::on_device(self.gpu(), rows)
+        settle(self, ViolationRing::on_device(self.gpu(), rows))
     }
 
     fn health_counters(&self) -> Result<HealthCounters<Device>, Error> {
-        HealthCounters::on_device(self.gpu())
+        settle(self, HealthCounters::on_device(self.gpu()))
     }
 
     fn write_inputs<E: Capacity>(
         &self,
         capacity: E,
     ) -> Result<WriteInputs<E, InputAssertOff, Device>, Error> {
-        WriteInputs::on_device(self.gpu(), capacity)
+        settle(self, WriteInputs::on_device(self.gpu(), capacity))
     }
 
     /// Queues the clear on the stream (memsets, no host synchronisation).
@@ -178,8 +211,39 @@ impl<'g> Backend for Stream<'g> {
     }
 }
 
+impl<V, W, E, S, R, G> crate::step::Canary<V, W, E, S, R, G, Stream>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: crate::step::GroupKind,
+{
+    /// Prepares the canary for steps captured into a graph, which may not load modules or
+    /// allocate: loads every kernel file and makes sure `reports` pinned report stagings of
+    /// this canary's size are free on its stream (allocating the missing ones now; each
+    /// captured step takes one, for the graph's lifetime).
+    /// [`StepGraph::capture`](super::StepGraph::capture) calls it itself; an engine that
+    /// captures steps on its own stream calls it before each capture.
+    pub fn prepare_capture(&self, reports: usize) -> Result<(), Error> {
+        let stream = self.backend();
+        stream.gpu().load_all()?;
+        let offsets = self.plans().1.offsets.len();
+        report::reserve(stream, self.ring().capacity().get(), offsets, reports)
+    }
+}
+
+/// `allocated`, once its zeroing has landed for work on `stream` (a context synchronisation for
+/// a stream not ordered with the legacy default stream, nothing for a blocking one).
+fn settle<T>(stream: &Stream, allocated: Result<T, Error>) -> Result<T, Error> {
+    let buffer = allocated?;
+    stream.settle_transfers()?;
+    Ok(buffer)
+}
+
 /// The device write kernels implement both input-assert states.
-impl<A: DeviceInputAssert> Writes<A> for Stream<'_> {
+impl<A: DeviceInputAssert> Writes<A> for Stream {
     fn write<V, W, E, WB, EB, S, R>(
         &self,
         shape: &Shape<V, W, E>,
@@ -203,7 +267,7 @@ impl<A: DeviceInputAssert> Writes<A> for Stream<'_> {
     }
 }
 
-impl<'a, 'g, V, W, E, BB, G, X> PlanWith<PlanInputs<'a, BB, G, X>, V, W, E> for Stream<'g>
+impl<'a, V, W, E, BB, G, X> PlanWith<PlanInputs<'a, BB, G, X>, V, W, E> for Stream
 where
     V: Capacity,
     W: SameWriteReqCapacity<BB>,
@@ -262,8 +326,8 @@ impl<LB: Capacity> DeviceGroupTokens for super::DeviceExpectedPool<'_, LB> {
     const HAS_POOL: bool = true;
 }
 
-impl<'g> Reports for Stream<'g> {
-    type Report = PendingDeviceReport<'g>;
+impl Reports for Stream {
+    type Report = PendingDeviceReport;
 
     /// Queues the readback of the step's ring, counters, plan scalars and status word into
     /// pinned host memory on the stream, records an event after it and returns at once
@@ -271,13 +335,13 @@ impl<'g> Reports for Stream<'g> {
     fn report<V: Capacity, W: Capacity, R: Capacity>(
         &self,
         step: &FinishedStep<'_, Self, V, W, R>,
-    ) -> Result<PendingDeviceReport<'g>, Error> {
+    ) -> Result<PendingDeviceReport, Error> {
         report::queue(self, step)
     }
 
     /// Unknown when the step ends: counted when the report is taken
     /// ([`delivered_violations`](Reports::delivered_violations)).
-    fn recorded(_report: &PendingDeviceReport<'g>) -> u64 {
+    fn recorded(_report: &PendingDeviceReport) -> u64 {
         0
     }
 

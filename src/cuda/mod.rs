@@ -31,17 +31,42 @@
 //!
 //! # Streams, ordering and graphs
 //!
-//! * A [`Stream`] is a *blocking* CUDA stream: it synchronises with the legacy default stream.
-//!   (cust 0.3 silently drops `NON_BLOCKING`, Rust-GPU/rust-cuda#15; this backend relies on the
-//!   blocking behaviour and says so.) All transfers of this module (`upload`, `to_host`, ...)
-//!   are synchronous copies on the legacy default stream, so they are ordered after every
-//!   launch queued before them and before every launch queued after them, on any `Stream`.
+//! * [`Stream::new`] makes a *blocking* CUDA stream: it synchronises with the legacy default
+//!   stream. All synchronous transfers of this module (`upload`, `to_host`, `clear`,
+//!   `from_host`, the zeroing of new buffers) are copies on the legacy default stream, so on a
+//!   blocking stream they are ordered after every launch queued before them and before every
+//!   launch queued after them.
+//! * [`Stream::non_blocking`] (`CU_STREAM_NON_BLOCKING`, made with the raw driver call: cust
+//!   0.3 drops the flag, Rust-GPU/rust-cuda#15), [`Stream::from_raw`] (the engine's own
+//!   stream, not destroyed by the wrapper) and `Stream::from_cudarc` (feature `cudarc`) make
+//!   streams that are **not** ordered with those transfers. What stays ordered on them: every
+//!   launch, the step stages (the ring clear of `plan` is a `cuMemsetD32Async`, the report
+//!   copies of `verify_tail` are `cuMemcpyDtoHAsync`), [`Stream::clear_status`]
+//!   (`cuMemsetD32Async`), [`Stream::reset_scratch`] (`cuMemcpyHtoDAsync`),
+//!   [`Stream::record`] and [`Stream::wait_for`] (`cuStreamWaitEvent`), and the stream-ordered
+//!   uploads of the device inputs where they exist. What is not: every synchronous transfer
+//!   above. Fence them: [`Stream::synchronize`] before a transfer that overwrites or reads what
+//!   queued launches use, [`Gpu::synchronize`] (`cuCtxSynchronize`) after transfers before the
+//!   next launch. [`Stream::status`] synchronises the stream before it reads, so it is exact on
+//!   every kind. The constructors of these streams, and the canary allocations on them (the
+//!   `Backend` methods of `Stream`), synchronise the context once before they return, so
+//!   initialisation is complete before anything runs on the stream.
+//! * [`Event::sync`] (no timing) orders streams on the device: record it after the engine's
+//!   forward pass on its compute stream, [`Stream::wait_for`] it on the canary's stream between
+//!   `write` and `verify_tail` ([`Step::backend`](crate::step::Step::backend) gives the stream),
+//!   and the tail verify reads the pass's KV bytes with no host sync.
 //! * Launches are stream-ordered, allocate nothing and never synchronise the host. They read
 //!   the batch size, `verify_num_valid`, `enable` and `write_num_valid_reqs` from device memory,
 //!   as SGLang does, so one sequence of launches serves every batch.
 //! * Device buffers are written through shared references: Rust never borrows device memory,
 //!   and every access to it is ordered on the streams. `&mut` would stop a captured graph from
 //!   sharing the buffers it replays over.
+//! * A whole step (plan, head verify, write, the engine's forward pass, tail verify, the
+//!   report's copies) is captured into graphs that own everything they replay over by a
+//!   [`StepGraph`]; an engine that captures its own stream instead turns the step's pending
+//!   report into a [`CapturedReport`] and tells it about each of its launches (the step
+//!   timeline docs of [`step::Canary`](crate::step::Canary) on a [`Stream`], "Graph capture of
+//!   a whole step", in the `backend` module; GPU test `step_graph_engine_capture`).
 //! * [`Stream::capture`] records launches into a CUDA [`Graph`]. Every buffer a captured launch
 //!   uses is borrowed for the graph's lifetime (the launches of a [`Capture`] demand it), so
 //!   none can be dropped or moved while the graph can replay; refill the inputs in place
@@ -49,7 +74,10 @@
 //!
 //! # Threads and contexts
 //!
-//! [`Gpu`] is `Send + Sync`; [`Stream`], [`Event`], [`CustomModule`] and every device buffer are
+//! [`Gpu`] is `Send + Sync` and cheap to clone (one context and kernel table behind an `Arc`);
+//! [`Stream`], [`Event`] and [`PendingDeviceReport`] hold a clone and borrow nothing, so a
+//! device canary is `Send + 'static` and an engine can store it. [`Stream`], [`Event`],
+//! [`CustomModule`] and every device buffer are
 //! `Send + Sync` (the device buffers as cust's are: Rust never borrows device memory). Every call
 //! of this module that reaches the driver makes the right context current on the calling thread
 //! first: launches, stream and event creation, synchronisation, status reads, capture and replay
@@ -79,7 +107,8 @@
 //!   launches interleave in no fixed order and share one status word. Give each thread its own;
 //! * a capture ([`Stream::capture`], global mode) while another thread transfers or allocates:
 //!   the capture fails with an error (no corruption);
-//! * [`Graph`] is not `Send` yet (it borrows its stream and buffers).
+//! * [`Graph`] is `Send`, not `Sync` (one thread replays it at a time; it borrows its
+//!   stream and buffers).
 //!
 //! # Malformed data on the device
 //!
@@ -104,6 +133,7 @@ mod device;
 mod driver;
 mod ops;
 mod report;
+mod step_graph;
 
 pub use backend::{DeviceGroupTokens, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
@@ -127,4 +157,5 @@ pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
 pub use ops::scatter::scatter_req_token_ids;
 pub use ops::verify::verify;
 pub use ops::write::write;
-pub use report::{DeviceStepReport, PendingDeviceReport, Polled};
+pub use report::{CapturedReport, DeviceStepReport, PendingDeviceReport, Polled};
+pub use step_graph::StepGraph;

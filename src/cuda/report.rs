@@ -133,29 +133,78 @@ impl DeviceStepReport {
 /// until [`wait`](Self::wait); dropping a pending report unread discards that step's report.
 #[must_use = "a pending report holds a step's findings: take it (try_take or wait)"]
 #[derive(Debug)]
-pub struct PendingDeviceReport<'g> {
-    gpu: &'g Gpu,
+pub struct PendingDeviceReport {
     pool: Arc<ReadbackPool>,
     /// `Some` until taken (then back in the pool).
     readback: Option<Readback>,
     layout: Layout,
     verify_capacity: usize,
     abandoned_steps: u64,
+    /// Whether the copies were captured into a graph (a [`CapturedReport`] then takes the
+    /// report of each replay) instead of queued.
+    captured: bool,
+    /// Dropped after the staging (it may hold the last handle of the staging's context).
+    gpu: Gpu,
 }
 
-static_assertions::assert_impl_all!(PendingDeviceReport<'static>: Send);
+static_assertions::assert_impl_all!(PendingDeviceReport: Send);
 
 /// What [`PendingDeviceReport::try_take`] found.
 #[derive(Debug)]
-pub enum Polled<'g> {
+pub enum Polled {
     /// The copies have landed: the decoded report.
     Ready(DeviceStepReport),
     /// The copies are still queued or running: the pending report, to try again later.
-    Pending(PendingDeviceReport<'g>),
+    Pending(PendingDeviceReport),
 }
 
-impl<'g> PendingDeviceReport<'g> {
-    /// Whether the report's copies have landed, so that taking it does not block.
+impl PendingDeviceReport {
+    /// Whether the step was captured into a graph (its `verify_tail` ran while the stream was
+    /// capturing): then nothing was copied, and [`into_captured`](Self::into_captured) gives
+    /// the report of each replay; [`try_take`](Self::try_take) and [`wait`](Self::wait) are
+    /// errors.
+    pub fn is_captured(&self) -> bool {
+        self.captured
+    }
+
+    /// The per-replay report of a step captured into a graph (see [`CapturedReport`]); an
+    /// error for a step that ran eagerly.
+    pub fn into_captured(mut self) -> Result<CapturedReport, Error> {
+        if !self.captured {
+            return Err(Error::Malformed {
+                detail: "this device step ran eagerly, not in a capture: take its report with \
+                         try_take or wait"
+                    .to_owned(),
+            });
+        }
+        let readback = self.readback.take().ok_or(Error::OutOfRange {
+            what: "captured device report without its staging",
+            value: 0,
+            allowed: "a staging",
+        })?;
+        Ok(CapturedReport {
+            readback,
+            pool: Arc::clone(&self.pool),
+            layout: self.layout,
+            verify_capacity: self.verify_capacity,
+            abandoned_steps: self.abandoned_steps,
+            gpu: self.gpu.clone(),
+        })
+    }
+
+    fn refuse_captured(&self) -> Result<(), Error> {
+        if self.captured {
+            return Err(Error::Malformed {
+                detail: "this device step was captured into a graph: its report is read per \
+                         replay (PendingDeviceReport::into_captured, or StepGraph)"
+                    .to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the report's copies have landed, so that taking it does not block (`false`
+    /// for a captured step).
     pub fn is_ready(&self) -> Result<bool, Error> {
         match &self.readback {
             Some(r) => r.is_done(self.gpu.context()),
@@ -166,7 +215,8 @@ impl<'g> PendingDeviceReport<'g> {
     /// The report if its copies have landed ([`Polled::Ready`]), else this pending report back
     /// ([`Polled::Pending`]); never blocks. A malformed-data error the stream's kernels
     /// recorded (the status word) is returned as the CPU op's [`Error`].
-    pub fn try_take(mut self) -> Result<Polled<'g>, Error> {
+    pub fn try_take(mut self) -> Result<Polled, Error> {
+        self.refuse_captured()?;
         if !self.is_ready()? {
             return Ok(Polled::Pending(self));
         }
@@ -176,6 +226,7 @@ impl<'g> PendingDeviceReport<'g> {
     /// The report, blocking the host until its copies have landed (the synchronous behaviour
     /// of the first device step API); errors as [`try_take`](Self::try_take).
     pub fn wait(mut self) -> Result<DeviceStepReport, Error> {
+        self.refuse_captured()?;
         if let Some(r) = &self.readback {
             r.wait(self.gpu.context())?;
         }
@@ -190,7 +241,13 @@ impl<'g> PendingDeviceReport<'g> {
             allowed: "one take",
         })?;
         let result = match readback.read(self.gpu.context())? {
-            Some((wide, narrow)) => self.decode_words(wide, narrow),
+            Some((wide, narrow)) => decode_words(
+                self.layout,
+                self.verify_capacity,
+                self.abandoned_steps,
+                wide,
+                narrow,
+            ),
             None => Err(Error::OutOfRange {
                 what: "device report read before its copies landed",
                 value: 0,
@@ -202,52 +259,161 @@ impl<'g> PendingDeviceReport<'g> {
         self.pool.deliver(report.recorded());
         Ok(report)
     }
+}
 
-    fn decode_words(&self, wide: &[i64], narrow: &[i32]) -> Result<DeviceStepReport, Error> {
-        let l = self.layout;
-        let mut status = [0i64; STATUS_WORDS];
-        status.copy_from_slice(&wide[l.status_at()..l.status_at() + STATUS_WORDS]);
-        decode(&status)?;
-        let [write_index, verify_num_valid, enable, num_valid_reqs] =
-            [narrow[0], narrow[1], narrow[2], narrow[3]];
-        let stored = usize::try_from(write_index).unwrap_or(0).min(l.ring_rows);
-        let violations = wide[..stored * VIOLATION_FIELDS]
-            .chunks_exact(VIOLATION_FIELDS)
-            .map(|row| {
-                let mut out = [0; VIOLATION_FIELDS];
-                out.copy_from_slice(row);
-                Violation::from_row(out)
-            })
-            .collect();
-        let dropped = u64::try_from(write_index)
-            .unwrap_or(0)
-            .saturating_sub(l.ring_rows as u64);
-        let c = &wide[l.counters_at()..l.counters_at() + COUNTER_WORDS];
-        let pair = |at: usize| KvPair {
-            k: HealthCounters::from_parts(c[at], c[at + 1]),
-            v: HealthCounters::from_parts(c[at + 2], c[at + 3]),
+/// The report of a device step captured into a CUDA graph, read once per replay: the graph's
+/// copies land in this one pinned staging at every replay, so a replay may be queued only
+/// once the previous replay's report was taken ([`can_replay`](Self::can_replay)), and each
+/// replay's report is taken once ([`try_take`](Self::try_take) never blocks,
+/// [`wait`](Self::wait) blocks).
+///
+/// [`StepGraph`](crate::cuda::StepGraph) drives two of these (two graph instances
+/// alternating), so the report of replay N is read while replay N+1 runs. An engine that
+/// captures a step on its own stream calls [`replayed`](Self::replayed) after each of its
+/// own launches of the graph (an `unsafe` promise).
+///
+/// The staging must outlive every replay of the graph: dropping it waits for the last replay
+/// it was told about.
+#[derive(Debug)]
+pub struct CapturedReport {
+    readback: Readback,
+    pool: Arc<ReadbackPool>,
+    layout: Layout,
+    verify_capacity: usize,
+    /// Reported by the first replay's report, 0 after.
+    abandoned_steps: u64,
+    /// Dropped after the staging.
+    gpu: Gpu,
+}
+
+static_assertions::assert_impl_all!(CapturedReport: Send);
+
+impl CapturedReport {
+    /// Whether the last replay's report is still unread (another replay would overwrite it).
+    pub fn is_unread(&self) -> bool {
+        self.readback.is_armed()
+    }
+
+    /// `Ok` when a replay may be queued: no replay's report is unread;
+    /// [`Error::ReportUnread`] otherwise, naming replay `replays_so_far - 1` as the unread one
+    /// and `replays_so_far` as the refused one (replays of this graph counted from 0).
+    pub fn can_replay(&self, replays_so_far: u64) -> Result<(), Error> {
+        if self.is_unread() {
+            return Err(Error::ReportUnread {
+                unread: replays_so_far.saturating_sub(1),
+                replay: replays_so_far,
+            });
+        }
+        Ok(())
+    }
+
+    /// Tells the staging that one replay of the graph was just queued on `stream`: records its
+    /// event there, after the replay's copies.
+    ///
+    /// # Safety
+    ///
+    /// A launch of the graph that captured this report must have just been queued on `stream`
+    /// (a stream of this report's `Gpu`), after [`can_replay`](Self::can_replay) returned
+    /// `Ok`; no other launch of that graph may be queued until this report is taken. The
+    /// staging (this value) must outlive every replay.
+    pub unsafe fn replayed(&mut self, stream: &Stream) -> Result<(), Error> {
+        // SAFETY: the caller's promise: the replay was just queued on `stream`, and the next
+        // one waits for this report to be read.
+        unsafe { self.readback.rearm(self.gpu.context(), stream.as_raw()) }
+    }
+
+    /// Whether the last replay's report has landed (`false` when no replay is unread).
+    pub fn is_ready(&self) -> Result<bool, Error> {
+        Ok(self.is_unread() && self.readback.is_done(self.gpu.context())?)
+    }
+
+    /// The last replay's report if it has landed and was not taken yet; `None` otherwise.
+    /// Never blocks.
+    pub fn try_take(&mut self) -> Result<Option<DeviceStepReport>, Error> {
+        if !self.is_ready()? {
+            return Ok(None);
+        }
+        self.decode().map(Some)
+    }
+
+    /// The last replay's report, blocking until it has landed; `None` when there is no
+    /// unread replay.
+    pub fn wait(&mut self) -> Result<Option<DeviceStepReport>, Error> {
+        if !self.is_unread() {
+            return Ok(None);
+        }
+        self.readback.wait(self.gpu.context())?;
+        self.decode().map(Some)
+    }
+
+    fn decode(&mut self) -> Result<DeviceStepReport, Error> {
+        let (layout, capacity) = (self.layout, self.verify_capacity);
+        let abandoned = core::mem::take(&mut self.abandoned_steps);
+        let report = match self.readback.read(self.gpu.context())? {
+            Some((wide, narrow)) => decode_words(layout, capacity, abandoned, wide, narrow)?,
+            None => {
+                return Err(Error::OutOfRange {
+                    what: "captured device report read before its copies landed",
+                    value: 0,
+                    allowed: "a completed event",
+                })
+            }
         };
-        let bs = usize::try_from(num_valid_reqs).unwrap_or(0);
-        let offsets = &wide[l.offsets_at()..l.offsets_at() + l.offsets];
-        let write_tokens = offsets
-            .get(bs)
-            .map_or(0, |&n| u64::try_from(n).unwrap_or(0));
-        Ok(DeviceStepReport {
-            bs,
-            verify_num_valid: usize::try_from(verify_num_valid).unwrap_or(0),
-            enabled: enable != 0,
-            verify_capacity: self.verify_capacity,
-            write_tokens,
-            head_counters: pair(0),
-            tail_counters: pair(4),
-            violations,
-            dropped,
-            abandoned_steps: self.abandoned_steps,
-        })
+        self.pool.deliver(report.recorded());
+        Ok(report)
     }
 }
 
-impl Drop for PendingDeviceReport<'_> {
+/// Decodes the landed words of one report.
+fn decode_words(
+    l: Layout,
+    verify_capacity: usize,
+    abandoned_steps: u64,
+    wide: &[i64],
+    narrow: &[i32],
+) -> Result<DeviceStepReport, Error> {
+    let mut status = [0i64; STATUS_WORDS];
+    status.copy_from_slice(&wide[l.status_at()..l.status_at() + STATUS_WORDS]);
+    decode(&status)?;
+    let [write_index, verify_num_valid, enable, num_valid_reqs] =
+        [narrow[0], narrow[1], narrow[2], narrow[3]];
+    let stored = usize::try_from(write_index).unwrap_or(0).min(l.ring_rows);
+    let violations = wide[..stored * VIOLATION_FIELDS]
+        .chunks_exact(VIOLATION_FIELDS)
+        .map(|row| {
+            let mut out = [0; VIOLATION_FIELDS];
+            out.copy_from_slice(row);
+            Violation::from_row(out)
+        })
+        .collect();
+    let dropped = u64::try_from(write_index)
+        .unwrap_or(0)
+        .saturating_sub(l.ring_rows as u64);
+    let c = &wide[l.counters_at()..l.counters_at() + COUNTER_WORDS];
+    let pair = |at: usize| KvPair {
+        k: HealthCounters::from_parts(c[at], c[at + 1]),
+        v: HealthCounters::from_parts(c[at + 2], c[at + 3]),
+    };
+    let bs = usize::try_from(num_valid_reqs).unwrap_or(0);
+    let offsets = &wide[l.offsets_at()..l.offsets_at() + l.offsets];
+    let write_tokens = offsets
+        .get(bs)
+        .map_or(0, |&n| u64::try_from(n).unwrap_or(0));
+    Ok(DeviceStepReport {
+        bs,
+        verify_num_valid: usize::try_from(verify_num_valid).unwrap_or(0),
+        enabled: enable != 0,
+        verify_capacity,
+        write_tokens,
+        head_counters: pair(0),
+        tail_counters: pair(4),
+        violations,
+        dropped,
+        abandoned_steps,
+    })
+}
+
+impl Drop for PendingDeviceReport {
     fn drop(&mut self) {
         // Unread: the staging goes back; the copies still queued into it run before any later
         // copy into it (one stream), and nothing reads it before its next event completes.
@@ -257,11 +423,30 @@ impl Drop for PendingDeviceReport<'_> {
     }
 }
 
+/// Allocates pinned stagings on `stream` until `count` fit the report of a canary with a ring
+/// of `ring_rows` rows and a write plan of `offsets` write offsets (before a capture, which
+/// may not allocate).
+pub(crate) fn reserve(
+    stream: &Stream,
+    ring_rows: usize,
+    offsets: usize,
+    count: usize,
+) -> Result<(), Error> {
+    let layout = Layout {
+        ring_fields: ring_rows.saturating_mul(VIOLATION_FIELDS),
+        ring_rows,
+        offsets,
+    };
+    stream
+        .readbacks()
+        .reserve(stream.gpu(), layout.wide(), NARROW_WORDS, count)
+}
+
 /// Queues the readback of a finished step on `stream`: no host synchronisation.
-pub(crate) fn queue<'g, V: Capacity, W: Capacity, R: Capacity>(
-    stream: &Stream<'g>,
-    step: &FinishedStep<'_, Stream<'g>, V, W, R>,
-) -> Result<PendingDeviceReport<'g>, Error> {
+pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
+    stream: &Stream,
+    step: &FinishedStep<'_, Stream, V, W, R>,
+) -> Result<PendingDeviceReport, Error> {
     let gpu = stream.gpu();
     let context = gpu.context();
     let raw = stream.as_raw();
@@ -271,7 +456,21 @@ pub(crate) fn queue<'g, V: Capacity, W: Capacity, R: Capacity>(
         offsets: step.write_plan.offsets.len(),
     };
     let pool = Arc::clone(stream.readbacks());
-    let mut readback = pool.take(gpu, layout.wide(), NARROW_WORDS)?;
+    let captured = stream.is_capturing()?;
+    let mut readback = if captured {
+        // A capture may not allocate: the staging was reserved before it began.
+        pool.take_free(layout.wide(), NARROW_WORDS)
+            .ok_or_else(|| Error::Malformed {
+                detail: format!(
+                    "a device step captured into a graph needs a report staging reserved \
+                     before the capture (Canary::prepare_capture); none of {} i64 and \
+                     {NARROW_WORDS} i32 words is free",
+                    layout.wide()
+                ),
+            })?
+    } else {
+        pool.take(gpu, layout.wide(), NARROW_WORDS)?
+    };
     readback.begin();
     readback.copy_wide(context, 0, addr(&step.ring.rows), layout.ring_fields, raw)?;
     let counters: [&HealthCounters<Device>; 4] = [
@@ -314,13 +513,18 @@ pub(crate) fn queue<'g, V: Capacity, W: Capacity, R: Capacity>(
     for (at, src) in narrow.into_iter().enumerate() {
         readback.copy_narrow(context, at, src, 1, raw)?;
     }
-    readback.finish(context, raw)?;
+    if captured {
+        readback.captured();
+    } else {
+        readback.finish(context, raw)?;
+    }
     Ok(PendingDeviceReport {
-        gpu,
         pool,
         readback: Some(readback),
         layout,
         verify_capacity: step.verify_capacity,
         abandoned_steps: step.abandoned_steps,
+        captured,
+        gpu: gpu.clone(),
     })
 }

@@ -279,6 +279,25 @@ where
     }
 }
 
+impl<'c, St, V, W, E, S, R, G, B> Step<'c, St, CanaryOf<V, W, E, S, R, G, B>>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+    B: Backend,
+{
+    /// The backend the step's launches run on (a device canary's stream): for the engine's
+    /// work between [`write`](Step::write) and [`verify_tail`](Step::verify_tail), e.g. its
+    /// forward pass queued on the same stream, or `wait_for` an event of its compute stream so
+    /// that the tail verify runs after it.
+    pub fn backend(&self) -> &B {
+        &self.canary.backend
+    }
+}
+
 impl<'c, St, V, W, E, S, R, G> Step<'c, St, Canary<V, W, E, S, R, G, Cpu>>
 where
     V: Capacity,

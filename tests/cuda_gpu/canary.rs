@@ -480,7 +480,7 @@ pub fn run_verify<B: HostBackend>(
 pub fn on_gpu<C>(
     c: &C,
     st: &mut State,
-    run: fn(&C, &Offload<'static>, &mut State) -> Result<(), Error>,
+    run: fn(&C, &Offload, &mut State) -> Result<(), Error>,
 ) -> Result<(), Error> {
     Offload::with_default(|gpu| run(c, gpu, st))
 }

@@ -17,6 +17,8 @@ mod plan;
 mod reports;
 mod rng;
 mod step;
+mod step_graph;
+mod streams;
 mod threads;
 
 use kv_canary::cuda::Gpu;
@@ -58,6 +60,27 @@ const TESTS: &[(&str, TestFn)] = &[
     (
         "step_try_take_does_not_block",
         reports::try_take_does_not_block,
+    ),
+    (
+        "step_graph_owned_replays_match_cpu",
+        step_graph::step_graph_replays_match_cpu,
+    ),
+    (
+        "step_graph_engine_capture",
+        step_graph::engine_captures_a_step,
+    ),
+    (
+        "step_api_on_non_blocking_and_foreign_streams",
+        streams::unordered_streams_match_cpu,
+    ),
+    (
+        "sync_events_poll_and_order",
+        streams::sync_events_poll_and_order,
+    ),
+    #[cfg(feature = "cudarc")]
+    (
+        "step_api_on_a_cudarc_stream",
+        streams::cudarc_stream_matches_cpu,
     ),
     (
         "two_canaries_from_two_threads",

@@ -39,7 +39,7 @@ pub fn reports_one_step_late(gpu: &Gpu) -> Result<(), String> {
 }
 
 /// A small FULL canary on the device.
-type Small<'g> = Canary<Cap<8>, Cap<4>, Cap<16>, Cap<64>, Cap<16>, kv_canary::Full, Stream<'g>>;
+type Small = Canary<Cap<8>, Cap<4>, Cap<16>, Cap<64>, Cap<16>, kv_canary::Full, Stream>;
 
 /// A 200 ms spin queued ahead of a step: `try_take` returns the pending report at once, and
 /// `wait` then delivers it; with reports taken one step late, two pinned stagings serve 20
@@ -56,7 +56,7 @@ pub fn try_take_does_not_block(gpu: &Gpu) -> Result<(), String> {
     try_take_on(gpu)
 }
 
-fn try_take_on<'g>(gpu: &'g Gpu) -> Result<(), String> {
+fn try_take_on(gpu: &Gpu) -> Result<(), String> {
     let floors = Floors::new(gpu).map_err(fail("floors"))?;
     let shape = Shape::<Cap<8>, Cap<4>, Cap<16>>::new();
     let stream = Stream::new(gpu).map_err(fail("stream"))?;
@@ -69,7 +69,7 @@ fn try_take_on<'g>(gpu: &'g Gpu) -> Result<(), String> {
     batch
         .upload(&Batch::from_columns([1], [0], [3]))
         .map_err(fail("batch"))?;
-    let step = |canary: &mut Small<'g>| {
+    let step = |canary: &mut Small| {
         canary
             .plan(&cuda::PlanInputs::full(&batch, &table))?
             .verify_head()?

@@ -6,29 +6,31 @@ use crate::rng::Rng;
 use crate::{ensure, fail};
 use cust::memory::{CopyDestination, DeviceBuffer};
 use kv_canary::cuda::{
-    self, DeviceRealKv, DeviceRealKvSource, DeviceStepReport, Gpu, PendingDeviceReport, Stream,
+    self, DeviceRealKv, DeviceRealKvSource, DeviceStepReport, Event, Gpu, PendingDeviceReport,
+    Stream,
 };
 use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
 use kv_canary::{
     Batch, CanarySlot, Cap, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
     RealKvSources, ReqToToken, RowLayout, Shape, Violation,
 };
+use kv_canary_testkit::floors::Floors;
 
 /// Request rows (row 0 is the padding row) and positions per row.
-const ROWS: usize = 8;
-const WIDTH: usize = 32;
+pub const ROWS: usize = 8;
+pub const WIDTH: usize = 32;
 /// Slots: row r, position p is slot r * WIDTH + p + 1; slot 0 stays the padding slot.
-const SLOTS: usize = ROWS * WIDTH + 1;
+pub const SLOTS: usize = ROWS * WIDTH + 1;
 /// Bytes of one slot's K or V strip.
-const STRIP: usize = 16;
+pub const STRIP: usize = 16;
 
 type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<64>>;
 
-fn slot(row: usize, pos: usize) -> i64 {
+pub fn slot(row: usize, pos: usize) -> i64 {
     (row * WIDTH + pos + 1) as i64
 }
 
-fn token(row: usize, pos: usize) -> i64 {
+pub fn token(row: usize, pos: usize) -> i64 {
     (1000 * row + pos) as i64
 }
 
@@ -117,11 +119,65 @@ pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
-/// One CPU and one device canary (on a new [`Stream`] of `gpu`, with its own table, batch,
-/// inputs and KV pool) run the random steps of `draw`; every report, the counters and, at the
-/// end, the canary bytes must agree. Makes `gpu`'s context current first (the KV pool is
-/// allocated with cust directly), so any thread may call it.
+/// Where the device canary of a [`run_against_cpu_on`] runs, and its forward pass.
+pub enum Setup<'a> {
+    /// A new blocking [`Stream`]; the forward pass uploads the KV bytes synchronously.
+    Blocking,
+    /// `stream`, not ordered with the legacy default stream (non-blocking or foreign): the
+    /// synchronous transfers are fenced as the `cuda` ordering rules say (the canary's stream
+    /// synchronised before them, the context after), and the forward pass runs on `other`: a
+    /// spin, then the KV copies (`cuMemcpyHtoDAsync`), then `event`, which the canary's stream
+    /// waits for (`wait_for`) before the tail verify. Without that wait the tail would fold
+    /// the previous KV bytes and differ from the CPU.
+    Unordered {
+        /// The canary's stream.
+        stream: Stream,
+        /// The forward pass's stream.
+        other: &'a Stream,
+        /// Recorded on `other` after the KV copies.
+        event: &'a Event,
+        /// The spin kernel.
+        floors: &'a Floors<'a>,
+    },
+}
+
+/// [`run_against_cpu_on`] on a new blocking stream.
 pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
+    run_against_cpu_on(gpu, draw, Setup::Blocking)
+}
+
+/// Queues copying `host` into `device` on `stream` (the test's forward pass on another stream).
+#[allow(unsafe_code)]
+fn copy_async(device: &DeviceBuffer<u8>, host: &[u8], stream: &Stream) -> Result<(), String> {
+    ensure!(
+        device.len() == host.len(),
+        "KV copy of {} bytes into {}",
+        host.len(),
+        device.len()
+    );
+    // SAFETY: `device` holds `host.len()` bytes (checked) and outlives the copy (the run waits
+    // for the canary's stream, which waits for this copy, before it drops or rewrites it); the
+    // driver stages the pageable `host` before returning.
+    let result = unsafe {
+        cust::sys::cuMemcpyHtoDAsync_v2(
+            device.as_device_ptr().as_raw(),
+            host.as_ptr().cast(),
+            host.len(),
+            stream.as_raw(),
+        )
+    };
+    ensure!(
+        result == cust::sys::CUresult::CUDA_SUCCESS,
+        "cuMemcpyHtoDAsync: {result:?}"
+    );
+    Ok(())
+}
+
+/// One CPU and one device canary (on a stream of `gpu` as `setup` says, with its own table,
+/// batch, inputs and KV pool) run the random steps of `draw`; every report, the counters and,
+/// at the end, the canary bytes must agree. Makes `gpu`'s context current first (the KV pool
+/// is allocated with cust directly), so any thread may call it.
+pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run, String> {
     let Draw {
         seed,
         steps,
@@ -132,7 +188,20 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
     gpu.make_current().map_err(fail("context"))?;
     let shape = Spec::new();
     let mut cpu = Canary::full(shape, Cap::<SLOTS>, Cap::<64>);
-    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let (stream, forward) = match setup {
+        Setup::Blocking => (Stream::new(gpu).map_err(fail("stream"))?, None),
+        Setup::Unordered {
+            stream,
+            other,
+            event,
+            floors,
+        } => (stream, Some((other, event, floors))),
+    };
+    let ordered = stream.is_blocking();
+    // Before a synchronous transfer: the canary's stream is done with what it overwrites.
+    let fence_before = |dev: &Stream| if ordered { Ok(()) } else { dev.synchronize() };
+    // After: the transfers have landed before the next launch.
+    let fence_after = || if ordered { Ok(()) } else { gpu.synchronize() };
     let mut dev =
         Canary::full_on(stream, shape, Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
     let cells = (0..ROWS * WIDTH).map(|i| i as i32 + 1).collect();
@@ -156,7 +225,7 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
     let mut cached = [0usize; ROWS];
     let (mut overflows, mut found, mut tampered) = (0, 0, 0);
     // The previous step's CPU report and its device report, still pending (`late`).
-    let mut unread: Option<(usize, StepReport, PendingDeviceReport<'_>)> = None;
+    let mut unread: Option<(usize, StepReport, PendingDeviceReport)> = None;
     for step in 0..steps {
         // Rows 1..ROWS: each active with a new prefill or a decode of what it has cached.
         let mut rows = Vec::new();
@@ -196,6 +265,7 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
         for (i, &(s, t, pos)) in tokens.iter().enumerate() {
             (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (s, t, pos);
         }
+        fence_before(dev.backend()).map_err(fail("fence"))?;
         dinputs.upload(&inputs).map_err(fail("inputs"))?;
         dbatch.upload(&batch).map_err(fail("batch"))?;
         // Now and then a stored record goes bad in both head K buffers.
@@ -218,6 +288,7 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
                 tampered += 1;
             }
         }
+        fence_after().map_err(fail("fence"))?;
         let cpu_step = cpu
             .plan(&kv_canary::PlanInputs::full(&batch, &table))
             .and_then(|s| s.verify_head())
@@ -236,8 +307,24 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
             v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
             v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
         }
-        dk.copy_from(&k[..]).map_err(cuda_err)?;
-        dv.copy_from(&v[..]).map_err(cuda_err)?;
+        let dev_step = match forward {
+            None => {
+                dk.copy_from(&k[..]).map_err(cuda_err)?;
+                dv.copy_from(&v[..]).map_err(cuda_err)?;
+                dev_step
+            }
+            Some((other, event, floors)) => {
+                floors.spin(other, 200_000).map_err(fail("spin"))?;
+                copy_async(&dk, &k, other)?;
+                copy_async(&dv, &v, other)?;
+                other.record(event).map_err(fail("record"))?;
+                dev_step
+                    .backend()
+                    .wait_for(event)
+                    .map_err(fail("wait_for"))?;
+                dev_step
+            }
+        };
         let c: StepReport = cpu_step
             .verify_tail(TailKv::new(host_kv(&k, params)?, host_kv(&v, params)?))
             .map_err(fail("cpu tail"))?;
@@ -263,6 +350,7 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
         let d = d.wait().map_err(fail("device report"))?;
         compare(n, &c, &d, &mut overflows, &mut found)?;
     }
+    fence_before(dev.backend()).map_err(fail("fence"))?;
     for tag in cpu.tags() {
         let host = cpu.buffer(tag).ok_or("buffer")?;
         let device = dev
@@ -289,7 +377,7 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
 
 /// One step's CPU and device reports agree (violations as sets, dropped rows, counters, plan
 /// scalars, status); counts overflows and steps with violations.
-fn compare(
+pub fn compare(
     step: usize,
     c: &StepReport,
     d: &DeviceStepReport,

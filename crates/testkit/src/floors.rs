@@ -122,7 +122,7 @@ impl L2Flush {
     }
 
     /// Queues a write of the whole buffer on `stream`.
-    pub fn queue(&self, stream: &Stream<'_>) -> Result<(), Error> {
+    pub fn queue(&self, stream: &Stream) -> Result<(), Error> {
         // SAFETY: the scratch buffer is live and exactly `len` bytes long; the memset is
         // stream-ordered and the buffer outlives the call (it is borrowed, and the caller
         // synchronises before dropping it like any buffer used on a stream).
@@ -152,7 +152,7 @@ pub fn filled(len: usize, value: u8) -> Result<DeviceBuffer<u8>, Error> {
 /// Queues a device-to-device copy of `src` into `dst` (same length) on `stream`: the copy
 /// roofline moves `2 * len` bytes.
 pub fn device_copy(
-    stream: &Stream<'_>,
+    stream: &Stream,
     dst: &DeviceBuffer<u8>,
     src: &DeviceBuffer<u8>,
 ) -> Result<(), Error> {
@@ -218,7 +218,7 @@ impl<'a> GatherFloor<'a> {
     }
 
     /// Queues one pass on `stream`.
-    pub fn queue(&self, stream: &Stream<'_>) -> Result<(), Error> {
+    pub fn queue(&self, stream: &Stream) -> Result<(), Error> {
         #[repr(C)]
         #[derive(Clone, Copy)]
         struct Args(u64, u64, i64, u64, i64, u64);
@@ -317,7 +317,7 @@ impl<'a> LutFloor<'a> {
     }
 
     /// Queues one pass on `stream`.
-    pub fn queue(&self, stream: &Stream<'_>, mode: LutFloorMode) -> Result<(), Error> {
+    pub fn queue(&self, stream: &Stream, mode: LutFloorMode) -> Result<(), Error> {
         #[repr(C)]
         #[derive(Clone, Copy)]
         struct Args(u64, i64, u64, u64, u64, u64, u64, i64);
@@ -392,7 +392,7 @@ impl Floors<'_> {
     /// is uniform): the floor of a chain whose inputs are per-thread, like the write kernel's.
     pub fn chain(
         &self,
-        stream: &Stream<'_>,
+        stream: &Stream,
         n: usize,
         out: &DeviceBuffer<i64>,
         vector: bool,
@@ -433,7 +433,7 @@ impl Floors<'_> {
     /// Queues one thread that spins for `ns` nanoseconds of the GPU's global timer. Queued
     /// ahead of a timed region, it keeps the GPU busy while the host queues the region, so the
     /// region's events time the device's work rather than the host's submission latency.
-    pub fn spin(&self, stream: &Stream<'_>, ns: u64) -> Result<(), Error> {
+    pub fn spin(&self, stream: &Stream, ns: u64) -> Result<(), Error> {
         #[repr(C)]
         #[derive(Clone, Copy)]
         struct Args(i64);
@@ -478,16 +478,16 @@ unsafe fn launch_packed<'a, A: Copy, Q: Queue<'a> + ?Sized>(
 ///
 /// The buffers the launch reads and writes stay borrowed for `'a`, as for the typed launch.
 #[derive(Debug)]
-pub struct RawLaunch<'a, 'g> {
-    launch: PreparedLaunch<'a, 'g>,
+pub struct RawLaunch<'a> {
+    launch: PreparedLaunch<'a>,
 }
 
-impl<'a, 'g> RawLaunch<'a, 'g> {
+impl<'a> RawLaunch<'a> {
     /// What [`cuda::verify`](kv_canary::cuda::verify()) would queue on `stream` with these
     /// arguments.
     #[allow(clippy::too_many_arguments)]
     pub fn verify<V, W, E, VB, K, S, R>(
-        stream: &'a Stream<'g>,
+        stream: &'a Stream,
         shape: &Shape<V, W, E>,
         plan: &'a VerifyPlan<VB, Device>,
         check: K,
@@ -515,7 +515,7 @@ impl<'a, 'g> RawLaunch<'a, 'g> {
     /// What [`cuda::plan`](kv_canary::cuda::plan()) would queue on `stream` with these
     /// arguments.
     pub fn plan<V, W, E, VB, WB, BB, G, X>(
-        stream: &'a Stream<'g>,
+        stream: &'a Stream,
         shape: &Shape<V, W, E>,
         inputs: &PlanInputs<'a, BB, G, X>,
         verify: &'a VerifyPlan<VB, Device>,

@@ -29,20 +29,20 @@ use kv_canary::{VerifyPlan, WritePlan};
 /// buffers (so a launch that wrote before failing would show), and returns the error the
 /// kernels recorded, if any; the ops return `()` (no summaries).
 #[derive(Debug)]
-pub struct Offload<'g> {
-    stream: Stream<'g>,
+pub struct Offload {
+    stream: Stream,
 }
 
-impl<'g> Offload<'g> {
+impl Offload {
     /// An offload path on a new stream of `gpu`.
-    pub fn new(gpu: &'g Gpu) -> Result<Self, Error> {
+    pub fn new(gpu: &Gpu) -> Result<Self, Error> {
         Ok(Offload {
             stream: Stream::new(gpu)?,
         })
     }
 
     /// The stream it launches on.
-    pub fn stream(&self) -> &Stream<'g> {
+    pub fn stream(&self) -> &Stream {
         &self.stream
     }
 
@@ -95,7 +95,7 @@ impl<'g> Offload<'g> {
 
 /// Host buffers and host settings as on [`Cpu`] (allocation delegates to it); the ops on the
 /// GPU.
-impl Backend for Offload<'_> {
+impl Backend for Offload {
     type Memory = Host;
     type RealKv<'k> = RealKv<'k>;
     type Settings<'k> = LaunchSettings<'k>;
@@ -192,7 +192,7 @@ impl Backend for Offload<'_> {
 }
 
 /// The write op on the GPU (both input-assert states).
-impl<A: WriteInputAssert> Writes<A> for Offload<'_> {
+impl<A: WriteInputAssert> Writes<A> for Offload {
     /// Uploads the plan, inputs, real-KV source bytes and state, launches
     /// [`cuda::write`](kv_canary::cuda::write()), synchronises and downloads the canary buffer,
     /// ring and counters.
@@ -251,7 +251,7 @@ impl<A: WriteInputAssert> Writes<A> for Offload<'_> {
 /// `verify` and `write`. The host group and pool become their device twins through
 /// [`with_plan_inputs_choice!`](kv_canary::with_plan_inputs_choice), the one bridge from
 /// "has a LUT?"/"has a pool?" to types.
-impl<'a, G, X, V, W, E> PlanWith<PlanInputs<'a, G, X>, V, W, E> for Offload<'_>
+impl<'a, G, X, V, W, E> PlanWith<PlanInputs<'a, G, X>, V, W, E> for Offload
 where
     G: Group,
     X: ExpectedTokens,
@@ -319,7 +319,7 @@ where
 /// `scatter_req_token_ids` on the GPU: uploads, launches
 /// [`cuda::scatter_req_token_ids`](kv_canary::cuda::scatter_req_token_ids()), synchronises and
 /// downloads the pool.
-impl Scatters for Offload<'_> {
+impl Scatters for Offload {
     type ScatterDone = ();
 
     fn scatter_req_token_ids(
@@ -350,7 +350,7 @@ impl Scatters for Offload<'_> {
 }
 
 /// The GPU: rows of different requests or entries come in any order.
-impl HostBackend for Offload<'_> {
+impl HostBackend for Offload {
     const NAME: &'static str = "cuda";
     const RECORDS_ROWS_IN_ORDER: bool = false;
 
@@ -406,20 +406,18 @@ impl SourceBytes {
 }
 
 thread_local! {
-    static DEFAULT: std::cell::OnceCell<Result<&'static Offload<'static>, Error>> =
+    static DEFAULT: std::cell::OnceCell<Result<&'static Offload, Error>> =
         const { std::cell::OnceCell::new() };
 }
 
-impl Offload<'static> {
+impl Offload {
     /// Runs `f` with this thread's default offload path (device 0), made on first use and
     /// kept (leaked) for the thread's lifetime. [`Error::NoCudaDevice`] without a device.
-    pub fn with_default<R>(
-        f: impl FnOnce(&Offload<'static>) -> Result<R, Error>,
-    ) -> Result<R, Error> {
+    pub fn with_default<R>(f: impl FnOnce(&Offload) -> Result<R, Error>) -> Result<R, Error> {
         let offload = DEFAULT.with(|cell| {
             cell.get_or_init(|| {
-                let gpu: &'static Gpu = Box::leak(Box::new(Gpu::new()?));
-                Ok(Box::leak(Box::new(Offload::new(gpu)?)))
+                let offload: &'static Offload = Box::leak(Box::new(Offload::new(&Gpu::new()?)?));
+                Ok(offload)
             })
             .clone()
         })?;

@@ -90,7 +90,7 @@ impl<R: Capacity> ViolationRing<R, Device> {
 
     /// Queues emptying the ring on `stream` (rows zeroed, write index 0): stream-ordered
     /// memsets, no host synchronisation; kernels queued after it on `stream` see an empty ring.
-    pub fn clear_on(&self, stream: &Stream<'_>) -> Result<(), Error> {
+    pub fn clear_on(&self, stream: &Stream) -> Result<(), Error> {
         driver::zero_async(&self.rows, stream.as_raw())?;
         driver::zero_scalar_async(&self.write_index, stream.as_raw())
     }

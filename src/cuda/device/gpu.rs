@@ -6,7 +6,7 @@ use crate::cuda::abi::ptx;
 use crate::cuda::driver::context::{DeviceInfo, PrimaryContext};
 use crate::cuda::driver::module::{self, Function, Module};
 use crate::Error;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// A loaded kernel file: its module and the functions of its kernels, in the order of
 /// `ModuleId::kernels`.
@@ -32,9 +32,24 @@ struct LoadedModule {
 /// shared by reference between threads, each driving its own [`Stream`](super::stream::Stream)
 /// (see the threading rules of [`cuda`](crate::cuda)). Kernel files load once even when two
 /// threads launch their first kernel at the same time.
+///
+/// Cheap to clone: a clone is another handle to the same context and the same loaded kernels
+/// (an [`Arc`] inside), so streams, events and pending reports hold a clone and borrow
+/// nothing, and an engine can keep them in its own structs. The [`KernelTuning`] is the one
+/// part of a handle that is not shared: [`set_kernel_tuning`](Self::set_kernel_tuning) changes
+/// this handle (and the clones made from it afterwards, e.g. by
+/// [`Stream::new`](super::stream::Stream::new)), not the clones made before. Two
+/// [`Gpu::new`] calls give two independent handles of the same primary context, each with its
+/// own kernel table.
+#[derive(Clone)]
 pub struct Gpu {
-    info: DeviceInfo,
+    shared: Arc<SharedGpu>,
     tuning: KernelTuning,
+}
+
+/// What every clone of one [`Gpu`] shares.
+struct SharedGpu {
+    info: DeviceInfo,
     // Dropped before the context.
     modules: [OnceLock<LoadedModule>; 4],
     context: PrimaryContext,
@@ -68,26 +83,40 @@ impl Gpu {
             });
         }
         Ok(Gpu {
-            info,
+            shared: Arc::new(SharedGpu {
+                info,
+                modules: Default::default(),
+                context,
+            }),
             tuning: KernelTuning::default(),
-            modules: Default::default(),
-            context,
         })
+    }
+
+    /// The device ordinal (`0` for [`Gpu::new`]).
+    pub fn ordinal(&self) -> u32 {
+        self.shared.info.ordinal
+    }
+
+    /// Blocks the host until everything queued in this device's context, on every stream, has
+    /// run (`cuCtxSynchronize`): the fence between the crate's synchronous transfers and work
+    /// on a non-blocking or foreign stream (the ordering rules of [`cuda`](crate::cuda)).
+    pub fn synchronize(&self) -> Result<(), Error> {
+        self.shared.context.synchronize()
     }
 
     /// The device's name (`NVIDIA H200`).
     pub fn name(&self) -> &str {
-        &self.info.name
+        &self.shared.info.name
     }
 
     /// Streaming multiprocessors (132 on an H200).
     pub fn sm_count(&self) -> u32 {
-        self.info.sm_count
+        self.shared.info.sm_count
     }
 
     /// The compute capability (`(9, 0)` on an H200).
     pub fn compute_capability(&self) -> (u32, u32) {
-        self.info.compute_capability
+        self.shared.info.compute_capability
     }
 
     /// The kernel tuning launches use.
@@ -95,7 +124,8 @@ impl Gpu {
         self.tuning
     }
 
-    /// Changes the tuning of later launches (each count is clamped to at least 1).
+    /// Changes the tuning of later launches through this handle and the clones made from it
+    /// afterwards (each count is clamped to at least 1); streams made before keep theirs.
     pub fn set_kernel_tuning(&mut self, tuning: KernelTuning) {
         self.tuning = tuning.clamped();
     }
@@ -104,17 +134,17 @@ impl Gpu {
     /// and module load of the backend does it first, so buffers land on the device they are
     /// allocated for. Call it before allocating with cust directly.
     pub fn make_current(&self) -> Result<(), Error> {
-        self.context.make_current()
+        self.shared.context.make_current()
     }
 
     /// The primary context, for the driver calls that must run in it.
     pub(crate) fn context(&self) -> &PrimaryContext {
-        &self.context
+        &self.shared.context
     }
 
     /// Shared memory of one multiprocessor, in bytes (228 KB on an H200).
     pub(crate) fn shared_bytes_per_sm(&self) -> u32 {
-        self.info.shared_bytes_per_sm
+        self.shared.info.shared_bytes_per_sm
     }
 
     /// The function of `kernel`, loading its module on first use.
@@ -138,7 +168,7 @@ impl Gpu {
     }
 
     fn module(&self, id: ModuleId) -> Result<&LoadedModule, Error> {
-        let cell = &self.modules[id.index()];
+        let cell = &self.shared.modules[id.index()];
         if let Some(loaded) = cell.get() {
             return Ok(loaded);
         }
@@ -154,7 +184,7 @@ impl Gpu {
 
     fn load(&self, id: ModuleId) -> Result<LoadedModule, Error> {
         self.make_current()?;
-        let (major, minor) = self.info.compute_capability;
+        let (major, minor) = self.shared.info.compute_capability;
         let (_, text) = ptx::for_device(id, major, minor).ok_or_else(|| Error::NoCudaDevice {
             detail: format!(
                 "no PTX of {} for compute capability {major}.{minor}",
@@ -169,7 +199,7 @@ impl Gpu {
             if shared > 0 {
                 // Plan blocks keep up to 4096 rows (144 KB), staged verify blocks 72 KB; a
                 // device that offers less serves the launches that fit.
-                let bytes = shared.min(self.info.shared_bytes_per_block_optin);
+                let bytes = shared.min(self.shared.info.shared_bytes_per_block_optin);
                 // SAFETY: `f` is a function of `module`, loaded above and kept with it.
                 unsafe { module::set_max_dynamic_shared(f, bytes) }?;
             }
@@ -182,10 +212,10 @@ impl Gpu {
     }
 }
 
-impl Drop for Gpu {
+impl Drop for SharedGpu {
     fn drop(&mut self) {
         // The modules unload (a driver call in the current context) before the context is
-        // released: make it current, also when the `Gpu` is dropped on another thread.
+        // released: make it current, also when the last handle is dropped on another thread.
         let _ = self.context.make_current();
     }
 }
@@ -193,9 +223,9 @@ impl Drop for Gpu {
 impl core::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Gpu")
-            .field("name", &self.info.name)
-            .field("sm_count", &self.info.sm_count)
-            .field("compute_capability", &self.info.compute_capability)
+            .field("name", &self.shared.info.name)
+            .field("sm_count", &self.shared.info.sm_count)
+            .field("compute_capability", &self.shared.info.compute_capability)
             .field("tuning", &self.tuning)
             .finish_non_exhaustive()
     }

@@ -40,6 +40,36 @@ impl ReadbackPool {
         }
     }
 
+    /// A free readback of at least `wide` and `narrow` words, without allocating (a captured
+    /// step may not allocate); `None` when none is free.
+    pub(crate) fn take_free(&self, wide: usize, narrow: usize) -> Option<Readback> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.iter()
+            .position(|r| r.wide_len() >= wide && r.narrow_len() >= narrow)
+            .map(|i| free.swap_remove(i))
+    }
+
+    /// Allocates readbacks until `count` of at least `wide` and `narrow` words are free (before
+    /// a capture, which may not allocate).
+    pub(crate) fn reserve(
+        &self,
+        gpu: &Gpu,
+        wide: usize,
+        narrow: usize,
+        count: usize,
+    ) -> Result<(), Error> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let fitting = free
+            .iter()
+            .filter(|r| r.wide_len() >= wide && r.narrow_len() >= narrow)
+            .count();
+        for _ in fitting..count {
+            self.allocated.fetch_add(1, Ordering::Relaxed);
+            free.push(Readback::new(gpu.context(), wide, narrow)?);
+        }
+        Ok(())
+    }
+
     /// Returns a readback to the pool.
     pub(crate) fn give_back(&self, readback: Readback) {
         self.free

@@ -11,6 +11,8 @@ use cust::CudaFlags;
 /// What the backend needs to know about a device.
 #[derive(Clone, Debug)]
 pub(crate) struct DeviceInfo {
+    /// The device ordinal.
+    pub(crate) ordinal: u32,
     /// `NVIDIA H200`.
     pub(crate) name: String,
     /// Streaming multiprocessors.
@@ -55,6 +57,7 @@ impl PrimaryContext {
             Ok(u32::try_from(v).unwrap_or(0))
         };
         let info = DeviceInfo {
+            ordinal,
             name: device.name().map_err(cust_error("cuDeviceGetName"))?,
             sm_count: attribute(DeviceAttribute::MultiprocessorCount)?.max(1),
             compute_capability: (
@@ -71,6 +74,19 @@ impl PrimaryContext {
     /// already is: one `cuCtxGetCurrent`, a thread-local read, on the hot path of a launch).
     pub(crate) fn make_current(&self) -> Result<(), Error> {
         make_raw_current(self.context.as_raw())
+    }
+
+    /// The raw context handle (to compare with a stream's context).
+    pub(crate) fn raw(&self) -> CUcontext {
+        self.context.as_raw()
+    }
+
+    /// Blocks the host until everything queued in this context, on every stream, has run
+    /// (`cuCtxSynchronize`).
+    pub(crate) fn synchronize(&self) -> Result<(), Error> {
+        self.make_current()?;
+        // SAFETY: the context is current (above); this only blocks the thread.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
     }
 }
 

@@ -95,6 +95,9 @@ enum State {
     Queued,
     /// Copies queued and the event recorded after them.
     Recorded,
+    /// Copies captured into a graph (not run): the words are written by the graph's replays,
+    /// each followed by [`Readback::rearm`].
+    Captured,
 }
 
 /// Pinned `i64` and `i32` words filled by stream-ordered device-to-host copies, and the event
@@ -253,11 +256,40 @@ impl Readback {
         Ok(())
     }
 
+    /// Ends a readback whose copies were captured into a graph instead of queued: the words
+    /// are unreadable until a replay of that graph is followed by [`rearm`](Self::rearm).
+    pub(crate) fn captured(&mut self) {
+        self.state = State::Captured;
+    }
+
+    /// Whether the copies of the last replay may still be unread (recorded, not yet read).
+    pub(crate) fn is_armed(&self) -> bool {
+        self.state == State::Recorded
+    }
+
+    /// Records the event on `stream` right after a replay of the graph that captured this
+    /// readback's copies was queued there: the words of that replay are readable once it
+    /// completes.
+    ///
+    /// # Safety
+    ///
+    /// A launch of the graph holding this readback's captured copies must have just been
+    /// queued on `stream`, and no other launch of it may be queued before the words are read
+    /// ([`read`](Self::read)) or this readback is dropped (which waits for the event).
+    pub(crate) unsafe fn rearm(
+        &mut self,
+        context: &PrimaryContext,
+        stream: CUstream,
+    ) -> Result<(), Error> {
+        self.state = State::Queued;
+        self.finish(context, stream)
+    }
+
     /// Whether every copy queued before [`finish`](Self::finish) has landed (never blocks).
     pub(crate) fn is_done(&self, context: &PrimaryContext) -> Result<bool, Error> {
         match self.state {
             State::Idle => Ok(true),
-            State::Queued => Ok(false),
+            State::Queued | State::Captured => Ok(false),
             State::Recorded => {
                 context.make_current()?;
                 // SAFETY: the event is live and owned by `self`.
@@ -296,7 +328,8 @@ impl Drop for Readback {
     fn drop(&mut self) {
         // Never free pinned memory a copy may still write into.
         match self.state {
-            State::Idle => {}
+            // Captured copies run only in replays, each followed by `rearm` (`Recorded`).
+            State::Idle | State::Captured => {}
             State::Recorded => {
                 // SAFETY: the event is live and owned by `self`; this only blocks the thread.
                 let _ = unsafe { sys::cuEventSynchronize(self.event) };
@@ -304,8 +337,8 @@ impl Drop for Readback {
             State::Queued => {
                 // No event after the copies: wait for everything in their context.
                 // SAFETY: `context` is the live context the copies were queued in (a readback
-                // lives inside a `Stream` of its `Gpu` or a pending report borrowing that
-                // `Gpu`); setting it current and synchronising only blocks this thread.
+                // lives inside a `Stream` of its `Gpu` or a pending report, each holding a
+                // handle of that `Gpu` that is dropped after the readback); setting it current and synchronising only blocks this thread.
                 unsafe {
                     let _ = sys::cuCtxSetCurrent(self.context);
                     let _ = sys::cuCtxSynchronize();

@@ -27,8 +27,8 @@ enum Launch {
 ///
 /// The buffers the launch reads and writes, and the stream, stay borrowed for `'a`.
 #[derive(Debug)]
-pub struct PreparedLaunch<'a, 'g> {
-    stream: &'a Stream<'g>,
+pub struct PreparedLaunch<'a> {
+    stream: &'a Stream,
     launch: Launch,
     _buffers: PhantomData<&'a ()>,
 }
@@ -52,12 +52,12 @@ pub struct RawLaunchParts {
     pub param: *const core::ffi::c_void,
 }
 
-impl<'a, 'g> PreparedLaunch<'a, 'g> {
+impl<'a> PreparedLaunch<'a> {
     /// What [`cuda::verify`](crate::cuda::verify()) would queue on `stream` with these
     /// arguments (the same checks, the same errors).
     #[allow(clippy::too_many_arguments)]
     pub fn verify<V, W, E, VB, K, S, R>(
-        stream: &'a Stream<'g>,
+        stream: &'a Stream,
         shape: &Shape<V, W, E>,
         plan: &'a VerifyPlan<VB, Device>,
         check: K,
@@ -94,7 +94,7 @@ impl<'a, 'g> PreparedLaunch<'a, 'g> {
 
     /// What [`cuda::plan`](crate::cuda::plan()) would queue on `stream` with these arguments.
     pub fn plan<V, W, E, VB, WB, BB, G, X>(
-        stream: &'a Stream<'g>,
+        stream: &'a Stream,
         shape: &Shape<V, W, E>,
         inputs: &PlanInputs<'a, BB, G, X>,
         verify: &'a VerifyPlan<VB, Device>,

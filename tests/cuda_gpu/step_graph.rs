@@ -1,0 +1,472 @@
+//! A whole device step in a CUDA graph: a `StepGraph` stored in an engine's struct, replayed
+//! over refilled batches against the CPU step by step, with faults injected between replays
+//! and a replay too far ahead refused; and the engine's own capture of a step on a raw stream
+//! of its own (`Stream::from_raw`, `CapturedReport`).
+#![allow(unsafe_code)]
+
+use crate::rng::Rng;
+use crate::step::{compare, slot, token, ROWS, SLOTS, STRIP, WIDTH};
+use crate::{ensure, fail};
+use cust::memory::DeviceBuffer;
+use kv_canary::cuda::{
+    self, CapturedReport, DeviceRealKv, DeviceRealKvSource, Gpu, PendingDeviceReport, StepGraph,
+    Stream,
+};
+use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
+use kv_canary::{
+    Batch, BatchRow, CanarySlot, Cap, Device, Error, Full, InputAssertOff, LaunchTag, RealKv,
+    RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, ReqToToken, RowLayout, Shape,
+    WriteInputs,
+};
+use std::collections::VecDeque;
+
+type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<64>>;
+type DeviceCanary = Canary<Cap<48>, Cap<ROWS>, Cap<64>, Cap<SLOTS>, Cap<64>, Full, cuda::Stream>;
+
+/// What the graph replays over: owned by it, refilled in place between replays.
+struct Inputs {
+    batch: cuda::DeviceBatch<Cap<ROWS>>,
+    table: cuda::DeviceReqToToken,
+    write: WriteInputs<Cap<64>, InputAssertOff, Device>,
+    k: DeviceBuffer<u8>,
+    v: DeviceBuffer<u8>,
+}
+
+/// An engine's struct holding its canary's step graph (`'static`, `Send`).
+struct Engine {
+    graph: StepGraph<Cap<48>, Cap<ROWS>, Cap<64>, Cap<SLOTS>, Cap<64>, Full, Inputs>,
+}
+
+const _: fn() = || {
+    fn send<T: Send + 'static>() {}
+    send::<Engine>();
+};
+
+fn params() -> RealKvParams {
+    RealKvParams::new(1, STRIP as i64, STRIP as i64)
+}
+
+fn layout() -> RowLayout {
+    RowLayout {
+        num_rows: SLOTS,
+        row_bytes: STRIP,
+        row_stride_bytes: STRIP,
+    }
+}
+
+fn host_kv(bytes: &[u8]) -> Result<RealKv<'_>, String> {
+    let src = RealKvSource::new(bytes, STRIP, params()).map_err(fail("source"))?;
+    Ok(RealKv::new(
+        RealKvHashMode::All,
+        RealKvSources::from_array([src]),
+    ))
+}
+
+/// The whole device step on `canary` over `k` (plan, head verify, write, tail verify folding
+/// the KV bytes): the step closure of the graph, and the engine's own capture.
+fn device_step(canary: &mut DeviceCanary, k: &Inputs) -> Result<PendingDeviceReport, Error> {
+    let step = canary
+        .plan(&cuda::PlanInputs::full(&k.batch, &k.table))?
+        .verify_head()?
+        .write(&k.write)?;
+    // The forward pass would be queued here, on `step.backend()` (the canary's stream).
+    let source = |bytes| -> Result<DeviceRealKv<'_>, Error> {
+        let src = DeviceRealKvSource::new(bytes, layout(), params())?;
+        Ok(DeviceRealKv::new(RealKvHashMode::All, [src]))
+    };
+    step.verify_tail(KvPair {
+        k: source(&k.k)?,
+        v: source(&k.v)?,
+    })
+}
+
+/// The host side of the random steps: the CPU canary and its inputs, the KV pool, what each
+/// request row has cached.
+struct Twin {
+    cpu: Canary<Cap<48>, Cap<ROWS>, Cap<64>, Cap<SLOTS>, Cap<64>>,
+    table: ReqToToken,
+    inputs: WriteInputs<Cap<64>>,
+    k: Vec<u8>,
+    v: Vec<u8>,
+    cached: [usize; ROWS],
+    rng: Rng,
+    tampered: usize,
+}
+
+impl Twin {
+    fn new(seed: u64) -> Result<Self, String> {
+        let shape = Spec::new();
+        let cpu = Canary::full(shape, Cap::<SLOTS>, Cap::<64>);
+        let cells = (0..ROWS * WIDTH).map(|i| i as i32 + 1).collect();
+        let table = ReqToToken::from_vec(ROWS, WIDTH, cells).map_err(fail("table"))?;
+        let inputs = cpu.write_inputs();
+        Ok(Twin {
+            cpu,
+            table,
+            inputs,
+            k: vec![0; SLOTS * STRIP],
+            v: vec![0; SLOTS * STRIP],
+            cached: [0; ROWS],
+            rng: Rng::new(seed),
+            tampered: 0,
+        })
+    }
+
+    /// Draws the next batch, refills the device inputs and KV bytes with it (synchronous
+    /// uploads), runs the CPU step and returns its report.
+    fn step(&mut self, device: &Inputs) -> Result<StepReport, String> {
+        let mut rows = Vec::new();
+        let mut tokens = Vec::new();
+        for (row, cached) in self.cached.iter_mut().enumerate().skip(1) {
+            if *cached >= WIDTH {
+                *cached = 0;
+            }
+            if !self.rng.chance(60) {
+                continue;
+            }
+            let (prefix, extend) = if *cached == 0 || self.rng.chance(15) {
+                (0, 1 + self.rng.below(8) as usize)
+            } else {
+                (*cached, 1)
+            };
+            let extend = extend.min(WIDTH - prefix);
+            for pos in prefix..prefix + extend {
+                tokens.push((slot(row, pos), token(row, pos), pos as i64));
+            }
+            rows.push(BatchRow {
+                req_pool_index: row as i64,
+                prefix_len: prefix as i64,
+                extend_len: extend as i64,
+            });
+            *cached = prefix + extend;
+        }
+        let batch: Batch = rows.into_iter().collect();
+        let p = self.inputs.parts_mut();
+        p.input_ids.fill(0);
+        p.positions.fill(0);
+        p.out_cache_loc.fill(-1);
+        for (i, &(s, t, pos)) in tokens.iter().enumerate() {
+            (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (s, t, pos);
+        }
+        for &(s, t, pos) in &tokens {
+            let at = s as usize * STRIP;
+            self.k[at..at + 8].copy_from_slice(&t.to_le_bytes());
+            self.k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
+            self.v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
+            self.v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
+        }
+        device.write.upload(&self.inputs).map_err(fail("inputs"))?;
+        device.batch.upload(&batch).map_err(fail("batch"))?;
+        upload_kv(&device.k, &self.k)?;
+        upload_kv(&device.v, &self.v)?;
+        let step = self
+            .cpu
+            .plan(&kv_canary::PlanInputs::full(&batch, &self.table))
+            .and_then(|s| s.verify_head())
+            .and_then(|s| s.write(&self.inputs))
+            .map_err(fail("cpu step"))?;
+        step.verify_tail(TailKv::new(host_kv(&self.k)?, host_kv(&self.v)?))
+            .map_err(fail("cpu tail"))
+    }
+
+    /// Tampers one stored head-K record in both canaries (a fault between replays); `false`
+    /// when no row has a record to tamper.
+    fn tamper(&mut self, device: &DeviceCanary) -> Result<bool, String> {
+        let row = 1 + self.rng.below(ROWS as u64 - 1) as usize;
+        if self.cached[row] < 2 {
+            return Ok(false);
+        }
+        let s = slot(row, self.rng.below(self.cached[row] as u64 - 1) as usize) as usize;
+        let tag = LaunchTag::HeadKFull;
+        let host = self.cpu.buffer_mut(tag).ok_or("no head K buffer")?;
+        let rec = host.slot(s).ok_or("slot")?;
+        let bad = CanarySlot {
+            token: rec.token ^ 1,
+            ..rec
+        };
+        host.set_slot(s, bad).map_err(fail("tamper"))?;
+        let dbuf = device.buffer(tag).ok_or("no device head K buffer")?;
+        let mut copy = dbuf.to_host().map_err(fail("download"))?;
+        copy.set_slot(s, bad).map_err(fail("tamper"))?;
+        dbuf.upload(&copy).map_err(fail("upload"))?;
+        self.tampered += 1;
+        Ok(true)
+    }
+}
+
+fn upload_kv(device: &DeviceBuffer<u8>, host: &[u8]) -> Result<(), String> {
+    ensure!(
+        device.len() == host.len(),
+        "KV upload of {} bytes into {}",
+        host.len(),
+        device.len()
+    );
+    // SAFETY: `device` holds `host.len()` bytes (checked), a live allocation of the current
+    // context; `host` is a live slice; the copy is synchronous (on the legacy default stream:
+    // ordered with a blocking stream, fenced by the caller on the others).
+    let result = unsafe {
+        cust::sys::cuMemcpyHtoD_v2(
+            device.as_device_ptr().as_raw(),
+            host.as_ptr().cast(),
+            host.len(),
+        )
+    };
+    ensure!(
+        result == cust::sys::CUresult::CUDA_SUCCESS,
+        "cuMemcpyHtoD: {result:?}"
+    );
+    Ok(())
+}
+
+fn device_inputs(gpu: &Gpu, twin: &Twin, canary: &DeviceCanary) -> Result<Inputs, String> {
+    let zeros = vec![0u8; SLOTS * STRIP];
+    let cuda_err = |e: cust::error::CudaError| format!("device KV: {e}");
+    Ok(Inputs {
+        batch: Spec::new().device_batch(gpu).map_err(fail("batch"))?,
+        table: cuda::DeviceReqToToken::from_host(gpu, &twin.table).map_err(fail("table"))?,
+        write: canary.try_write_inputs().map_err(fail("inputs"))?,
+        k: DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?,
+        v: DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?,
+    })
+}
+
+/// A canary and its step graph in an engine's struct, 60 replays over refilled batches, each
+/// report taken one replay late and equal to the CPU step's; records tampered between replays
+/// show in the next replay's report on both; at replay 30 a third replay ahead is refused
+/// (`ReportUnread`, naming the unread replay) and nothing is lost: every replay's report is
+/// delivered once, two pinned stagings serve all of them, and the canary comes back equal to
+/// the CPU's.
+pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
+    let replays = crate::scaled(60).max(32);
+    gpu.make_current().map_err(fail("context"))?;
+    let mut twin = Twin::new(0x6AF0_0001)?;
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let canary: DeviceCanary =
+        Canary::full_on(stream, Spec::new(), Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
+    let inputs = device_inputs(gpu, &twin, &canary)?;
+    let mut engine = Engine {
+        graph: StepGraph::new(canary, inputs, device_step),
+    };
+    engine.graph.capture().map_err(fail("capture"))?;
+    let mut expected: VecDeque<(u64, StepReport)> = VecDeque::new();
+    let (mut overflows, mut found, mut refused, mut delivered) = (0, 0, 0, 0u64);
+    let mut take = |engine: &mut Engine,
+                    expected: &mut VecDeque<(u64, StepReport)>,
+                    block: bool|
+     -> Result<(), String> {
+        let got = if block {
+            engine.graph.wait()
+        } else {
+            engine.graph.try_take()
+        }
+        .map_err(fail("report"))?;
+        if let Some((n, d)) = got {
+            let (m, c) = expected.pop_front().ok_or("a report nobody replayed")?;
+            ensure!(n == m, "report of replay {n} delivered where {m} was due");
+            compare(n as usize, &c, &d, &mut overflows, &mut found)?;
+            delivered += 1;
+        }
+        Ok(())
+    };
+    for n in 0..replays {
+        if n > 3 && twin.rng.chance(20) {
+            // The fault lands between replays: the previous replays must be done with the
+            // buffer first (the transfer is ordered on this blocking stream).
+            twin.tamper(engine.graph.canary())?;
+        }
+        let c = twin.step(engine.graph.inputs())?;
+        let queued = engine.graph.replay().map_err(fail("replay"))?;
+        ensure!(queued == n, "replay {queued} queued as the {n}th");
+        expected.push_back((n, c));
+        if n == 30 {
+            // Two unread (29, 30): a third replay would overwrite 29's staging.
+            match engine.graph.replay() {
+                Err(Error::ReportUnread { unread, replay }) => {
+                    ensure!(
+                        (unread, replay) == (29, 31),
+                        "refused replay names {unread} and {replay}, not 29 and 31"
+                    );
+                    refused += 1;
+                }
+                other => return Err(format!("a replay too far ahead was not refused: {other:?}")),
+            }
+            ensure!(
+                engine.graph.replays() == 31 && engine.graph.unread() == 2,
+                "the refused replay changed the counts"
+            );
+        }
+        // One replay late: replay n-1's report, landed by now or soon.
+        if n > 0 {
+            take(&mut engine, &mut expected, true)?;
+        }
+        // And replay n's if it landed already; not at 29, so that 29 and 30 are both unread
+        // when replay 30 is queued.
+        if n != 29 {
+            take(&mut engine, &mut expected, false)?;
+        }
+    }
+    while !expected.is_empty() {
+        take(&mut engine, &mut expected, true)?;
+    }
+    ensure!(
+        delivered == replays && engine.graph.unread() == 0,
+        "{delivered} reports delivered for {replays} replays"
+    );
+    let stagings = engine.graph.stream().report_stagings_allocated();
+    ensure!(stagings == 2, "{stagings} pinned stagings allocated, not 2");
+    ensure!(refused == 1, "the replay too far ahead was not tried");
+    ensure!(
+        twin.tampered > 0 && found > 0,
+        "weak run: {} tampered, {found} replays with violations",
+        twin.tampered
+    );
+    let canary = engine.graph.into_canary();
+    for tag in twin.cpu.tags() {
+        let host = twin.cpu.buffer(tag).ok_or("buffer")?;
+        let device = canary
+            .buffer(tag)
+            .ok_or("buffer")?
+            .to_host()
+            .map_err(fail("download"))?;
+        ensure!(
+            host == &device,
+            "{tag:?}: canary bytes differ after {replays} replays"
+        );
+    }
+    ensure!(
+        canary.total_violations() == twin.cpu.total_violations(),
+        "violation totals differ: GPU {}, CPU {}",
+        canary.total_violations(),
+        twin.cpu.total_violations()
+    );
+    println!(
+        "    {replays} replays equal to the CPU ({} tampered, {found} with violations, \
+         {overflows} unverified), 1 replay too far ahead refused, 2 stagings",
+        twin.tampered
+    );
+    Ok(())
+}
+
+/// The engine's own capture: a raw non-blocking stream created here, the canary on it
+/// (`Stream::from_raw`), `cuStreamBeginCapture` / the step stages / `cuStreamEndCapture` by
+/// the engine, its own `cuGraphLaunch` per replay, and a `CapturedReport` told about each;
+/// 40 replays equal to the CPU, a second launch before the report is taken refused by
+/// `can_replay`.
+pub fn engine_captures_a_step(gpu: &Gpu) -> Result<(), String> {
+    use cust::sys;
+    let replays = crate::scaled(40).max(8);
+    gpu.make_current().map_err(fail("context"))?;
+    let mut raw: sys::CUstream = core::ptr::null_mut();
+    // SAFETY: the driver writes a new non-blocking stream of the current (gpu's) context.
+    let created = unsafe {
+        sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+    };
+    ensure!(
+        created == sys::CUresult::CUDA_SUCCESS,
+        "cuStreamCreate: {created:?}"
+    );
+    let result = engine_capture_on(gpu, raw, replays);
+    gpu.synchronize().map_err(fail("synchronize"))?;
+    // SAFETY: the canary (and its wrapper of `raw`) is dropped and its work done.
+    unsafe { sys::cuStreamDestroy_v2(raw) };
+    result
+}
+
+fn engine_capture_on(gpu: &Gpu, raw: cust::sys::CUstream, replays: u64) -> Result<(), String> {
+    use cust::sys;
+    let check = |what: &str, r: sys::CUresult| -> Result<(), String> {
+        ensure!(r == sys::CUresult::CUDA_SUCCESS, "{what}: {r:?}");
+        Ok(())
+    };
+    let mut twin = Twin::new(0x6AF0_0002)?;
+    // SAFETY: `raw` is a live stream of gpu's primary context, destroyed by the caller after
+    // the canary and everything queued through it are gone.
+    let stream = unsafe { Stream::from_raw(gpu, raw) }.map_err(fail("from_raw"))?;
+    let mut canary: DeviceCanary =
+        Canary::full_on(stream, Spec::new(), Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
+    let inputs = device_inputs(gpu, &twin, &canary)?;
+    canary.prepare_capture(1).map_err(fail("prepare capture"))?;
+    // SAFETY: `raw` is live; global mode.
+    check("cuStreamBeginCapture", unsafe {
+        sys::cuStreamBeginCapture_v2(raw, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+    })?;
+    ensure!(
+        canary
+            .backend()
+            .is_capturing()
+            .map_err(fail("is_capturing"))?,
+        "the wrapper does not see the engine's capture"
+    );
+    let pending = device_step(&mut canary, &inputs);
+    let mut graph: sys::CUgraph = core::ptr::null_mut();
+    // SAFETY: the capture begun above; the graph is ours (destroyed below).
+    let ended = unsafe { sys::cuStreamEndCapture(raw, &mut graph) };
+    let pending = pending.map_err(fail("captured step"))?;
+    check("cuStreamEndCapture", ended)?;
+    ensure!(
+        pending.is_captured(),
+        "the step's report does not know it was captured"
+    );
+    let mut exec: sys::CUgraphExec = core::ptr::null_mut();
+    // SAFETY: `graph` is the live captured graph; `exec` receives its instance.
+    check("cuGraphInstantiate", unsafe {
+        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+    })?;
+    let mut report: CapturedReport = pending.into_captured().map_err(fail("into_captured"))?;
+    let result = (|| -> Result<(), String> {
+        let (mut overflows, mut found) = (0, 0);
+        for n in 0..replays {
+            // Transfers are not ordered with this non-blocking stream: the last replay is done
+            // (its report was waited for), and the context is synchronised after them.
+            if n > 3 && twin.rng.chance(20) {
+                twin.tamper(&canary)?;
+            }
+            let c = twin.step(&inputs)?;
+            gpu.synchronize().map_err(fail("fence"))?;
+            report.can_replay(n).map_err(fail("can_replay"))?;
+            // SAFETY: `exec` is instantiated; every buffer it uses (the canary's, `inputs`,
+            // the report's staging) lives until after the loop and the final synchronise.
+            check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(exec, raw) })?;
+            // SAFETY: one launch of the graph that captured `report` was just queued on its
+            // stream, and the next waits for this report (taken below).
+            unsafe { report.replayed(canary.backend()) }.map_err(fail("replayed"))?;
+            if n == 5 {
+                match report.can_replay(n + 1) {
+                    Err(Error::ReportUnread { unread, replay }) => ensure!(
+                        (unread, replay) == (5, 6),
+                        "can_replay names {unread} and {replay}, not 5 and 6"
+                    ),
+                    other => return Err(format!("an unread report did not refuse: {other:?}")),
+                }
+            }
+            let d = report
+                .wait()
+                .map_err(fail("report"))?
+                .ok_or("no report after a replay")?;
+            ensure!(
+                report.try_take().map_err(fail("report"))?.is_none(),
+                "replay {n}'s report delivered twice"
+            );
+            compare(n as usize, &c, &d, &mut overflows, &mut found)?;
+        }
+        ensure!(
+            found > 0,
+            "no replay found a violation ({} tampered)",
+            twin.tampered
+        );
+        println!(
+            "    the engine's own capture: {replays} replays equal to the CPU ({} tampered, \
+             {found} with violations)",
+            twin.tampered
+        );
+        Ok(())
+    })();
+    gpu.synchronize().map_err(fail("synchronize"))?;
+    // SAFETY: both are ours, no replay is in flight (synchronised).
+    unsafe {
+        sys::cuGraphExecDestroy(exec);
+        sys::cuGraphDestroy(graph);
+    }
+    drop(report);
+    result
+}
