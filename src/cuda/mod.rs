@@ -112,15 +112,17 @@ pub use device::custom_module::{CustomKernel, CustomModule};
 pub use device::gpu::Gpu;
 pub use device::plan_inputs::{
     DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
-    DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, Swa,
+    DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, RawBatch, Swa,
 };
 pub use device::settings::{
     ChainAssert, ChainAssertFlag, DeviceRealKv, DeviceRealKvSource, DeviceSettings,
 };
 pub use device::stream::{Capture, Event, Graph, Queue, Stream};
 pub use device::tuning::{KernelTuning, PlanKernel};
-pub use device::write_inputs::DeviceInputAssert;
+pub use device::write_inputs::{DeviceInputAssert, RawWriteInputs};
+pub use driver::array::{DeviceArray, DeviceScalar, DeviceSlice};
 pub use driver::error::CudaErrorCode;
+pub use driver::memory::{transfers_issued, Transfers};
 pub use ops::custom::launch_custom;
 pub use ops::plan::plan;
 pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
