@@ -33,9 +33,10 @@
 //!
 //! * A [`Stream`] is a *blocking* CUDA stream: it synchronises with the legacy default stream.
 //!   (cust 0.3 silently drops `NON_BLOCKING`, Rust-GPU/rust-cuda#15; this backend relies on the
-//!   blocking behaviour and says so.) All transfers of this module (`upload`, `to_host`, ...)
-//!   are synchronous copies on the legacy default stream, so they are ordered after every
-//!   launch queued before them and before every launch queued after them, on any `Stream`.
+//!   blocking behaviour and says so.) The synchronous transfers of this module (`upload`,
+//!   `to_host`, ...) are copies on the legacy default stream, so they are ordered after every
+//!   launch queued before them and before every launch queued after them, on any `Stream`;
+//!   `upload_on(&stream, ..)` queues the copy on `stream` instead (`cuMemcpyHtoDAsync`).
 //! * Launches are stream-ordered, allocate nothing and never synchronise the host. They read
 //!   the batch size, `verify_num_valid`, `enable` and `write_num_valid_reqs` from device memory,
 //!   as SGLang does, so one sequence of launches serves every batch.
@@ -46,6 +47,16 @@
 //!   uses is borrowed for the graph's lifetime (the launches of a [`Capture`] demand it), so
 //!   none can be dropped or moved while the graph can replay; refill the inputs in place
 //!   (`upload`) between replays.
+//!
+//! # The engine's memory
+//!
+//! Every device array is a [`DeviceArray`] (scalars a [`DeviceScalar`]): a crate allocation or a
+//! view of memory the engine owns, made by the `unsafe` `from_raw` constructors of the input
+//! types ([`DeviceBatch::from_raw`], [`DeviceTable::from_raw`], [`DeviceLut::from_raw`],
+//! [`DeviceValidLens::from_raw`], `WriteInputs::from_raw`, [`DeviceRealKvSource::from_raw`]) or
+//! at a byte offset of a device buffer ([`DeviceRealKvSource::at`]). The launches read views in
+//! place: a step over views copies no engine array ([`transfers_issued`] counts the copies the
+//! crate issues; docs/cuda.md, "The engine's memory").
 //!
 //! # Threads and contexts
 //!

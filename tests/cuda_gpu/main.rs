@@ -18,6 +18,7 @@ mod reports;
 mod rng;
 mod step;
 mod threads;
+mod views;
 
 use kv_canary::cuda::Gpu;
 use kv_canary::Error;
@@ -82,6 +83,14 @@ const TESTS: &[(&str, TestFn)] = &[
     (
         "nothing_lost_seed_written_in_same_launch",
         nothing_lost::seed_written_in_same_launch,
+    ),
+    (
+        "views_step_over_engine_memory_matches_cpu_with_no_copies",
+        views::step_over_views_matches_cpu_with_no_copies,
+    ),
+    (
+        "views_refused_past_their_allocation",
+        views::views_refused_past_their_allocation,
     ),
 ];
 

@@ -289,7 +289,7 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
 
 /// One step's CPU and device reports agree (violations as sets, dropped rows, counters, plan
 /// scalars, status); counts overflows and steps with violations.
-fn compare(
+pub fn compare(
     step: usize,
     c: &StepReport,
     d: &DeviceStepReport,
