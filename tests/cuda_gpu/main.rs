@@ -89,6 +89,10 @@ const TESTS: &[(&str, TestFn)] = &[
         views::step_over_views_matches_cpu_with_no_copies,
     ),
     (
+        "views_plan_over_engine_memory_matches_cpu",
+        views::plan_over_views_matches_cpu,
+    ),
+    (
         "views_refused_past_their_allocation",
         views::views_refused_past_their_allocation,
     ),

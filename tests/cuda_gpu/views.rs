@@ -346,3 +346,174 @@ pub fn views_refused_past_their_allocation(gpu: &Gpu) -> Result<(), String> {
     drop(e);
     Ok(())
 }
+
+/// The engine's table of `rows x width` cells as a view (kept alive by the returned buffer).
+///
+/// # Safety
+///
+/// The view must not outlive the returned buffer (nor any launch that read it).
+unsafe fn table_view<K: kv_canary::TableKind>(
+    gpu: &Gpu,
+    host: &kv_canary::ReqTable<K>,
+) -> Result<(DeviceBuffer<i32>, cuda::DeviceTable<K>), String> {
+    let buffer = DeviceBuffer::from_slice(host.as_slice()).map_err(|e| format!("engine: {e}"))?;
+    // SAFETY: `buffer` holds rows x width cells; the caller keeps it alive.
+    let view =
+        unsafe { cuda::DeviceTable::from_raw(gpu, addr(&buffer), host.rows(), host.width()) }
+            .map_err(fail("table view"))?;
+    Ok((buffer, view))
+}
+
+/// `values` padded with zeros to `len` in a new engine allocation.
+fn padded(values: &[i64], len: usize) -> Result<DeviceBuffer<i64>, String> {
+    let mut v = values.to_vec();
+    v.resize(len.max(values.len()).max(1), 0);
+    DeviceBuffer::from_slice(&v).map_err(|e| format!("engine: {e}"))
+}
+
+/// The raw plan op over views of engine memory (batch columns, `bs`, `req_to_token`, the SWA
+/// LUT, the expected-token pool and its valid lengths with their count) agrees with the CPU on
+/// the random plan cases of the plan tests (errors, overflows and plans).
+pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
+    use crate::plan::{random_case, run};
+    use kv_canary::backend::Cpu;
+    gpu.make_current().map_err(fail("context"))?;
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let unchecked = |what, n: usize| kv_canary::UncheckedCapacity::new(what, n).map_err(fail(what));
+    let cases = crate::scaled(600);
+    let (mut compared, mut errors, mut swa, mut pools) = (0, 0, 0, 0);
+    for seed in 0..cases {
+        let mut rng = Rng::new(0x71E3_0000 + seed);
+        let case = random_case(&mut rng, 200, 48);
+        let wcap = case.write.capacity();
+        let w = kv_canary::Capacity::get(wcap);
+        let bs = case.batch.len();
+        // What a view cannot hold: an empty LUT (refused at construction), more valid lengths
+        // than the capacity.
+        if case.lut.as_ref().is_some_and(|l| l.is_empty())
+            || case.pool.as_ref().is_some_and(|(_, l)| l.len() > w)
+        {
+            continue;
+        }
+        let (mut cv, mut cw) = (case.verify.clone(), case.write.clone());
+        let cpu = run(&case, &Cpu, &mut cv, &mut cw, 0);
+        // The engine's memory (columns of the capacity, or of bs when it is larger: the device
+        // then reports bs above the capacity from the engine's own bs).
+        let e_cols = [
+            padded(case.batch.req_pool_indices(), w.max(bs))?,
+            padded(case.batch.prefix_lens(), w.max(bs))?,
+            padded(case.batch.extend_seq_lens(), w.max(bs))?,
+        ];
+        let e_bs = DeviceBuffer::from_slice(&[bs as i32]).map_err(|e| format!("engine: {e}"))?;
+        let e_lut = case
+            .lut
+            .as_deref()
+            .map(|l| padded(l, l.len()))
+            .transpose()?;
+        let e_lens = case
+            .pool
+            .as_ref()
+            .map(|(_, l)| {
+                Ok::<_, String>((
+                    padded(l, w)?,
+                    DeviceBuffer::from_slice(&[l.len() as i32])
+                        .map_err(|e| format!("engine: {e}"))?,
+                ))
+            })
+            .transpose()?;
+        let dv = case.verify.to_device(gpu).map_err(fail("verify"))?;
+        let dw = case.write.to_device(gpu).map_err(fail("write"))?;
+        let shape = kv_canary::UncheckedShape::from_capacities(
+            case.verify.capacity(),
+            wcap,
+            unchecked("e", 1)?,
+        );
+        // SAFETY: every engine buffer above lives until the end of this iteration, after the
+        // launch has been synchronised (`status`), and holds what each view claims.
+        let gpu_result = unsafe {
+            let (_e_table, dtable) = table_view(gpu, &case.table)?;
+            let raw = RawBatch {
+                req_pool_indices: addr(&e_cols[0]),
+                prefix_lens: addr(&e_cols[1]),
+                extend_seq_lens: addr(&e_cols[2]),
+                bs: Some(addr(&e_bs)),
+            };
+            let dbatch = DeviceBatch::from_raw(gpu, wcap, raw).map_err(fail("batch view"))?;
+            let dlut = match &e_lut {
+                Some(b) => Some(
+                    cuda::DeviceLut::from_raw(gpu, addr(b), b.len()).map_err(fail("lut view"))?,
+                ),
+                None => None,
+            };
+            let pool = match (&case.pool, &e_lens) {
+                (Some((table, _)), Some((lens, count))) => {
+                    let (e_pool, dpool) = table_view(gpu, table)?;
+                    let dlens =
+                        cuda::DeviceValidLens::from_raw(gpu, wcap, addr(lens), Some(addr(count)))
+                            .map_err(fail("valid lens view"))?;
+                    Some((e_pool, dpool, dlens))
+                }
+                _ => None,
+            };
+            let inputs = cuda::PlanInputs::full(&dbatch, &dtable).with_offset(case.offset);
+            let queued = match (&dlut, &pool) {
+                (None, None) => cuda::plan(&stream, &shape, &inputs, &dv, &dw),
+                (Some(l), None) => cuda::plan(
+                    &stream,
+                    &shape,
+                    &inputs.with_group(cuda::Swa::new(case.window, l)),
+                    &dv,
+                    &dw,
+                ),
+                (None, Some((_, t, lens))) => cuda::plan(
+                    &stream,
+                    &shape,
+                    &inputs.with_expected(t.with_valid_lens(lens)),
+                    &dv,
+                    &dw,
+                ),
+                (Some(l), Some((_, t, lens))) => cuda::plan(
+                    &stream,
+                    &shape,
+                    &inputs
+                        .with_group(cuda::Swa::new(case.window, l))
+                        .with_expected(t.with_valid_lens(lens)),
+                    &dv,
+                    &dw,
+                ),
+            };
+            let status = queued.and_then(|()| stream.status());
+            stream.clear_status().map_err(fail("clear"))?;
+            status
+        };
+        ensure!(
+            cpu.is_ok() == gpu_result.is_ok(),
+            "plan case seed {seed} over views: CPU {cpu:?}, GPU {gpu_result:?}"
+        );
+        let (gv, gw) = (
+            dv.to_host().map_err(fail("verify"))?,
+            dw.to_host().map_err(fail("write"))?,
+        );
+        ensure!(
+            cv == gv,
+            "plan case seed {seed} over views: verify plans differ"
+        );
+        ensure!(
+            cw == gw,
+            "plan case seed {seed} over views: write plans differ"
+        );
+        compared += 1;
+        errors += usize::from(cpu.is_err());
+        swa += usize::from(case.lut.is_some());
+        pools += usize::from(case.pool.is_some());
+    }
+    println!(
+        "    {compared} random plan cases over engine views equal to the CPU ({errors} errors, \
+         {swa} with an SWA LUT view, {pools} with expected-pool and valid-length views)"
+    );
+    ensure!(
+        compared > cases / 2 && swa > 0 && pools > 0,
+        "weak coverage: {compared} compared, {swa} SWA, {pools} pools"
+    );
+    Ok(())
+}
