@@ -119,6 +119,9 @@ mod report;
 pub use backend::{DeviceGroupTokens, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
 pub use cust::sys::CUresult;
+#[cfg(feature = "cudarc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
+pub use device::cudarc_views::{Borrowed, CudarcKvSource};
 pub use device::custom_module::{CustomKernel, CustomModule};
 pub use device::gpu::Gpu;
 pub use device::plan_inputs::{

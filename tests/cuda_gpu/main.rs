@@ -96,6 +96,8 @@ const TESTS: &[(&str, TestFn)] = &[
         "views_refused_past_their_allocation",
         views::views_refused_past_their_allocation,
     ),
+    #[cfg(feature = "cudarc")]
+    ("views_cudarc_slices_plan", views::cudarc_views_plan),
 ];
 
 /// `Err(message)` unless `cond`.

@@ -517,3 +517,71 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// The safe cudarc views (feature `cudarc`): the module docs' worked plan over cudarc slices, and
+/// a real-KV source at a byte offset of a cudarc byte slice.
+#[cfg(feature = "cudarc")]
+pub fn cudarc_views_plan(gpu: &Gpu) -> Result<(), String> {
+    use cudarc::driver::CudaContext;
+    let cudarc_err = |e: cudarc::driver::DriverError| format!("cudarc: {e:?}");
+    let ctx = CudaContext::new(0).map_err(cudarc_err)?;
+    let engine = ctx.default_stream();
+    let table = engine
+        .clone_htod(&(0..32).collect::<Vec<i32>>())
+        .map_err(cudarc_err)?;
+    let cols = [
+        engine.clone_htod(&[2i64, 0, 1, 0]).map_err(cudarc_err)?,
+        engine.clone_htod(&[3i64, 99, 0, 0]).map_err(cudarc_err)?,
+        engine.clone_htod(&[2i64, 99, 4, 0]).map_err(cudarc_err)?,
+    ];
+    let bs = engine.clone_htod(&[3i32]).map_err(cudarc_err)?;
+    let kv = engine.clone_htod(&vec![0u8; 4096]).map_err(cudarc_err)?;
+    engine.synchronize().map_err(cudarc_err)?;
+    let shape = Shape::<Cap<8>, Cap<4>, Cap<16>>::new();
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let (verify, write) = (
+        shape.device_verify_plan(gpu).map_err(fail("plan"))?,
+        shape.device_write_plan(gpu).map_err(fail("plan"))?,
+    );
+    let dtable = cuda::DeviceReqToToken::from_cudarc(gpu, &table, 4, 8).map_err(fail("table"))?;
+    let dbatch = DeviceBatch::from_cudarc(gpu, Cap::<4>, [&cols[0], &cols[1], &cols[2]], Some(&bs))
+        .map_err(fail("batch"))?;
+    cuda::plan(
+        &stream,
+        &shape,
+        &cuda::PlanInputs::full(&dbatch, &dtable),
+        &verify,
+        &write,
+    )
+    .map_err(fail("plan"))?;
+    stream.status().map_err(fail("status"))?;
+    let slots = verify.to_host().map_err(fail("download"))?;
+    ensure!(
+        slots.slot_indices()[..3] == [16, 17, 18],
+        "plan over cudarc views: {:?}",
+        slots.slot_indices()
+    );
+    let too_short = cuda::DeviceReqToToken::from_cudarc(gpu, &table, 4, 9);
+    ensure!(
+        matches!(
+            too_short,
+            Err(kv_canary::Error::LengthMismatch {
+                expected: 36,
+                found: 32,
+                ..
+            })
+        ),
+        "a cudarc table view longer than its slice was accepted"
+    );
+    let layout = RowLayout {
+        num_rows: 8,
+        row_bytes: PAGE * TOKEN_BYTES,
+        row_stride_bytes: PAGE * TOKEN_BYTES,
+    };
+    let source = cuda::CudarcKvSource::new(gpu, &kv, 0, layout, PARAMS).map_err(fail("kv"))?;
+    ensure!(source.source().num_rows() == 8, "cudarc source rows");
+    let past = cuda::CudarcKvSource::new(gpu, &kv, 16, layout, PARAMS);
+    ensure!(past.is_err(), "a cudarc source past its slice was accepted");
+    println!("    plan over cudarc views equal to the worked example; short views refused");
+    Ok(())
+}

@@ -2,6 +2,8 @@
 //! the device twins of the host buffers and settings. Imports the driver and ABI layers below.
 
 pub(crate) mod canary_state;
+#[cfg(feature = "cudarc")]
+pub(crate) mod cudarc_views;
 pub(crate) mod custom_module;
 pub(crate) mod gpu;
 pub(crate) mod plan_buffers;
