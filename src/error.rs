@@ -289,6 +289,21 @@ pub enum Error {
         /// The driver's result code.
         code: crate::cuda::CudaErrorCode,
     },
+    /// A view of engine-owned device memory that cannot be right (feature `cuda`): a null or
+    /// misaligned address, a range past the address space or past the end of its allocation.
+    #[cfg(feature = "cuda")]
+    DeviceView {
+        /// Which array (`req_to_token`, a real-KV source).
+        what: &'static str,
+        /// The view's device address.
+        addr: u64,
+        /// Its elements.
+        len: usize,
+        /// Bytes per element.
+        element_bytes: usize,
+        /// What is wrong with it.
+        rule: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -500,6 +515,17 @@ impl fmt::Display for Error {
             NoCudaDevice { detail } => write!(f, "no CUDA device: {detail}"),
             #[cfg(feature = "cuda")]
             Cuda { call, code } => write!(f, "CUDA {call} failed: {code}"),
+            #[cfg(feature = "cuda")]
+            DeviceView {
+                what,
+                addr,
+                len,
+                element_bytes,
+                rule,
+            } => write!(
+                f,
+                "the device view of {what} at {addr:#x} ({len} elements of {element_bytes} bytes) {rule}"
+            ),
         }
     }
 }

@@ -52,21 +52,19 @@ impl Memory for Host {
     type Scalar<T: Element> = T;
 }
 
-/// CUDA device memory (feature `cuda`): arrays are `cust` device buffers, scalars one-element
-/// device boxes. Buffers in it are filled and read through the typed transfers of
+/// CUDA device memory (feature `cuda`): arrays are [`DeviceArray`](crate::cuda::DeviceArray)s,
+/// scalars [`DeviceScalar`](crate::cuda::DeviceScalar)s, each either allocated by the crate or a
+/// view of memory the engine owns. Buffers in it are filled and read through the typed transfers of
 /// [`cuda`](crate::cuda) and handed to its launches; the CPU ops do not accept them.
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Device;
 
+/// The seal of [`Memory`], for the CUDA driver layer's `impl Memory for Device` (its arrays
+/// and scalars are the driver layer's `DeviceArray` and `DeviceScalar`).
 #[cfg(feature = "cuda")]
-impl sealed::Sealed for Device {}
-#[cfg(feature = "cuda")]
-impl Memory for Device {
-    type Array<T: Element> = cust::memory::DeviceBuffer<T>;
-    type Scalar<T: Element> = cust::memory::DeviceBox<T>;
-}
+pub(crate) use sealed::Sealed as DeviceMemorySealed;
 
 /// A host array of `len` copies of `fill`, allocated fallibly: a length whose byte size overflows
 /// or exceeds `isize::MAX`, or an allocation the allocator refuses, is

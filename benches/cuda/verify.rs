@@ -365,7 +365,7 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
 
 fn canary_bytes(
     c: &CanaryBuffer<UncheckedCapacity, kv_canary::Device>,
-) -> &cust::memory::DeviceBuffer<u8> {
+) -> &kv_canary::cuda::DeviceArray<u8> {
     c.device_bytes()
 }
 

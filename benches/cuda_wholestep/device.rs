@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 type Uc = UncheckedCapacity;
 /// The device canary of the benchmark: run-time capacities, FULL group, on a stream.
-type DeviceCanary<'g> = Canary<Uc, Uc, Uc, Uc, Uc, Full, Stream<'g>>;
+type DeviceCanary = Canary<Uc, Uc, Uc, Uc, Uc, Full, Stream>;
 type DeviceInputs = WriteInputs<Uc, InputAssertOff, Device>;
 type DevicePlanInputs<'a> = cuda::PlanInputs<'a, Uc, Full, NoExpectedTokens>;
 
@@ -170,18 +170,18 @@ impl<'g> FloorKit<'g> {
 }
 
 /// The device copy of one workload's inputs, shared by its modes.
-struct DeviceWorkload<'g> {
+struct DeviceWorkload {
     table: DeviceReqToToken,
     setup: Option<(DeviceBatch<Uc>, DeviceInputs)>,
     batch: DeviceBatch<Uc>,
     inputs: DeviceInputs,
     k_pool: DeviceBuffer<u8>,
     v_pool: DeviceBuffer<u8>,
-    canary: DeviceCanary<'g>,
+    canary: DeviceCanary,
 }
 
-impl<'g> DeviceWorkload<'g> {
-    fn new(gpu: &'g Gpu, w: &Workload) -> Result<Self, String> {
+impl DeviceWorkload {
+    fn new(gpu: &Gpu, w: &Workload) -> Result<Self, String> {
         gpu.make_current().map_err(ctx("context"))?;
         let canary = Canary::full_on(
             Stream::new(gpu).map_err(ctx("stream"))?,
@@ -259,7 +259,7 @@ fn check_report(w: &Workload, r: &DeviceStepReport, what: &str) -> Result<(), St
 
 /// One step through the step API, waiting for its report (setup and checks).
 fn step_and_wait(
-    c: &mut DeviceCanary<'_>,
+    c: &mut DeviceCanary,
     inputs: &DevicePlanInputs<'_>,
     write: &DeviceInputs,
     kv: TailKvOnDevice<'_>,
@@ -289,7 +289,7 @@ fn spin_host(d: Duration) {
 fn step_api_run(
     w: &Workload,
     gpu: &Gpu,
-    c: &mut DeviceCanary<'_>,
+    c: &mut DeviceCanary,
     inputs: &DevicePlanInputs<'_>,
     write: &DeviceInputs,
     kv: TailKvOnDevice<'_>,
@@ -335,7 +335,7 @@ fn step_api_run(
         );
         if let Some(prev) = unread.take() {
             let t6 = Instant::now();
-            let polled: Polled<'_> =
+            let polled: Polled =
                 kv_canary::cuda::PendingDeviceReport::try_take(prev).map_err(ctx("try_take"))?;
             let t7 = Instant::now();
             host.calls[4].push((t7 - t6).as_secs_f64() * 1e6);
@@ -447,7 +447,7 @@ pub struct StepParts<'a> {
 
 impl<'a> StepParts<'a> {
     fn new(
-        c: &'a DeviceCanary<'_>,
+        c: &'a DeviceCanary,
         plan_inputs: DevicePlanInputs<'a>,
         inputs: &'a DeviceInputs,
         kv: TailKvOnDevice<'a>,
@@ -537,7 +537,7 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
 /// queued behind a spin kernel when `floors` is given). The one place to switch to the step
 /// API's own graph once branch `streams` lands.
 fn capture_step(
-    stream: &mut Stream<'_>,
+    stream: &mut Stream,
     parts: &StepParts<'_>,
     o: &Options,
     floors: Option<&Floors<'_>>,
@@ -595,7 +595,7 @@ fn time_launches(
 ) -> Result<(LaunchTimes, usize), String> {
     let stream = Stream::new(gpu).map_err(ctx("stream"))?;
     let names = parts.launch_names();
-    let events: Vec<Vec<cuda::Event<'_>>> = (0..reps)
+    let events: Vec<Vec<cuda::Event>> = (0..reps)
         .map(|_| (0..=names.len()).map(|_| cuda::Event::new(gpu)).collect())
         .collect::<Result<_, Error>>()
         .map_err(ctx("events"))?;
@@ -713,7 +713,7 @@ pub fn measure(
         let (step_api, host) = if mode == Mode::KOnlyPartial {
             (None, None)
         } else {
-            let run = |c: &mut DeviceCanary<'_>, reps, forward, lines| {
+            let run = |c: &mut DeviceCanary, reps, forward, lines| {
                 step_api_run(w, gpu, c, &plan_inputs, &d.inputs, kv, reps, forward, lines)
             };
             let (probe, _) = run(&mut d.canary, 3, Duration::ZERO, 0)?;

@@ -43,7 +43,8 @@
 //! Where the host can block: `wait` (by design); a step queued while every pinned staging of
 //! the stream is held by unread reports allocates a new one (`cuMemHostAlloc`, the first two
 //! steps of a canary and never again when reports are taken one step late); and the
-//! synchronous uploads of inputs (`upload`), which the engine's own memory will replace. So
+//! synchronous uploads of inputs (`upload`), which views of the engine's own memory (`from_raw`)
+//! or the stream-ordered `upload_on` replace. So
 //! an engine that queues step N+1 and then takes step N's report (by then complete, or
 //! `try_take` at step N+2) stalls zero times per step. Step N+1's ring clear is ordered after
 //! step N's copies on the one stream, so it never erases rows that have not been copied.

@@ -44,7 +44,7 @@
 //!   copies of `verify_tail` are `cuMemcpyDtoHAsync`), [`Stream::clear_status`]
 //!   (`cuMemsetD32Async`), [`Stream::reset_scratch`] (`cuMemcpyHtoDAsync`),
 //!   [`Stream::record`] and [`Stream::wait_for`] (`cuStreamWaitEvent`), and the stream-ordered
-//!   uploads of the device inputs where they exist. What is not: every synchronous transfer
+//!   uploads of the device inputs (`upload_on(&stream, ..)`, `cuMemcpyHtoDAsync`). What is not: every synchronous transfer
 //!   above. Fence them: [`Stream::synchronize`] before a transfer that overwrites or reads what
 //!   queued launches use, [`Gpu::synchronize`] (`cuCtxSynchronize`) after transfers before the
 //!   next launch. [`Stream::status`] synchronises the stream before it reads, so it is exact on
@@ -71,6 +71,16 @@
 //!   uses is borrowed for the graph's lifetime (the launches of a [`Capture`] demand it), so
 //!   none can be dropped or moved while the graph can replay; refill the inputs in place
 //!   (`upload`) between replays.
+//!
+//! # The engine's memory
+//!
+//! Every device array is a [`DeviceArray`] (scalars a [`DeviceScalar`]): a crate allocation or a
+//! view of memory the engine owns, made by the `unsafe` `from_raw` constructors of the input
+//! types ([`DeviceBatch::from_raw`], [`DeviceTable::from_raw`], [`DeviceLut::from_raw`],
+//! [`DeviceValidLens::from_raw`], `WriteInputs::from_raw`, [`DeviceRealKvSource::from_raw`]) or
+//! at a byte offset of a device buffer ([`DeviceRealKvSource::at`]). The launches read views in
+//! place: a step over views copies no engine array ([`transfers_issued`] counts the copies the
+//! crate issues; docs/cuda.md, "The engine's memory").
 //!
 //! # Threads and contexts
 //!
@@ -138,19 +148,24 @@ mod step_graph;
 pub use backend::{DeviceGroupTokens, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
 pub use cust::sys::CUresult;
+#[cfg(feature = "cudarc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
+pub use device::cudarc_views::{Borrowed, CudarcKvSource};
 pub use device::custom_module::{CustomKernel, CustomModule};
 pub use device::gpu::Gpu;
 pub use device::plan_inputs::{
     DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
-    DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, Swa,
+    DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, RawBatch, Swa,
 };
 pub use device::settings::{
     ChainAssert, ChainAssertFlag, DeviceRealKv, DeviceRealKvSource, DeviceSettings,
 };
 pub use device::stream::{Capture, Event, Graph, Queue, Stream};
 pub use device::tuning::{KernelTuning, PlanKernel};
-pub use device::write_inputs::DeviceInputAssert;
+pub use device::write_inputs::{DeviceInputAssert, RawWriteInputs};
+pub use driver::array::{DeviceArray, DeviceScalar, DeviceSlice};
 pub use driver::error::CudaErrorCode;
+pub use driver::memory::{transfers_issued, Transfers};
 pub use ops::custom::launch_custom;
 pub use ops::plan::plan;
 pub use ops::prepared::{PreparedLaunch, RawLaunchParts};

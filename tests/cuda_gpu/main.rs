@@ -20,6 +20,7 @@ mod step;
 mod step_graph;
 mod streams;
 mod threads;
+mod views;
 
 use kv_canary::cuda::Gpu;
 use kv_canary::Error;
@@ -106,6 +107,20 @@ const TESTS: &[(&str, TestFn)] = &[
         "nothing_lost_seed_written_in_same_launch",
         nothing_lost::seed_written_in_same_launch,
     ),
+    (
+        "views_step_over_engine_memory_matches_cpu_with_no_copies",
+        views::step_over_views_matches_cpu_with_no_copies,
+    ),
+    (
+        "views_plan_over_engine_memory_matches_cpu",
+        views::plan_over_views_matches_cpu,
+    ),
+    (
+        "views_refused_past_their_allocation",
+        views::views_refused_past_their_allocation,
+    ),
+    #[cfg(feature = "cudarc")]
+    ("views_cudarc_slices_plan", views::cudarc_views_plan),
 ];
 
 /// `Err(message)` unless `cond`.

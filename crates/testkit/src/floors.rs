@@ -179,7 +179,7 @@ pub struct GatherFloor<'a> {
     slots: &'a DeviceBuffer<i64>,
     prevs: &'a DeviceBuffer<i64>,
     n: usize,
-    buf: &'a DeviceBuffer<u8>,
+    buf: &'a kv_canary::cuda::DeviceArray<u8>,
     stride: usize,
     sink: &'a DeviceBuffer<i64>,
 }
@@ -191,7 +191,7 @@ impl<'a> GatherFloor<'a> {
         slots: &'a DeviceBuffer<i64>,
         prevs: &'a DeviceBuffer<i64>,
         n: usize,
-        buf: &'a DeviceBuffer<u8>,
+        buf: &'a kv_canary::cuda::DeviceArray<u8>,
         stride: usize,
         sink: &'a DeviceBuffer<i64>,
     ) -> Result<Self, Error> {
@@ -226,7 +226,7 @@ impl<'a> GatherFloor<'a> {
             addr(self.slots),
             addr(self.prevs),
             self.n as i64,
-            addr(self.buf),
+            self.buf.as_raw(),
             self.stride as i64,
             addr(self.sink),
         );

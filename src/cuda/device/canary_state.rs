@@ -5,10 +5,10 @@ use super::stream::Stream;
 use crate::canary::{CanaryBuffer, HealthCounters, SlotStride, ViolationRing};
 use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
+use crate::cuda::driver::array::DeviceArray;
 use crate::cuda::driver::memory as driver;
 use crate::memory::Device;
 use crate::Error;
-use cust::memory::DeviceBuffer;
 
 impl<S: Capacity> CanaryBuffer<S, Device> {
     /// A zeroed device buffer of `capacity` slots of `stride` bytes.
@@ -42,7 +42,7 @@ impl<S: Capacity> CanaryBuffer<S, Device> {
     }
 
     /// The raw device bytes (`num_slots x stride`), for kernels of the engine's own.
-    pub fn device_bytes(&self) -> &DeviceBuffer<u8> {
+    pub fn device_bytes(&self) -> &DeviceArray<u8> {
         &self.bytes
     }
 

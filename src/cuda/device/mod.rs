@@ -2,6 +2,8 @@
 //! the device twins of the host buffers and settings. Imports the driver and ABI layers below.
 
 pub(crate) mod canary_state;
+#[cfg(feature = "cudarc")]
+pub(crate) mod cudarc_views;
 pub(crate) mod custom_module;
 pub(crate) mod gpu;
 pub(crate) mod plan_buffers;
@@ -20,11 +22,14 @@ mod thread_safety {
     use super::settings::{DeviceRealKv, DeviceSettings};
     use crate::canary::{CanaryBuffer, HealthCounters, ViolationRing};
     use crate::capacity::Cap;
+    use crate::cuda::driver::array::{DeviceArray, DeviceScalar};
     use crate::input::{InputAssertOff, WriteInputs};
     use crate::memory::Device;
     use crate::plan::{VerifyPlan, WritePlan};
     use static_assertions::assert_impl_all;
 
+    assert_impl_all!(DeviceArray<u8>: Send, Sync);
+    assert_impl_all!(DeviceScalar<i32>: Send, Sync);
     assert_impl_all!(VerifyPlan<Cap<8>, Device>: Send, Sync);
     assert_impl_all!(WritePlan<Cap<8>, Device>: Send, Sync);
     assert_impl_all!(CanaryBuffer<Cap<8>, Device>: Send, Sync);

@@ -1,9 +1,13 @@
 //! Device twins of the plan inputs: batch columns (with the batch size in device memory),
-//! `req_to_token` and the expected-token pool, the SWA lookup table and valid lengths.
+//! `req_to_token` and the expected-token pool, the SWA lookup table and valid lengths; each
+//! allocated by the crate or a view of the engine's memory, filled synchronously (`upload`) or
+//! stream-ordered (`upload_on`).
 
 use super::gpu::Gpu;
+use super::stream::Stream;
 use crate::capacity::{Capacity, SameWriteReqCapacity};
 use crate::cuda::abi::ptr::DevPtr;
+use crate::cuda::driver::array::{checked_scalar_view, checked_view, DeviceArray, DeviceScalar};
 use crate::cuda::driver::memory as driver;
 use crate::input::{
     Batch, Full, NoExpectedTokens, PositionOffset, ReqTable, SlotIds, SwaWindow, TableKind,
@@ -11,19 +15,36 @@ use crate::input::{
 };
 use crate::Error;
 use core::marker::PhantomData;
-use cust::memory::{DeviceBox, DeviceBuffer};
 
 /// Device batch columns `req_pool_indices`, `prefix_lens`, `extend_seq_lens` for up to `W` rows
 /// (the write-request capacity), with the batch size `bs` in device memory.
 ///
 /// The plan launch reads `bs` on the device, so a graph captured once serves every batch:
-/// [`upload`](Self::upload) the next batch in place and replay.
+/// [`upload`](Self::upload) the next batch in place and replay. The columns are the crate's
+/// ([`new`](Self::new)) or views of the engine's own tensors ([`from_raw`](Self::from_raw)),
+/// which the launches then read in place, with no copy.
 pub struct DeviceBatch<W: Capacity> {
     capacity: W,
-    pub(crate) req_pool_indices: DeviceBuffer<i64>,
-    pub(crate) prefix_lens: DeviceBuffer<i64>,
-    pub(crate) extend_seq_lens: DeviceBuffer<i64>,
-    pub(crate) bs: DeviceBox<i32>,
+    pub(crate) req_pool_indices: DeviceArray<i64>,
+    pub(crate) prefix_lens: DeviceArray<i64>,
+    pub(crate) extend_seq_lens: DeviceArray<i64>,
+    pub(crate) bs: DeviceScalar<i32>,
+}
+
+/// The device addresses (`CUdeviceptr`) of an engine's batch columns, for
+/// [`DeviceBatch::from_raw`]: three `i64` arrays of at least the capacity's elements each, and
+/// where `bs` lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawBatch {
+    /// `req_pool_indices`.
+    pub req_pool_indices: u64,
+    /// `prefix_lens`.
+    pub prefix_lens: u64,
+    /// `extend_seq_lens`.
+    pub extend_seq_lens: u64,
+    /// The engine's batch size: an `i32` in its device memory, or `None` for a scalar of the
+    /// batch's own (0 until [`DeviceBatch::set_len_on`] or [`DeviceBatch::upload`]).
+    pub bs: Option<u64>,
 }
 
 impl<W: Capacity> DeviceBatch<W> {
@@ -40,25 +61,83 @@ impl<W: Capacity> DeviceBatch<W> {
         })
     }
 
+    /// Views of the engine's batch columns at `raw` (`capacity` elements each; nothing is
+    /// copied, the launches read them in place): each address is checked as
+    /// [`DeviceArray`] views are (a null or unaligned address, or a range past the end of its
+    /// allocation, is [`Error::DeviceView`]).
+    ///
+    /// # Safety
+    ///
+    /// Each column address is the start of `capacity` `i64`s of device memory in one live
+    /// allocation of `gpu`'s context (or one its device can access), aligned to 8 bytes, and
+    /// `raw.bs`, when given, one aligned `i32` likewise; they stay allocated while this batch,
+    /// or any launch or graph that read it, can run. The engine writes them only in stream
+    /// order with the launches that read them.
+    pub unsafe fn from_raw(gpu: &Gpu, capacity: W, raw: RawBatch) -> Result<Self, Error> {
+        let n = capacity.get();
+        let ctx = gpu.context();
+        // SAFETY: the caller's contract covers each address (`checked_view` checks the rest).
+        unsafe {
+            Ok(DeviceBatch {
+                capacity,
+                req_pool_indices: checked_view(ctx, "req_pool_indices", raw.req_pool_indices, n)?,
+                prefix_lens: checked_view(ctx, "prefix_lens", raw.prefix_lens, n)?,
+                extend_seq_lens: checked_view(ctx, "extend_seq_lens", raw.extend_seq_lens, n)?,
+                bs: match raw.bs {
+                    Some(addr) => checked_scalar_view(ctx, "bs", addr)?,
+                    None => {
+                        gpu.make_current()?;
+                        driver::scalar(0)?
+                    }
+                },
+            })
+        }
+    }
+
     /// The row capacity.
     pub fn capacity(&self) -> W {
         self.capacity
     }
 
+    /// `bs` as the device reads it, after checking it against the capacity.
+    fn checked_len(&self, bs: usize) -> Result<i32, Error> {
+        match i32::try_from(bs) {
+            Ok(v) if bs <= self.capacity.get() => Ok(v),
+            _ => Err(Error::BatchExceedsWriteCapacity {
+                bs,
+                write_req_capacity: self.capacity.get(),
+            }),
+        }
+    }
+
     /// Replaces the device batch by `batch` (synchronous copies of its `bs` rows and of `bs`).
     /// More rows than the capacity is [`Error::BatchExceedsWriteCapacity`], nothing copied.
     pub fn upload(&self, batch: &Batch) -> Result<(), Error> {
-        let bs = batch.len();
-        if bs > self.capacity.get() || i32::try_from(bs).is_err() {
-            return Err(Error::BatchExceedsWriteCapacity {
-                bs,
-                write_req_capacity: self.capacity.get(),
-            });
-        }
+        let bs = self.checked_len(batch.len())?;
         driver::upload(&self.req_pool_indices, 0, batch.req_pool_indices())?;
         driver::upload(&self.prefix_lens, 0, batch.prefix_lens())?;
         driver::upload(&self.extend_seq_lens, 0, batch.extend_seq_lens())?;
-        driver::set_scalar(&self.bs, bs as i32)
+        driver::set_scalar(&self.bs, bs)
+    }
+
+    /// [`upload`](Self::upload) queued on `stream` (`cuMemcpyHtoDAsync` of the three columns,
+    /// `bs` by a stream-ordered memset): ordered after the work queued on `stream` before it,
+    /// no host synchronisation. `batch` may be dropped as soon as this returns.
+    pub fn upload_on(&self, stream: &Stream, batch: &Batch) -> Result<(), Error> {
+        let bs = self.checked_len(batch.len())?;
+        let raw = stream.as_raw();
+        driver::upload_async(&self.req_pool_indices, 0, batch.req_pool_indices(), raw)?;
+        driver::upload_async(&self.prefix_lens, 0, batch.prefix_lens(), raw)?;
+        driver::upload_async(&self.extend_seq_lens, 0, batch.extend_seq_lens(), raw)?;
+        driver::set_i32_async(&self.bs, bs, raw)
+    }
+
+    /// Sets `bs` on the device by a stream-ordered memset on `stream` (no host memory is
+    /// copied, so a capture records it): for columns the engine fills itself. More than the
+    /// capacity is [`Error::BatchExceedsWriteCapacity`], nothing queued.
+    pub fn set_len_on(&self, stream: &Stream, bs: usize) -> Result<(), Error> {
+        let bs = self.checked_len(bs)?;
+        driver::set_i32_async(&self.bs, bs, stream.as_raw())
     }
 
     /// The batch on the device (synchronous): `bs` rows, `bs` clamped to `[0, capacity]`.
@@ -75,10 +154,12 @@ impl<W: Capacity> DeviceBatch<W> {
     }
 }
 
-/// A device copy of a [`ReqTable`]: `req_to_token` ([`DeviceReqToToken`]) or the expected-token
-/// pool ([`DeviceExpectedTable`]), kept apart by the same marker types.
+/// A device [`ReqTable`]: `req_to_token` ([`DeviceReqToToken`]) or the expected-token pool
+/// ([`DeviceExpectedTable`]), kept apart by the same marker types; a crate copy
+/// ([`from_host`](Self::from_host)) or a view of the engine's table
+/// ([`from_raw`](Self::from_raw)).
 pub struct DeviceTable<K: TableKind> {
-    pub(crate) data: DeviceBuffer<i32>,
+    pub(crate) data: DeviceArray<i32>,
     rows: usize,
     width: usize,
     kind: PhantomData<K>,
@@ -89,25 +170,67 @@ pub type DeviceReqToToken = DeviceTable<SlotIds>;
 /// `req_to_verify_expected_tokens` on the device.
 pub type DeviceExpectedTable = DeviceTable<TokenIds>;
 
+/// Checks a table's shape for the device: rows and widths of 2^31 or more are rejected (the
+/// plan kernel keeps rows and positions in 32 bits), and so is a product that overflows.
+/// Returns the cells.
+fn device_table_cells(
+    what: &'static str,
+    rows: usize,
+    width: usize,
+    len: Option<usize>,
+) -> Result<usize, Error> {
+    let cells = rows.checked_mul(width);
+    match cells {
+        Some(c) if i32::try_from(width).is_ok() && i32::try_from(rows).is_ok() => Ok(c),
+        _ => Err(Error::TableShape {
+            what,
+            rows,
+            cols: width,
+            len: len.or(cells).unwrap_or(usize::MAX),
+        }),
+    }
+}
+
 impl<K: TableKind> DeviceTable<K> {
     /// A device copy of `host` (same rows and width). Rows or widths of 2^31 or more are
     /// rejected (the plan kernel keeps rows and positions in 32 bits).
     pub fn from_host(gpu: &Gpu, host: &ReqTable<K>) -> Result<Self, Error> {
         gpu.make_current()?;
-        if i32::try_from(host.width()).is_err() || i32::try_from(host.rows()).is_err() {
-            return Err(Error::TableShape {
-                what: K::NAME,
-                rows: host.rows(),
-                cols: host.width(),
-                len: host.as_slice().len(),
-            });
-        }
+        device_table_cells(
+            K::NAME,
+            host.rows(),
+            host.width(),
+            Some(host.as_slice().len()),
+        )?;
         let data = driver::zeroed(host.as_slice().len())?;
         driver::upload(&data, 0, host.as_slice())?;
         Ok(DeviceTable {
             data,
             rows: host.rows(),
             width: host.width(),
+            kind: PhantomData,
+        })
+    }
+
+    /// A view of the engine's table: `rows x width` `i32` cells, row-major and contiguous, at
+    /// device address `addr` (nothing copied; the launches read the engine's table in place).
+    /// Rows or widths of 2^31 or more are [`Error::TableShape`]; a null or unaligned address or
+    /// a range past the end of its allocation is [`Error::DeviceView`].
+    ///
+    /// # Safety
+    ///
+    /// `addr` is the start of `rows x width` `i32`s of device memory in one live allocation of
+    /// `gpu`'s context (or one its device can access), 4-byte aligned, which stays allocated
+    /// while this table, or any launch or graph that read it, can run; the engine writes it
+    /// only in stream order with those launches.
+    pub unsafe fn from_raw(gpu: &Gpu, addr: u64, rows: usize, width: usize) -> Result<Self, Error> {
+        let cells = device_table_cells(K::NAME, rows, width, None)?;
+        // SAFETY: forwarded to the caller; `checked_view` checks the rest.
+        let data = unsafe { checked_view(gpu.context(), K::NAME, addr, cells)? };
+        Ok(DeviceTable {
+            data,
+            rows,
+            width,
             kind: PhantomData,
         })
     }
@@ -122,8 +245,13 @@ impl<K: TableKind> DeviceTable<K> {
         self.width
     }
 
-    /// Replaces the whole table (synchronous); `host` must have the same rows and width.
-    pub fn upload(&self, host: &ReqTable<K>) -> Result<(), Error> {
+    /// Whether the cells are the engine's (a view).
+    pub fn is_view(&self) -> bool {
+        self.data.is_view()
+    }
+
+    /// The error of a table of another shape.
+    fn check_shape(&self, host: &ReqTable<K>) -> Result<(), Error> {
         if host.rows() != self.rows || host.width() != self.width {
             return Err(Error::TableShape {
                 what: K::NAME,
@@ -132,11 +260,23 @@ impl<K: TableKind> DeviceTable<K> {
                 len: host.as_slice().len(),
             });
         }
+        Ok(())
+    }
+
+    /// Replaces the whole table (synchronous); `host` must have the same rows and width.
+    pub fn upload(&self, host: &ReqTable<K>) -> Result<(), Error> {
+        self.check_shape(host)?;
         driver::upload(&self.data, 0, host.as_slice())
     }
 
-    /// Replaces row `r` (synchronous); `cells` must hold exactly one row.
-    pub fn upload_row(&self, r: usize, cells: &[i32]) -> Result<(), Error> {
+    /// [`upload`](Self::upload) queued on `stream` (no host synchronisation).
+    pub fn upload_on(&self, stream: &Stream, host: &ReqTable<K>) -> Result<(), Error> {
+        self.check_shape(host)?;
+        driver::upload_async(&self.data, 0, host.as_slice(), stream.as_raw())
+    }
+
+    /// Where row `r` starts, after checking `cells` is one row and `r` a row.
+    fn row_start(&self, r: usize, cells: &[i32]) -> Result<usize, Error> {
         if cells.len() != self.width {
             return Err(Error::LengthMismatch {
                 what: K::NAME,
@@ -149,7 +289,22 @@ impl<K: TableKind> DeviceTable<K> {
                 detail: format!("{} row {r} is outside its {} rows", K::NAME, self.rows),
             });
         }
-        driver::upload(&self.data, r * self.width, cells)
+        Ok(r * self.width)
+    }
+
+    /// Replaces row `r` (synchronous); `cells` must hold exactly one row.
+    pub fn upload_row(&self, r: usize, cells: &[i32]) -> Result<(), Error> {
+        driver::upload(&self.data, self.row_start(r, cells)?, cells)
+    }
+
+    /// [`upload_row`](Self::upload_row) queued on `stream` (no host synchronisation).
+    pub fn upload_row_on(&self, stream: &Stream, r: usize, cells: &[i32]) -> Result<(), Error> {
+        driver::upload_async(
+            &self.data,
+            self.row_start(r, cells)?,
+            cells,
+            stream.as_raw(),
+        )
     }
 
     /// A host copy (synchronous).
@@ -160,23 +315,45 @@ impl<K: TableKind> DeviceTable<K> {
     }
 }
 
-/// `full_to_swa_index_mapping` on the device (non-empty).
+/// `full_to_swa_index_mapping` on the device (non-empty): a crate copy or a view of the
+/// engine's table.
 pub struct DeviceLut {
-    pub(crate) data: DeviceBuffer<i64>,
+    pub(crate) data: DeviceArray<i64>,
 }
+
+/// The error of an empty LUT.
+const EMPTY_LUT: Error = Error::ZeroCapacity {
+    what: "full_to_swa_index_mapping length",
+    value: 0,
+};
 
 impl DeviceLut {
     /// A device copy of `lut`; an empty table is rejected.
     pub fn from_host(gpu: &Gpu, lut: &[i64]) -> Result<Self, Error> {
         gpu.make_current()?;
         if lut.is_empty() {
-            return Err(Error::ZeroCapacity {
-                what: "full_to_swa_index_mapping length",
-                value: 0,
-            });
+            return Err(EMPTY_LUT);
         }
         let data = driver::zeroed(lut.len())?;
         driver::upload(&data, 0, lut)?;
+        Ok(DeviceLut { data })
+    }
+
+    /// A view of the engine's LUT: `len` `i64`s at device address `addr` (nothing copied). An
+    /// empty table is [`Error::ZeroCapacity`]; a null or unaligned address or a range past the
+    /// end of its allocation is [`Error::DeviceView`].
+    ///
+    /// # Safety
+    ///
+    /// `addr` is the start of `len` `i64`s of device memory in one live allocation of `gpu`'s
+    /// context (or one its device can access), 8-byte aligned, which stays allocated while this
+    /// LUT, or any launch or graph that read it, can run.
+    pub unsafe fn from_raw(gpu: &Gpu, addr: u64, len: usize) -> Result<Self, Error> {
+        if len == 0 {
+            return Err(EMPTY_LUT);
+        }
+        // SAFETY: forwarded to the caller; `checked_view` checks the rest.
+        let data = unsafe { checked_view(gpu.context(), "full_to_swa_index_mapping", addr, len)? };
         Ok(DeviceLut { data })
     }
 
@@ -187,11 +364,11 @@ impl DeviceLut {
 
     /// Always false (an empty LUT cannot be built).
     pub fn is_empty(&self) -> bool {
-        self.data.len() == 0
+        self.data.is_empty()
     }
 
-    /// Replaces the table (synchronous); `lut` must have the same length.
-    pub fn upload(&self, lut: &[i64]) -> Result<(), Error> {
+    /// The error of a LUT of another length.
+    fn check_len(&self, lut: &[i64]) -> Result<(), Error> {
         if lut.len() != self.len() {
             return Err(Error::LengthMismatch {
                 what: "full_to_swa_index_mapping",
@@ -199,7 +376,19 @@ impl DeviceLut {
                 found: lut.len(),
             });
         }
+        Ok(())
+    }
+
+    /// Replaces the table (synchronous); `lut` must have the same length.
+    pub fn upload(&self, lut: &[i64]) -> Result<(), Error> {
+        self.check_len(lut)?;
         driver::upload(&self.data, 0, lut)
+    }
+
+    /// [`upload`](Self::upload) queued on `stream` (no host synchronisation).
+    pub fn upload_on(&self, stream: &Stream, lut: &[i64]) -> Result<(), Error> {
+        self.check_len(lut)?;
+        driver::upload_async(&self.data, 0, lut, stream.as_raw())
     }
 }
 
@@ -207,8 +396,8 @@ impl DeviceLut {
 /// row, with their count in device memory (the plan launch checks it equals `bs`).
 pub struct DeviceValidLens<W: Capacity> {
     capacity: W,
-    pub(crate) lens: DeviceBuffer<i64>,
-    pub(crate) len: DeviceBox<i32>,
+    pub(crate) lens: DeviceArray<i64>,
+    pub(crate) len: DeviceScalar<i32>,
 }
 
 impl<W: Capacity> DeviceValidLens<W> {
@@ -222,24 +411,81 @@ impl<W: Capacity> DeviceValidLens<W> {
         })
     }
 
+    /// A view of the engine's valid lengths: `capacity` `i64`s at device address `lens`, and
+    /// their count: an `i32` of the engine's at `count`, or `None` for a count of the view's own
+    /// (0 until [`set_len_on`](Self::set_len_on) or [`upload`](Self::upload)). Checked as
+    /// [`DeviceBatch::from_raw`] checks its columns.
+    ///
+    /// # Safety
+    ///
+    /// As [`DeviceBatch::from_raw`]: `lens` starts `capacity` aligned `i64`s and `count` one
+    /// aligned `i32` of live device memory of `gpu`'s context (or one its device can access),
+    /// allocated while this value, or any launch or graph that read it, can run.
+    pub unsafe fn from_raw(
+        gpu: &Gpu,
+        capacity: W,
+        lens: u64,
+        count: Option<u64>,
+    ) -> Result<Self, Error> {
+        let ctx = gpu.context();
+        // SAFETY: forwarded to the caller; `checked_view` checks the rest.
+        unsafe {
+            Ok(DeviceValidLens {
+                capacity,
+                lens: checked_view(ctx, VALID_LENS, lens, capacity.get())?,
+                len: match count {
+                    Some(addr) => checked_scalar_view(ctx, "valid_lens count", addr)?,
+                    None => {
+                        gpu.make_current()?;
+                        driver::scalar(0)?
+                    }
+                },
+            })
+        }
+    }
+
     /// The capacity.
     pub fn capacity(&self) -> W {
         self.capacity
     }
 
+    /// The count as the device reads it, after checking it against the capacity.
+    fn checked_len(&self, n: usize) -> Result<i32, Error> {
+        match i32::try_from(n) {
+            Ok(v) if n <= self.capacity.get() => Ok(v),
+            _ => Err(Error::LengthMismatch {
+                what: VALID_LENS,
+                expected: self.capacity.get(),
+                found: n,
+            }),
+        }
+    }
+
     /// Replaces the lengths (synchronous); more than the capacity is an error, nothing copied.
     pub fn upload(&self, valid_lens: &[i64]) -> Result<(), Error> {
-        if valid_lens.len() > self.capacity.get() {
-            return Err(Error::LengthMismatch {
-                what: "req_to_verify_expected_tokens_valid_lens",
-                expected: self.capacity.get(),
-                found: valid_lens.len(),
-            });
-        }
+        let n = self.checked_len(valid_lens.len())?;
         driver::upload(&self.lens, 0, valid_lens)?;
-        driver::set_scalar(&self.len, valid_lens.len() as i32)
+        driver::set_scalar(&self.len, n)
+    }
+
+    /// [`upload`](Self::upload) queued on `stream` (the count by a stream-ordered memset; no
+    /// host synchronisation).
+    pub fn upload_on(&self, stream: &Stream, valid_lens: &[i64]) -> Result<(), Error> {
+        let n = self.checked_len(valid_lens.len())?;
+        driver::upload_async(&self.lens, 0, valid_lens, stream.as_raw())?;
+        driver::set_i32_async(&self.len, n, stream.as_raw())
+    }
+
+    /// Sets the count by a stream-ordered memset on `stream` (for lengths the engine writes
+    /// itself); more than the capacity is an error, nothing queued.
+    pub fn set_len_on(&self, stream: &Stream, n: usize) -> Result<(), Error> {
+        let n = self.checked_len(n)?;
+        driver::set_i32_async(&self.len, n, stream.as_raw())
     }
 }
+
+/// What the valid lengths' errors name.
+const VALID_LENS: &str = "req_to_verify_expected_tokens_valid_lens";
 
 impl DeviceExpectedTable {
     /// Pairs the pool with this step's device valid lengths, making it usable by the plan
@@ -437,5 +683,66 @@ impl<'a, B: Capacity, G, X> PlanInputs<'a, B, G, X> {
     /// The same inputs with another position offset.
     pub fn with_offset(self, offset: PositionOffset) -> Self {
         PlanInputs { offset, ..self }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capacity::Cap;
+
+    /// Made-up addresses that no test dereferences (only the host-side checks run).
+    fn fake_batch<W: Capacity>(capacity: W) -> DeviceBatch<W> {
+        // SAFETY: the views are only checked by the methods under test, which fail before any
+        // driver call; dropping a view frees nothing.
+        unsafe {
+            DeviceBatch {
+                capacity,
+                req_pool_indices: DeviceArray::view(0x1000, capacity.get()),
+                prefix_lens: DeviceArray::view(0x2000, capacity.get()),
+                extend_seq_lens: DeviceArray::view(0x3000, capacity.get()),
+                bs: DeviceScalar::view(0x4000),
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_size_past_the_capacity_is_refused_before_the_driver() {
+        let b = fake_batch(Cap::<4>::new());
+        assert_eq!(b.checked_len(4), Ok(4));
+        assert_eq!(
+            b.checked_len(5),
+            Err(Error::BatchExceedsWriteCapacity {
+                bs: 5,
+                write_req_capacity: 4
+            })
+        );
+        assert!(b.req_pool_indices.is_view() && b.bs.is_view());
+    }
+
+    #[test]
+    fn table_views_of_impossible_shapes_are_refused() {
+        assert_eq!(device_table_cells("req_to_token", 3, 5, None), Ok(15));
+        assert_eq!(
+            device_table_cells("req_to_token", 1 << 31, 1, None),
+            Err(Error::TableShape {
+                what: "req_to_token",
+                rows: 1 << 31,
+                cols: 1,
+                len: 1 << 31
+            })
+        );
+        let e = device_table_cells("req_to_token", usize::MAX, 2, None).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::TableShape {
+                    rows: usize::MAX,
+                    cols: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 }

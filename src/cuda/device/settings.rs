@@ -6,17 +6,21 @@ use crate::canary::{ChainPositionAssert, LaunchTag};
 use crate::consts::MAX_REAL_KV_SOURCES;
 use crate::cuda::abi::args::RealKv;
 use crate::cuda::abi::kernels::Fold;
+use crate::cuda::abi::ptr::DevPtr;
+use crate::cuda::driver::array::{
+    check_in_allocation, check_view_bytes, DeviceScalar, DeviceSlice,
+};
 use crate::cuda::driver::memory as driver;
 use crate::real_kv::{
     check_layout, AtMostFourSources, RealKvHashMode, RealKvParams, RowLayout, SourceCount,
 };
 use crate::Error;
-use cust::memory::{DeviceBox, DeviceBuffer};
+use core::marker::PhantomData;
 
 /// `enable_chain_position_assert` in device memory (`i32 [1]`), so that a captured graph picks
 /// up a flip (0 during warm-up and capture, 1 afterwards) without being captured again.
 pub struct ChainAssertFlag {
-    pub(crate) flag: DeviceBox<i32>,
+    pub(crate) flag: DeviceScalar<i32>,
 }
 
 impl ChainAssertFlag {
@@ -43,39 +47,131 @@ pub enum ChainAssert<'a> {
     Flag(&'a ChainAssertFlag),
 }
 
-/// One real-KV source in device memory: a byte view `[num_rows, row_bytes]` with a row stride,
-/// validated once by the rules of [`RealKvSource`](crate::RealKvSource) (spec §2.10).
-#[derive(Clone, Copy)]
+/// One real-KV source in device memory: a byte view `[num_rows, row_bytes]` with a row stride
+/// and a page size, over memory the crate or the engine owns, validated once by the rules of
+/// [`RealKvSource`](crate::RealKvSource) (spec §2.10), and on the device also the base rule
+/// the spec assumes: the first row's address is a multiple of 16 (the kernels' 128-bit loads).
+///
+/// Layouts of engine KV pools:
+/// * a paged pool `[pages, page_size, heads, head_dim]` is one source with `page_size` tokens a
+///   row: `RowLayout { num_rows: pages, row_bytes: page_size x token_bytes, row_stride_bytes:
+///   row_bytes }` and `RealKvParams::new(page_size, token_bytes, read_bytes)`;
+/// * separate K and V pools are two sources (each over its own memory, or at two byte offsets
+///   of one allocation, [`at`](Self::at));
+/// * a latent (MLA) pool is one source, serving the K half only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceRealKvSource<'a> {
-    bytes: &'a DeviceBuffer<u8>,
+    /// The device address of row 0.
+    base: u64,
     num_rows: usize,
     row_stride: usize,
     page_size: usize,
     num_bytes_per_token: usize,
     read_bytes: usize,
+    memory: PhantomData<&'a [u8]>,
 }
 
 impl<'a> DeviceRealKvSource<'a> {
-    /// A source over `bytes` laid out as `layout`, checked like
-    /// [`RealKvSource::strided`](crate::RealKvSource::strided). The device buffer's base is
-    /// 16-byte aligned (cuMemAlloc aligns to 256).
-    pub fn new(
-        bytes: &'a DeviceBuffer<u8>,
+    /// A source over `bytes` (a crate [`DeviceArray`](crate::cuda::DeviceArray), a view of the engine's memory included,
+    /// or a `cust` `DeviceBuffer`) laid out as `layout` from its first byte, checked like
+    /// [`RealKvSource::strided`](crate::RealKvSource::strided).
+    pub fn new<B: DeviceSlice<u8> + ?Sized>(
+        bytes: &'a B,
         layout: RowLayout,
         params: RealKvParams,
     ) -> Result<Self, Error> {
-        let (page_size, num_bytes_per_token, read_bytes) =
-            check_layout(bytes.len(), layout, params)?;
+        Self::at(bytes, 0, layout, params)
+    }
+
+    /// A source whose row 0 starts `byte_offset` bytes into `bytes` (a layer's or the V half's
+    /// place in a larger allocation); the rows must fit in the bytes after the offset. An
+    /// offset past the end is [`Error::RealKvShape`]; a row 0 whose address is not a multiple
+    /// of 16 is [`Error::DeviceView`].
+    pub fn at<B: DeviceSlice<u8> + ?Sized>(
+        bytes: &'a B,
+        byte_offset: usize,
+        layout: RowLayout,
+        params: RealKvParams,
+    ) -> Result<Self, Error> {
+        let len = bytes.len();
+        let Some(rest) = len.checked_sub(byte_offset) else {
+            return Err(Error::RealKvShape {
+                shape: vec![len],
+                detail: format!("byte offset {byte_offset} is past the {len} bytes given"),
+            });
+        };
+        Self::validated(
+            bytes.device_addr() + byte_offset as u64,
+            rest,
+            layout,
+            params,
+        )
+    }
+
+    /// A source over `byte_len` bytes of engine memory at device address `addr` (row 0 at
+    /// `addr`), laid out as `layout`. Checked like [`new`](Self::new), and the range must lie
+    /// inside one allocation as far as the driver knows (`cuMemGetAddressRange`): a null or
+    /// unaligned address or a range past its allocation is [`Error::DeviceView`].
+    ///
+    /// # Safety
+    ///
+    /// `[addr, addr + byte_len)` is device memory of one live allocation in `gpu`'s context (or
+    /// one its device can read), and it stays allocated for `'a` and while any launch or graph
+    /// that used this source can run. The kernels only read it.
+    pub unsafe fn from_raw(
+        gpu: &Gpu,
+        addr: u64,
+        byte_len: usize,
+        layout: RowLayout,
+        params: RealKvParams,
+    ) -> Result<Self, Error> {
+        let source = Self::validated(addr, byte_len, layout, params)?;
+        check_in_allocation(
+            gpu.context(),
+            REAL_KV_VIEW,
+            addr,
+            byte_len,
+            1,
+            byte_len as u64,
+        )?;
+        Ok(source)
+    }
+
+    /// The rules of a source whose row 0 is at `base`, within `len` bytes.
+    fn validated(
+        base: u64,
+        len: usize,
+        layout: RowLayout,
+        params: RealKvParams,
+    ) -> Result<Self, Error> {
+        check_view_bytes(REAL_KV_VIEW, base, len, 1, REAL_KV_ALIGN)?;
+        let (page_size, num_bytes_per_token, read_bytes) = check_layout(len, layout, params)?;
         Ok(DeviceRealKvSource {
-            bytes,
+            base,
             num_rows: layout.num_rows,
             row_stride: layout.row_stride_bytes,
             page_size,
             num_bytes_per_token,
             read_bytes,
+            memory: PhantomData,
         })
     }
+
+    /// Rows.
+    pub fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    /// The device address of row 0.
+    pub fn base_addr(&self) -> u64 {
+        self.base
+    }
 }
+
+/// What a real-KV source's view errors name.
+const REAL_KV_VIEW: &str = "real-KV source";
+/// The alignment of a real-KV source's row 0 (the kernels' 128-bit loads).
+const REAL_KV_ALIGN: usize = 16;
 
 /// The real-KV part of a device launch: a mode and up to four device sources, in fold order.
 #[derive(Clone, Copy)]
@@ -175,7 +271,7 @@ impl<'a> DeviceRealKv<'a> {
         };
         for (k, s) in self.sources.iter().enumerate() {
             if let Some(s) = s {
-                a.base[k] = driver::ptr(s.bytes);
+                a.base[k] = DevPtr::from_addr(s.base);
                 a.row_stride[k] = s.row_stride as i64;
                 a.num_rows[k] = s.num_rows as i64;
                 a.page_size[k] = s.page_size as i64;
@@ -242,5 +338,95 @@ impl<'a> DeviceSettings<'a> {
             chain_position_assert: ChainAssert::Fixed(value),
             ..self
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::driver::array::DeviceArray;
+
+    /// A view at a made-up address that no test dereferences (only the host-side checks run).
+    fn fake_view(addr: u64, len: usize) -> DeviceArray<u8> {
+        // SAFETY: the view is only measured by the constructors under test, never passed to
+        // the driver or a kernel.
+        unsafe { DeviceArray::view(addr, len) }
+    }
+
+    const PAGED: RowLayout = RowLayout {
+        num_rows: 4,
+        row_bytes: 16 * 64,
+        row_stride_bytes: 16 * 64,
+    };
+    const PARAMS: RealKvParams = RealKvParams::new(16, 64, 32);
+
+    #[test]
+    fn sources_at_a_byte_offset_are_checked_against_the_rest() {
+        let pool = fake_view(0x10_0000, 2 * 4 * 16 * 64);
+        // K at 0, V at the second half: both fit.
+        let k = DeviceRealKvSource::at(&pool, 0, PAGED, PARAMS).unwrap();
+        let v = DeviceRealKvSource::at(&pool, 4 * 16 * 64, PAGED, PARAMS).unwrap();
+        assert_eq!(v.base_addr() - k.base_addr(), 4 * 16 * 64);
+        assert_eq!(k.num_rows(), 4);
+        // One byte further and V's last row runs past the allocation's end.
+        let e = DeviceRealKvSource::at(&pool, 4 * 16 * 64 + 16, PAGED, PARAMS).unwrap_err();
+        assert!(
+            matches!(e, Error::RealKvShape { .. }) && e.to_string().contains("4080 bytes given"),
+            "{e}"
+        );
+        // An offset past the end names it and the length.
+        let e = DeviceRealKvSource::at(&pool, 1 << 20, PAGED, PARAMS).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kv-canary: RealKvSource.tensor has shape [8192]: byte offset 1048576 is past the 8192 bytes given"
+        );
+    }
+
+    #[test]
+    fn sources_whose_row_zero_is_not_16_byte_aligned_are_rejected() {
+        let pool = fake_view(0x10_0000, 8192);
+        let e = DeviceRealKvSource::at(&pool, 8, PAGED, PARAMS).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kv-canary: the device view of real-KV source at 0x100008 (8184 elements of 1 bytes) is not aligned to 16 bytes"
+        );
+        let odd = fake_view(0x10_0004, 8192);
+        assert!(matches!(
+            DeviceRealKvSource::new(&odd, PAGED, PARAMS),
+            Err(Error::DeviceView {
+                addr: 0x10_0004,
+                ..
+            })
+        ));
+        let null = fake_view(0, 8192);
+        let e = DeviceRealKvSource::new(&null, PAGED, PARAMS).unwrap_err();
+        assert!(e.to_string().ends_with("is a null address"), "{e}");
+    }
+
+    #[test]
+    fn sources_keep_the_host_rules() {
+        let pool = fake_view(0x10_0000, 8192);
+        // A page of 16 tokens of 64 bytes needs rows of 1024 bytes.
+        let narrow = RowLayout {
+            num_rows: 4,
+            row_bytes: 512,
+            row_stride_bytes: 1024,
+        };
+        assert!(matches!(
+            DeviceRealKvSource::new(&pool, narrow, PARAMS),
+            Err(Error::RealKvRowTooNarrow {
+                row_bytes: 512,
+                page_size: 16,
+                num_bytes_per_token: 64
+            })
+        ));
+        let unaligned_stride = RowLayout {
+            row_stride_bytes: 1032,
+            ..PAGED
+        };
+        assert!(matches!(
+            DeviceRealKvSource::new(&pool, unaligned_stride, PARAMS),
+            Err(Error::RealKvSource { value: 1032, .. })
+        ));
     }
 }

@@ -24,11 +24,11 @@ use super::gpu::Gpu;
 use super::readbacks::ReadbackPool;
 use crate::cuda::abi::ptr::DevPtr;
 use crate::cuda::abi::status::{decode, STATUS_WORDS};
+use crate::cuda::driver::array::DeviceArray;
 use crate::cuda::driver::memory;
 use crate::cuda::driver::stream::{ExecGraph, RawEvent, RawStream, StreamKind};
 use crate::Error;
 use core::marker::PhantomData;
-use cust::memory::DeviceBuffer;
 use cust::sys::CUstream;
 use std::sync::Arc;
 
@@ -50,11 +50,11 @@ const SCRATCH_INIT: [i64; SCRATCH_WORDS] = [0, 0, i64::MAX, i64::MAX];
 /// [`Stream::wait_for`] with an [`Event`] do it on the device).
 pub struct Stream {
     raw: RawStream,
-    status: DeviceBuffer<i64>,
+    status: DeviceArray<i64>,
     /// Launch scratch owned by the stream (launches allocate nothing): the checked plan's grid
     /// barrier and out-of-LUT keys (`SCRATCH_INIT`). Launches on one stream run in order, so
     /// they share it safely.
-    scratch: DeviceBuffer<i64>,
+    scratch: DeviceArray<i64>,
     /// The pinned staging of this stream's asynchronous step reports (shared with the pending
     /// reports, which give their staging back when taken or dropped).
     readbacks: Arc<ReadbackPool>,

@@ -1,15 +1,19 @@
 //! Device twins of the write op's per-token inputs, typed by the write-entry capacity and by
-//! the input assert like the host ones.
+//! the input assert like the host ones: allocated by the crate or views of the engine's
+//! arrays, filled synchronously (`upload`) or stream-ordered (`upload_on`).
 
 use super::gpu::Gpu;
+use super::stream::Stream;
 use crate::capacity::Capacity;
 use crate::cuda::abi::ptr::DevPtr;
+use crate::cuda::driver::array::{checked_view, DeviceArray};
 use crate::cuda::driver::memory as driver;
 use crate::input::{
     ExpectedWriteInputs, InputAssertOff, InputAssertOn, WriteInputAssert, WriteInputs,
 };
 use crate::memory::{Device, Host};
 use crate::Error;
+use cust::sys::CUstream;
 
 mod sealed {
     pub trait Sealed {}
@@ -22,6 +26,12 @@ pub trait DeviceInputAssert: WriteInputAssert + sealed::Sealed {
     fn alloc(n: usize) -> Result<Self::Expected<Device>, Error>;
     #[doc(hidden)]
     fn upload(device: &Self::Expected<Device>, host: &Self::Expected<Host>) -> Result<(), Error>;
+    #[doc(hidden)]
+    fn upload_async(
+        device: &Self::Expected<Device>,
+        host: &Self::Expected<Host>,
+        stream: CUstream,
+    ) -> Result<(), Error>;
     #[doc(hidden)]
     fn host_inputs<E: Capacity>(capacity: E) -> WriteInputs<E, Self>
     where
@@ -42,6 +52,9 @@ impl DeviceInputAssert for InputAssertOff {
         Ok(())
     }
     fn upload(_: &(), _: &()) -> Result<(), Error> {
+        Ok(())
+    }
+    fn upload_async(_: &(), _: &(), _: CUstream) -> Result<(), Error> {
         Ok(())
     }
     fn host_inputs<E: Capacity>(capacity: E) -> WriteInputs<E, Self> {
@@ -69,6 +82,14 @@ impl DeviceInputAssert for InputAssertOn {
     ) -> Result<(), Error> {
         driver::upload(&device.tokens, 0, &host.tokens)?;
         driver::upload(&device.positions, 0, &host.positions)
+    }
+    fn upload_async(
+        device: &ExpectedWriteInputs<Device>,
+        host: &ExpectedWriteInputs,
+        stream: CUstream,
+    ) -> Result<(), Error> {
+        driver::upload_async(&device.tokens, 0, &host.tokens, stream)?;
+        driver::upload_async(&device.positions, 0, &host.positions, stream)
     }
     fn host_inputs<E: Capacity>(capacity: E) -> WriteInputs<E, Self> {
         WriteInputs::with_capacity(capacity).expect_input_assert()
@@ -110,6 +131,16 @@ impl<E: Capacity, A: DeviceInputAssert> WriteInputs<E, A, Device> {
         A::upload(&self.expected, &host.expected)
     }
 
+    /// [`upload`](Self::upload) queued on `stream` (`cuMemcpyHtoDAsync`, no host
+    /// synchronisation); `host` may be dropped as soon as this returns.
+    pub fn upload_on(&self, stream: &Stream, host: &WriteInputs<E, A>) -> Result<(), Error> {
+        let raw = stream.as_raw();
+        driver::upload_async(&self.input_ids, 0, &host.input_ids, raw)?;
+        driver::upload_async(&self.positions, 0, &host.positions, raw)?;
+        driver::upload_async(&self.out_cache_loc, 0, &host.out_cache_loc, raw)?;
+        A::upload_async(&self.expected, &host.expected, raw)
+    }
+
     /// Overwrites the first `n` entries of the three per-token arrays (a step's tokens),
     /// leaving the rest; all three slices must have the same length, at most the capacity.
     pub fn upload_prefix(
@@ -118,18 +149,30 @@ impl<E: Capacity, A: DeviceInputAssert> WriteInputs<E, A, Device> {
         positions: &[i64],
         out_cache_loc: &[i64],
     ) -> Result<(), Error> {
-        for (what, v) in [("positions", positions), ("out_cache_loc", out_cache_loc)] {
-            if v.len() != input_ids.len() {
-                return Err(Error::LengthMismatch {
-                    what,
-                    expected: input_ids.len(),
-                    found: v.len(),
-                });
-            }
-        }
+        same_lengths(input_ids, positions, out_cache_loc)?;
         driver::upload(&self.input_ids, 0, input_ids)?;
         driver::upload(&self.positions, 0, positions)?;
         driver::upload(&self.out_cache_loc, 0, out_cache_loc)
+    }
+
+    /// [`upload_prefix`](Self::upload_prefix) queued on `stream` (no host synchronisation).
+    pub fn upload_prefix_on(
+        &self,
+        stream: &Stream,
+        input_ids: &[i64],
+        positions: &[i64],
+        out_cache_loc: &[i64],
+    ) -> Result<(), Error> {
+        same_lengths(input_ids, positions, out_cache_loc)?;
+        let raw = stream.as_raw();
+        driver::upload_async(&self.input_ids, 0, input_ids, raw)?;
+        driver::upload_async(&self.positions, 0, positions, raw)?;
+        driver::upload_async(&self.out_cache_loc, 0, out_cache_loc, raw)
+    }
+
+    /// Whether the per-token arrays are the engine's (views).
+    pub fn is_view(&self) -> bool {
+        self.input_ids.is_view()
     }
 
     /// A host copy (synchronous).
@@ -141,6 +184,116 @@ impl<E: Capacity, A: DeviceInputAssert> WriteInputs<E, A, Device> {
         A::download(&mut host.expected, &self.expected)?;
         Ok(host)
     }
+}
+
+/// The device addresses (`CUdeviceptr`) of an engine's write inputs, for
+/// [`WriteInputs::from_raw`] (input assert off) and [`WriteInputs::from_raw_asserted`] (on):
+/// `i64` arrays of at least the capacity's elements each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawWriteInputs {
+    /// `input_ids`.
+    pub input_ids: u64,
+    /// `positions`.
+    pub positions: u64,
+    /// `out_cache_loc`.
+    pub out_cache_loc: u64,
+}
+
+/// Views of `capacity` `i64`s at each of `raw`'s addresses.
+///
+/// # Safety
+///
+/// As [`WriteInputs::from_raw`].
+unsafe fn raw_views(
+    gpu: &Gpu,
+    n: usize,
+    raw: RawWriteInputs,
+) -> Result<[DeviceArray<i64>; 3], Error> {
+    let ctx = gpu.context();
+    // SAFETY: forwarded to the caller; `checked_view` checks the rest.
+    unsafe {
+        Ok([
+            checked_view(ctx, "input_ids", raw.input_ids, n)?,
+            checked_view(ctx, "positions", raw.positions, n)?,
+            checked_view(ctx, "out_cache_loc", raw.out_cache_loc, n)?,
+        ])
+    }
+}
+
+impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
+    /// Views of the engine's `input_ids`, `positions` and `out_cache_loc` (`capacity` `i64`s
+    /// each; nothing copied, the write launch reads them in place). A null or unaligned address
+    /// or a range past the end of its allocation is [`Error::DeviceView`].
+    ///
+    /// # Safety
+    ///
+    /// Each address is the start of `capacity` `i64`s of device memory in one live allocation
+    /// of `gpu`'s context (or one its device can access), 8-byte aligned, which stays allocated
+    /// while these inputs, or any launch or graph that read them, can run; the engine writes
+    /// them only in stream order with those launches.
+    pub unsafe fn from_raw(gpu: &Gpu, capacity: E, raw: RawWriteInputs) -> Result<Self, Error> {
+        // SAFETY: forwarded to the caller.
+        let [input_ids, positions, out_cache_loc] = unsafe { raw_views(gpu, capacity.get(), raw)? };
+        Ok(WriteInputs {
+            capacity,
+            input_ids,
+            positions,
+            out_cache_loc,
+            expected: (),
+        })
+    }
+}
+
+impl<E: Capacity> WriteInputs<E, InputAssertOn, Device> {
+    /// [`WriteInputs::from_raw`] with the input assert on: also views of the engine's expected
+    /// tokens and positions (`capacity` `i64`s each at `expected_tokens` and
+    /// `expected_positions`).
+    ///
+    /// # Safety
+    ///
+    /// As [`WriteInputs::from_raw`], for all five addresses.
+    pub unsafe fn from_raw_asserted(
+        gpu: &Gpu,
+        capacity: E,
+        raw: RawWriteInputs,
+        expected_tokens: u64,
+        expected_positions: u64,
+    ) -> Result<Self, Error> {
+        let n = capacity.get();
+        let ctx = gpu.context();
+        // SAFETY: forwarded to the caller; `checked_view` checks the rest.
+        let ([input_ids, positions, out_cache_loc], tokens, exp_positions) = unsafe {
+            (
+                raw_views(gpu, n, raw)?,
+                checked_view(ctx, "expected input_ids", expected_tokens, n)?,
+                checked_view(ctx, "expected positions", expected_positions, n)?,
+            )
+        };
+        Ok(WriteInputs {
+            capacity,
+            input_ids,
+            positions,
+            out_cache_loc,
+            expected: ExpectedWriteInputs {
+                tokens,
+                positions: exp_positions,
+            },
+        })
+    }
+}
+
+/// `Ok` when `positions` and `out_cache_loc` have `input_ids`' length.
+fn same_lengths(input_ids: &[i64], positions: &[i64], out_cache_loc: &[i64]) -> Result<(), Error> {
+    for (what, v) in [("positions", positions), ("out_cache_loc", out_cache_loc)] {
+        if v.len() != input_ids.len() {
+            return Err(Error::LengthMismatch {
+                what,
+                expected: input_ids.len(),
+                found: v.len(),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl<E: Capacity, A: DeviceInputAssert> WriteInputs<E, A> {

@@ -120,6 +120,11 @@ pub(crate) fn make_owner_current(addr: u64) -> Result<(), Error> {
             addr,
         )
     })?;
+    if context.is_null() {
+        // Memory the driver ties to no context (stream-ordered pools, `cuMemAllocAsync`, and
+        // virtual-memory mappings, as engines allocate): keep the thread's current context.
+        return Ok(());
+    }
     make_raw_current(context)
 }
 

@@ -4,11 +4,15 @@
 //! * [`error`]: [`CudaErrorCode`](error::CudaErrorCode) and the result checks;
 //! * [`context`]: initialisation, the device's attributes and its primary context;
 //! * [`module`]: modules loaded from PTX and their functions;
-//! * [`memory`]: allocation, synchronous transfers, typed addresses;
+//! * [`array`]: [`DeviceArray`](array::DeviceArray) and [`DeviceScalar`](array::DeviceScalar),
+//!   owned or viewing the engine's memory, and the checks of a view;
+//! * [`memory`]: allocation, synchronous and stream-ordered transfers, typed addresses, the
+//!   count of transfers issued;
 //! * [`pinned`]: pinned host memory and stream-ordered readbacks into it (async reports);
 //! * [`stream`]: streams, events, capture and executable graphs;
 //! * [`launch`]: [`launch`](launch::launch), the one call that queues a kernel.
 
+pub(crate) mod array;
 pub(crate) mod context;
 pub(crate) mod error;
 pub(crate) mod launch;

@@ -230,6 +230,7 @@ impl Readback {
             return Ok(());
         }
         context.make_current()?;
+        super::memory::count_download();
         // SAFETY: `dst` points to `bytes` bytes of a pinned allocation owned by this readback
         // (bounds checked in `host_range`), which outlives the copy: it is dropped only after
         // waiting for the copies (`Drop`), and read only once the event recorded after them

@@ -5,15 +5,16 @@ use crate::cuda::abi::args::ScatterArgs;
 use crate::cuda::abi::kernels::Kernel;
 use crate::cuda::device::plan_inputs::DeviceExpectedTable;
 use crate::cuda::device::stream::Queue;
+use crate::cuda::driver::array::DeviceSlice;
 use crate::cuda::driver::launch::LaunchDims;
 use crate::cuda::driver::memory as driver;
 use crate::Error;
-use cust::memory::DeviceBuffer;
 
 /// Queues `scatter_req_token_ids` on `on`: for each request `r` of the `bs =
 /// req_pool_indices.len()` rows, copies the low 32 bits of `flat_in[offsets[r] ..
 /// offsets[r] + min(len, width))` into row `req_pool_indices[r]` of `pool_out`. One block per
-/// request.
+/// request. Each array is a crate [`DeviceArray`](crate::cuda::DeviceArray) (an engine view
+/// included) or a `cust` `DeviceBuffer`.
 ///
 /// The device twin of [`cpu::scatter_req_token_ids`](crate::cpu::scatter_req_token_ids). The
 /// lengths are checked here (`offsets` holds `bs + 1`: [`Error::LengthMismatch`]); the offsets
@@ -24,9 +25,9 @@ use cust::memory::DeviceBuffer;
 /// race, as in SGLang's kernel; the CPU op lets the later one win.
 pub fn scatter_req_token_ids<'a, Q: Queue<'a> + ?Sized>(
     on: &Q,
-    flat_in: &'a DeviceBuffer<i64>,
-    offsets: &'a DeviceBuffer<i64>,
-    req_pool_indices: &'a DeviceBuffer<i64>,
+    flat_in: &'a (impl DeviceSlice<i64> + ?Sized),
+    offsets: &'a (impl DeviceSlice<i64> + ?Sized),
+    req_pool_indices: &'a (impl DeviceSlice<i64> + ?Sized),
     pool_out: &'a DeviceExpectedTable,
 ) -> Result<(), Error> {
     let bs = req_pool_indices.len();

@@ -1,0 +1,335 @@
+//! [`DeviceArray`] and [`DeviceScalar`]: the arrays and scalars of [`Device`] memory, either
+//! owned by the crate (a `cust` allocation) or a view of memory the engine owns (an address and
+//! a length), so that every device buffer type and every launch serves both with one code path.
+//!
+//! Views are made only by the `unsafe` constructors of the device layer, after [`check_view`]
+//! (null, alignment, size) and [`check_in_allocation`] (the view lies inside one allocation the
+//! driver knows); dropping a view frees nothing.
+
+use super::context::PrimaryContext;
+use super::error::check;
+use crate::memory::{Device, DeviceMemorySealed, Element, Memory};
+use crate::Error;
+use cust::memory::{DeviceBox, DeviceBuffer};
+use cust::sys;
+
+/// An array of `T` in device memory: allocated by the crate, or a view of `len` elements at an
+/// address the engine owns (made by the `unsafe` `from_raw` constructors of the device buffer
+/// types). Launches and transfers treat both alike.
+pub struct DeviceArray<T: Element> {
+    storage: ArrayStorage<T>,
+}
+
+/// Who owns a [`DeviceArray`]'s memory.
+enum ArrayStorage<T: Element> {
+    /// The crate (freed on drop).
+    Owned(DeviceBuffer<T>),
+    /// The engine: `len` elements at `addr` (never freed here).
+    View { addr: u64, len: usize },
+}
+
+impl<T: Element> DeviceArray<T> {
+    /// An array owning `buffer`.
+    pub(crate) fn owned(buffer: DeviceBuffer<T>) -> Self {
+        DeviceArray {
+            storage: ArrayStorage::Owned(buffer),
+        }
+    }
+
+    /// A view of `len` elements at `addr`.
+    ///
+    /// # Safety
+    ///
+    /// `[addr, addr + len x size_of::<T>())` is device memory of one live allocation, aligned
+    /// for `T`, that stays allocated while the view, or any launch or graph that used it, can
+    /// run ([`check_view`] has been passed).
+    pub(crate) unsafe fn view(addr: u64, len: usize) -> Self {
+        DeviceArray {
+            storage: ArrayStorage::View { addr, len },
+        }
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match &self.storage {
+            ArrayStorage::Owned(b) => b.len(),
+            ArrayStorage::View { len, .. } => *len,
+        }
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the memory is the engine's (a view), not the crate's.
+    pub fn is_view(&self) -> bool {
+        matches!(self.storage, ArrayStorage::View { .. })
+    }
+
+    /// The device address of the first element (`CUdeviceptr`).
+    pub fn as_raw(&self) -> u64 {
+        match &self.storage {
+            ArrayStorage::Owned(b) => b.as_device_ptr().as_raw(),
+            ArrayStorage::View { addr, .. } => *addr,
+        }
+    }
+}
+
+/// One `T` in device memory: allocated by the crate, or a view of an engine-owned scalar.
+pub struct DeviceScalar<T: Element> {
+    storage: ScalarStorage<T>,
+}
+
+/// Who owns a [`DeviceScalar`]'s memory.
+enum ScalarStorage<T: Element> {
+    /// The crate (freed on drop).
+    Owned(DeviceBox<T>),
+    /// The engine: one `T` at this address (never freed here).
+    View(u64),
+}
+
+impl<T: Element> DeviceScalar<T> {
+    /// A scalar owning `b`.
+    pub(crate) fn owned(b: DeviceBox<T>) -> Self {
+        DeviceScalar {
+            storage: ScalarStorage::Owned(b),
+        }
+    }
+
+    /// A view of the `T` at `addr`.
+    ///
+    /// # Safety
+    ///
+    /// As [`DeviceArray::view`] with one element.
+    pub(crate) unsafe fn view(addr: u64) -> Self {
+        DeviceScalar {
+            storage: ScalarStorage::View(addr),
+        }
+    }
+
+    /// Whether the memory is the engine's (a view), not the crate's.
+    pub fn is_view(&self) -> bool {
+        matches!(self.storage, ScalarStorage::View(_))
+    }
+
+    /// The device address (`CUdeviceptr`).
+    pub fn as_raw(&self) -> u64 {
+        match &self.storage {
+            ScalarStorage::Owned(b) => b.as_device_ptr().as_raw(),
+            ScalarStorage::View(addr) => *addr,
+        }
+    }
+}
+
+impl<T: Element> core::fmt::Debug for DeviceArray<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DeviceArray")
+            .field("addr", &format_args!("{:#x}", self.as_raw()))
+            .field("len", &self.len())
+            .field("view", &self.is_view())
+            .finish()
+    }
+}
+
+impl<T: Element> core::fmt::Debug for DeviceScalar<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DeviceScalar")
+            .field("addr", &format_args!("{:#x}", self.as_raw()))
+            .field("view", &self.is_view())
+            .finish()
+    }
+}
+
+impl DeviceMemorySealed for Device {}
+impl Memory for Device {
+    type Array<T: Element> = DeviceArray<T>;
+    type Scalar<T: Element> = DeviceScalar<T>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Device memory holding [`len`](Self::len) elements of `T` at [`device_addr`](Self::device_addr):
+/// a crate [`DeviceArray`] or a `cust` [`DeviceBuffer`] the engine allocated. Sealed.
+pub trait DeviceSlice<T: Element>: sealed::Sealed {
+    /// The device address of the first element.
+    fn device_addr(&self) -> u64;
+    /// Elements.
+    fn len(&self) -> usize;
+    /// Whether there are no elements.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T: Element> sealed::Sealed for DeviceArray<T> {}
+impl<T: Element> DeviceSlice<T> for DeviceArray<T> {
+    fn device_addr(&self) -> u64 {
+        self.as_raw()
+    }
+    fn len(&self) -> usize {
+        DeviceArray::len(self)
+    }
+}
+
+impl<T: Element> sealed::Sealed for DeviceBuffer<T> {}
+impl<T: Element> DeviceSlice<T> for DeviceBuffer<T> {
+    fn device_addr(&self) -> u64 {
+        self.as_device_ptr().as_raw()
+    }
+    fn len(&self) -> usize {
+        let slice: &cust::memory::DeviceSlice<T> = self;
+        slice.len()
+    }
+}
+
+/// Checks a view of `len` elements of `T` at `addr` before the driver is asked: a null address
+/// (for a non-empty view), an address not aligned for `T`, and a byte size or end that
+/// overflows are [`Error::DeviceView`] naming `what`, the address and the length. Returns the
+/// view's byte size.
+pub(crate) fn check_view<T: Element>(
+    what: &'static str,
+    addr: u64,
+    len: usize,
+) -> Result<u64, Error> {
+    check_view_bytes(
+        what,
+        addr,
+        len,
+        core::mem::size_of::<T>(),
+        core::mem::align_of::<T>(),
+    )
+}
+
+/// [`check_view`] for `len` elements of `element_bytes` bytes at an alignment of `align`.
+pub(crate) fn check_view_bytes(
+    what: &'static str,
+    addr: u64,
+    len: usize,
+    element_bytes: usize,
+    align: usize,
+) -> Result<u64, Error> {
+    let err = |rule: String| Error::DeviceView {
+        what,
+        addr,
+        len,
+        element_bytes,
+        rule,
+    };
+    let bytes = (len as u128) * (element_bytes as u128);
+    if len > 0 && addr == 0 {
+        return Err(err("is a null address".to_owned()));
+    }
+    if !addr.is_multiple_of(align as u64) {
+        return Err(err(format!("is not aligned to {align} bytes")));
+    }
+    if bytes > u128::from(u64::MAX - addr) {
+        return Err(err("ends past the 64-bit address space".to_owned()));
+    }
+    Ok(bytes as u64)
+}
+
+/// Checks that `[addr, addr + bytes)` lies inside one allocation of `context`, as far as the
+/// driver knows (`cuMemGetAddressRange`): a view running past the end of its allocation is
+/// [`Error::DeviceView`] naming the allocation's range. An address the driver cannot place
+/// (memory it does not track, such as some virtual-memory mappings) is accepted: the caller's
+/// `unsafe` promise covers it.
+pub(crate) fn check_in_allocation(
+    context: &PrimaryContext,
+    what: &'static str,
+    addr: u64,
+    len: usize,
+    element_bytes: usize,
+    bytes: u64,
+) -> Result<(), Error> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    context.make_current()?;
+    let (mut base, mut size) = (0u64, 0usize);
+    // SAFETY: the driver writes one address and one size into the two live locals; an address
+    // it does not know is an error code, not a crash.
+    let found = check("cuMemGetAddressRange", unsafe {
+        sys::cuMemGetAddressRange_v2(&mut base, &mut size, addr)
+    });
+    if found.is_err() {
+        return Ok(());
+    }
+    let end = u128::from(addr) + u128::from(bytes);
+    if end > u128::from(base) + size as u128 {
+        return Err(Error::DeviceView {
+            what,
+            addr,
+            len,
+            element_bytes,
+            rule: format!(
+                "runs past the end of its allocation [{base:#x}, {:#x})",
+                u128::from(base) + size as u128
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A checked view of `len` elements of `T` at `addr` ([`check_view`], then
+/// [`check_in_allocation`] in `context`).
+///
+/// # Safety
+///
+/// As [`DeviceArray::view`], apart from what the checks establish.
+pub(crate) unsafe fn checked_view<T: Element>(
+    context: &PrimaryContext,
+    what: &'static str,
+    addr: u64,
+    len: usize,
+) -> Result<DeviceArray<T>, Error> {
+    let bytes = check_view::<T>(what, addr, len)?;
+    check_in_allocation(context, what, addr, len, core::mem::size_of::<T>(), bytes)?;
+    // SAFETY: forwarded to the caller; null, alignment and the allocation's end checked above.
+    Ok(unsafe { DeviceArray::view(addr, len) })
+}
+
+/// A checked view of the one `T` at `addr`, as [`checked_view`].
+///
+/// # Safety
+///
+/// As [`DeviceScalar::view`], apart from what the checks establish.
+pub(crate) unsafe fn checked_scalar_view<T: Element>(
+    context: &PrimaryContext,
+    what: &'static str,
+    addr: u64,
+) -> Result<DeviceScalar<T>, Error> {
+    let bytes = check_view::<T>(what, addr, 1)?;
+    check_in_allocation(context, what, addr, 1, core::mem::size_of::<T>(), bytes)?;
+    // SAFETY: forwarded to the caller; null, alignment and the allocation's end checked above.
+    Ok(unsafe { DeviceScalar::view(addr) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_reject_null_misaligned_and_overflowing_ranges() {
+        let e = check_view::<i64>("req_pool_indices", 0, 4).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kv-canary: the device view of req_pool_indices at 0x0 (4 elements of 8 bytes) is a null address"
+        );
+        assert_eq!(check_view::<i64>("x", 0, 0), Ok(0));
+        let e = check_view::<i32>("req_to_token", 0x1002, 8).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kv-canary: the device view of req_to_token at 0x1002 (8 elements of 4 bytes) is not aligned to 4 bytes"
+        );
+        let e = check_view::<i64>("out_cache_loc", u64::MAX - 7, 2).unwrap_err();
+        assert!(
+            e.to_string().contains("ends past the 64-bit address space"),
+            "{e}"
+        );
+        assert_eq!(check_view::<i64>("positions", 0x1000, 3), Ok(24));
+        assert_eq!(check_view::<u8>("bytes", 0x1001, 3), Ok(3));
+    }
+}
