@@ -102,8 +102,11 @@ mod abi;
 mod backend;
 mod device;
 mod driver;
+mod head_findings;
 mod ops;
+mod pending;
 mod report;
+mod sweep;
 
 pub use backend::{DeviceGroupTokens, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
@@ -121,10 +124,13 @@ pub use device::stream::{Capture, Event, Graph, Queue, Stream};
 pub use device::tuning::{KernelTuning, PlanKernel};
 pub use device::write_inputs::DeviceInputAssert;
 pub use driver::error::CudaErrorCode;
+pub use head_findings::PendingHeadFindings;
 pub use ops::custom::launch_custom;
 pub use ops::plan::plan;
 pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
 pub use ops::scatter::scatter_req_token_ids;
 pub use ops::verify::verify;
 pub use ops::write::write;
+pub use pending::Landed;
 pub use report::{DeviceStepReport, PendingDeviceReport, Polled};
+pub use sweep::{DeviceSweepReport, PendingSweepReport};

@@ -159,6 +159,8 @@ pub use stage::{
     FinishedStep, HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify, ReadyToWrite,
     Reports, Step, StepCanary, Written,
 };
+#[cfg(feature = "cuda")]
+pub(crate) use sweep::sweep_gaps;
 pub use sweep::{FinishedSweep, SweepReport, Sweeps};
 
 use crate::backend::{Backend, Cpu, PlanWith};

@@ -15,33 +15,33 @@ use kv_canary::{
 };
 
 /// Request rows (row 0 is the padding row) and positions per row.
-const ROWS: usize = 8;
-const WIDTH: usize = 32;
+pub const ROWS: usize = 8;
+pub const WIDTH: usize = 32;
 /// Slots: row r, position p is slot r * WIDTH + p + 1; slot 0 stays the padding slot.
-const SLOTS: usize = ROWS * WIDTH + 1;
+pub const SLOTS: usize = ROWS * WIDTH + 1;
 /// Bytes of one slot's K or V strip.
-const STRIP: usize = 16;
+pub const STRIP: usize = 16;
 
-type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<64>>;
+pub type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<64>>;
 
-fn slot(row: usize, pos: usize) -> i64 {
+pub fn slot(row: usize, pos: usize) -> i64 {
     (row * WIDTH + pos + 1) as i64
 }
 
-fn token(row: usize, pos: usize) -> i64 {
+pub fn token(row: usize, pos: usize) -> i64 {
     (1000 * row + pos) as i64
 }
 
 /// The violations as a sorted list (the device records rows of different requests in no fixed
 /// order).
-fn sorted(rows: &[Violation]) -> Vec<String> {
+pub fn sorted(rows: &[Violation]) -> Vec<String> {
     let mut rows: Vec<String> = rows.iter().map(|v| format!("{v:?}")).collect();
     rows.sort();
     rows
 }
 
 /// The host fingerprint of one half: ALL mode over its strips.
-fn host_kv(bytes: &[u8], params: RealKvParams) -> Result<RealKv<'_>, String> {
+pub fn host_kv(bytes: &[u8], params: RealKvParams) -> Result<RealKv<'_>, String> {
     let src = RealKvSource::new(bytes, STRIP, params).map_err(fail("source"))?;
     Ok(RealKv::new(
         RealKvHashMode::All,
@@ -50,7 +50,7 @@ fn host_kv(bytes: &[u8], params: RealKvParams) -> Result<RealKv<'_>, String> {
 }
 
 /// The device fingerprint of one half: the same strips in device memory.
-fn dev_kv(
+pub fn dev_kv(
     bytes: &DeviceBuffer<u8>,
     layout: RowLayout,
     params: RealKvParams,
@@ -289,7 +289,7 @@ pub fn run_against_cpu(gpu: &Gpu, draw: Draw) -> Result<Run, String> {
 
 /// One step's CPU and device reports agree (violations as sets, dropped rows, counters, plan
 /// scalars, status); counts overflows and steps with violations.
-fn compare(
+pub fn compare(
     step: usize,
     c: &StepReport,
     d: &DeviceStepReport,
