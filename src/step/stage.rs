@@ -313,7 +313,9 @@ where
     /// (`cuda::PendingHeadFindings`), readable without blocking
     /// once its copies have landed.
     ///
-    /// A peek: the step's final report still holds these rows, once.
+    /// Called at this stage, right after the head verify, so the findings hold its rows only;
+    /// the step may go on to [`write`](Step::write) before a device readback is taken. A peek:
+    /// the step's final report still holds these rows, once.
     pub fn head_findings(&self) -> Result<B::HeadFindings, Error> {
         let c = &*self.canary;
         c.backend.head_findings(&HeadVerifyDone {

@@ -956,3 +956,80 @@ fn a_k_only_canary_equals_the_raw_ops_of_its_k_tags() {
     assert_eq!(tags(&sweep.violations), [LaunchTag::SweepKFull]);
     assert_eq!(sweep.counters.k, sweep_c);
 }
+
+#[test]
+fn a_k_only_swa_canary_launches_the_swa_k_tags_only() {
+    let table = ReqToToken::from_vec(4, 8, (0..32).collect()).unwrap();
+    let lut: Vec<i64> = (0..33).map(|x| x + 100).collect(); // full slot x -> SWA slot x + 100
+    let mut canary: Canary<_, _, _, _, _, KOnly<SwaGroup>> =
+        Canary::k_only(Spec::new(), Cap::<160>, Cap::<16>);
+    assert_eq!(canary.tags(), [LaunchTag::HeadKSwa, LaunchTag::TailKSwa]);
+    let run =
+        |canary: &mut Canary<_, _, _, _, _, KOnly<SwaGroup>>, batch: &Batch, tokens: &[Token]| {
+            let inputs = inputs(canary, tokens);
+            let group = Swa::window(2).with_lut(&lut);
+            let plan_inputs = PlanInputs::full(batch, &table).with_group(group);
+            let step = canary
+                .plan(&plan_inputs)
+                .unwrap()
+                .verify_head()
+                .unwrap()
+                .write(&inputs)
+                .unwrap();
+            step.verify_tail(RealKv::NONE).unwrap()
+        };
+    let prefill: Vec<Token> = (0..5).map(|p| (108 + p, 100 + p, p)).collect();
+    let report = run(&mut canary, &Batch::from_columns([1], [0], [5]), &prefill);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.entries_written(), 2 * 5, "head K and tail K only");
+    let report = run(
+        &mut canary,
+        &Batch::from_columns([1], [5], [1]),
+        &[(113, 105, 5)],
+    );
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.entries_checked(), 2 * 2, "the window, K only");
+    let buf = canary.buffer_mut(LaunchTag::TailKSwa).unwrap();
+    let slot = buf.slot(110).unwrap();
+    buf.set_slot(
+        110,
+        CanarySlot {
+            position: 9,
+            ..slot
+        },
+    )
+    .unwrap();
+    // Outside the next step's window: only a sweep over the cached slots finds it.
+    let report = run(
+        &mut canary,
+        &Batch::from_columns([1], [6], [1]),
+        &[(114, 106, 6)],
+    );
+    assert!(report.is_clean(), "{report}");
+    let entries: Vec<VerifyEntry> = (0..7)
+        .map(|p| VerifyEntry {
+            slot: 108 + p,
+            expected_token: 0,
+            expected_position: p,
+            prev_slot: if p == 0 { -1 } else { 107 + p },
+        })
+        .collect();
+    let sweep = canary.sweep(&entries, RealKv::NONE).unwrap();
+    assert_eq!(tags(&sweep.violations), [LaunchTag::SweepKSwa; 2]);
+    let found: Vec<_> = sweep
+        .violations
+        .iter()
+        .map(|v| (v.slot, v.reasons))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (110, FailReason::VERIFY_POSITION_MISMATCH),
+            (111, FailReason::VERIFY_CHAIN_HASH_MISMATCH)
+        ],
+        "the record, then its successor's chain link"
+    );
+    assert_eq!(sweep.entries_checked(), 7);
+    assert!(canary.buffer(LaunchTag::HeadVSwa).is_none());
+    assert!(canary.counters(LaunchTag::SweepVSwa).is_none());
+}
