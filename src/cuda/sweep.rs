@@ -2,14 +2,16 @@
 //! sweep's report is read back asynchronously ([`PendingSweepReport`]), like a step's.
 //!
 //! The entries the engine hands in (its radix-cache walk, on the host) are copied into the
-//! canary's device verify plan with synchronous copies on the legacy default stream (ordered
-//! after every launch queued before them on the canary's blocking stream, as every `upload` of
-//! this module); then the ring clear, the `SWEEP_K_*` / `SWEEP_V_*` verify launches and the
-//! readback of the ring rows, the write index, the four sweep counters and the status word are
-//! queued on the stream, and `sweep` returns.
+//! canary's device verify plan by stream-ordered copies from pageable memory
+//! (`cuMemcpyHtoDAsync`: the driver stages the host words before each call returns, the only
+//! host work), ordered after the stream's earlier launches and before its later ones; then the
+//! ring clear, the `SWEEP_K_*` / `SWEEP_V_*` verify launches and the readback of the ring rows,
+//! the write index, the four sweep counters and the status word are queued on the stream, and
+//! `sweep` returns without waiting for the GPU.
 
 use super::device::stream::Stream;
-use super::driver::memory::{self as driver, box_ptr};
+use super::driver::memory::box_ptr;
+use super::driver::staged_upload::{set_scalar_on, upload_prefix_on};
 use super::pending::{Landed, RingLayout, Staged};
 use crate::canary::{HealthCounters, Violation};
 use crate::capacity::Capacity;
@@ -120,15 +122,16 @@ impl<'g> PendingSweepReport<'g> {
 impl<'g> Sweeps for Stream<'g> {
     type SweepReport = PendingSweepReport<'g>;
 
-    /// Synchronous copies of the entries' four columns and the two scalars (module docs).
+    /// Stream-ordered copies of the entries' four columns and the two scalars (module docs).
     fn load_sweep<C: Capacity>(
         &self,
         plan: &mut VerifyPlan<C, Device>,
         entries: &[VerifyEntry],
     ) -> Result<bool, Error> {
+        let raw = self.as_raw();
         if entries.len() > plan.capacity().get() {
-            driver::set_scalar(&plan.enable, 0)?;
-            driver::set_scalar(&plan.num_valid, 0)?;
+            set_scalar_on(&plan.enable, 0, raw)?;
+            set_scalar_on(&plan.num_valid, 0, raw)?;
             return Ok(false);
         }
         let num_valid = i32::try_from(entries.len()).map_err(|_| Error::SweepTooLong {
@@ -136,16 +139,16 @@ impl<'g> Sweeps for Stream<'g> {
             verify_capacity: plan.capacity().get(),
         })?;
         let column = |f: fn(&VerifyEntry) -> i64| entries.iter().map(f).collect::<Vec<_>>();
-        driver::upload(&plan.slot_indices, 0, &column(|e| e.slot))?;
-        driver::upload(&plan.expected_tokens, 0, &column(|e| e.expected_token))?;
-        driver::upload(
+        upload_prefix_on(&plan.slot_indices, &column(|e| e.slot), raw)?;
+        upload_prefix_on(&plan.expected_tokens, &column(|e| e.expected_token), raw)?;
+        upload_prefix_on(
             &plan.expected_positions,
-            0,
             &column(|e| e.expected_position),
+            raw,
         )?;
-        driver::upload(&plan.prev_slot_indices, 0, &column(|e| e.prev_slot))?;
-        driver::set_scalar(&plan.num_valid, num_valid)?;
-        driver::set_scalar(&plan.enable, 1)?;
+        upload_prefix_on(&plan.prev_slot_indices, &column(|e| e.prev_slot), raw)?;
+        set_scalar_on(&plan.num_valid, num_valid, raw)?;
+        set_scalar_on(&plan.enable, 1, raw)?;
         Ok(true)
     }
 

@@ -7,6 +7,7 @@
 //! * [`memory`]: allocation, synchronous transfers, typed addresses;
 //! * [`pinned`]: pinned host memory and stream-ordered readbacks into it (async reports);
 //! * [`stream`]: streams, events, capture and executable graphs;
+//! * [`staged_upload`]: stream-ordered uploads from pageable host memory (sweep entries);
 //! * [`launch`]: [`launch`](launch::launch), the one call that queues a kernel.
 
 pub(crate) mod context;
@@ -15,4 +16,5 @@ pub(crate) mod launch;
 pub(crate) mod memory;
 pub(crate) mod module;
 pub(crate) mod pinned;
+pub(crate) mod staged_upload;
 pub(crate) mod stream;
