@@ -47,6 +47,39 @@
 //! head verify and before its forward pass: the head verify's rows, their count and the plan
 //! overflow (on a device a queued readback). The step's final report still holds them, once.
 //!
+//! ```
+//! use kv_canary::step::{Canary, TailKv};
+//! use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape, VerifyEntry};
+//!
+//! let mut canary = Canary::full(Shape::<Cap<32>, Cap<4>, Cap<16>>::new(), Cap::<64>, Cap::<16>);
+//! let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;
+//! let mut inputs = canary.write_inputs();
+//! let p = inputs.parts_mut();
+//! p.input_ids[..3].copy_from_slice(&[7, 8, 9]);
+//! p.positions[..3].copy_from_slice(&[0, 1, 2]);
+//! p.out_cache_loc[..3].copy_from_slice(&[8, 9, 10]);
+//! let batch = Batch::from_columns([1], [0], [3]);
+//! let step = canary.plan(&PlanInputs::full(&batch, &table))?.verify_head()?;
+//! assert!(step.head_findings()?.is_clean()); // read before the forward pass
+//! step.write(&inputs)?.verify_tail(TailKv::NONE)?;
+//!
+//! // The request finishes; slots 8, 9, 10 stay in the radix cache. Between steps, sweep them:
+//! let entries: Vec<VerifyEntry> = [(8, -1), (9, 8), (10, 9)]
+//!     .into_iter()
+//!     .zip(0..)
+//!     .map(|((slot, prev_slot), expected_position)| VerifyEntry {
+//!         slot,
+//!         expected_token: 0, // sweeps do not check tokens
+//!         expected_position,
+//!         prev_slot,
+//!     })
+//!     .collect();
+//! let sweep = canary.sweep(&entries, TailKv::NONE)?;
+//! assert_eq!((sweep.entries_checked(), sweep.recorded()), (2 * 3, 0));
+//! assert!(sweep.is_clean());
+//! # Ok::<(), kv_canary::Error>(())
+//! ```
+//!
 //! # Not checked is not clean
 //!
 //! A report is [`clean`](StepReport::is_clean) only when every launch of the step ran over

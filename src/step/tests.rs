@@ -1033,3 +1033,15 @@ fn a_k_only_swa_canary_launches_the_swa_k_tags_only() {
     assert!(canary.buffer(LaunchTag::HeadVSwa).is_none());
     assert!(canary.counters(LaunchTag::SweepVSwa).is_none());
 }
+
+#[test]
+fn a_sweep_entry_outside_the_canary_is_an_error_naming_it() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let mut entries = row_1_entries();
+    entries[1].slot = 999; // the canary has 64 slots
+    let err = canary.sweep(&entries, engine.tail_kv()).unwrap_err();
+    let message = err.to_string();
+    assert!(message.starts_with("kv-canary:") && message.contains("999"), "{message}");
+    assert_eq!((canary.sweeps(), canary.total_violations()), (0, 0));
+}
