@@ -1042,6 +1042,9 @@ fn a_sweep_entry_outside_the_canary_is_an_error_naming_it() {
     entries[1].slot = 999; // the canary has 64 slots
     let err = canary.sweep(&entries, engine.tail_kv()).unwrap_err();
     let message = err.to_string();
-    assert!(message.starts_with("kv-canary:") && message.contains("999"), "{message}");
+    assert!(
+        message.starts_with("kv-canary:") && message.contains("999"),
+        "{message}"
+    );
     assert_eq!((canary.sweeps(), canary.total_violations()), (0, 0));
 }
