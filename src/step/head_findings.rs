@@ -12,6 +12,7 @@ use crate::capacity::Capacity;
 use crate::cpu::PlanSummary;
 use crate::error::Error;
 use crate::plan::VerifyPlan;
+use core::fmt;
 
 /// The head verify's findings: the ring rows it recorded (K launch, then V), the rows that did
 /// not fit, and whether the plan overflowed its verify capacity (then the head verify checked
@@ -46,6 +47,25 @@ impl HeadFindings {
     /// Whether the head verify checked every planned slot and recorded nothing.
     pub fn is_clean(&self) -> bool {
         self.status() == StepStatus::Clean
+    }
+}
+
+/// One line: `head verify: clean`, `head verify: 2 violations (0 dropped)` or `head verify:
+/// UNVERIFIED: ...`.
+impl fmt::Display for HeadFindings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("head verify: ")?;
+        match self.status() {
+            StepStatus::Clean => f.write_str("clean"),
+            StepStatus::Violations { recorded } => {
+                write!(f, "{recorded} violations ({} dropped)", self.dropped)
+            }
+            StepStatus::Unverified { gaps, recorded } => write!(
+                f,
+                "UNVERIFIED: {gaps}; {recorded} violations ({} dropped)",
+                self.dropped
+            ),
+        }
     }
 }
 

@@ -827,6 +827,10 @@ fn head_findings_of_an_overflowed_plan_are_unverified() {
         })
     );
     assert!(!findings.is_clean());
+    assert!(
+        findings.to_string().contains("needed 3 verify entries"),
+        "{findings}"
+    );
 }
 
 /// A K-only canary of the toy engine's shape.
