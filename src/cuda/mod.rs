@@ -141,9 +141,12 @@ mod abi;
 mod backend;
 mod device;
 mod driver;
+mod head_findings;
 mod ops;
+mod pending;
 mod report;
 mod step_graph;
+mod sweep;
 
 pub use backend::{DeviceGroupTokens, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
@@ -166,11 +169,14 @@ pub use device::write_inputs::{DeviceInputAssert, RawWriteInputs};
 pub use driver::array::{DeviceArray, DeviceScalar, DeviceSlice};
 pub use driver::error::CudaErrorCode;
 pub use driver::memory::{transfers_issued, Transfers};
+pub use head_findings::PendingHeadFindings;
 pub use ops::custom::launch_custom;
 pub use ops::plan::plan;
 pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
 pub use ops::scatter::scatter_req_token_ids;
 pub use ops::verify::verify;
 pub use ops::write::write;
+pub use pending::Landed;
 pub use report::{CapturedReport, DeviceStepReport, PendingDeviceReport, Polled};
 pub use step_graph::StepGraph;
+pub use sweep::{DeviceSweepReport, PendingSweepReport};

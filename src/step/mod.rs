@@ -28,10 +28,57 @@
 //!   fingerprints, so a corruption of V bytes is reported by `TAIL_V_*` alone.
 //!
 //! All launches share one [`ViolationRing`] of `R` rows. An engine with a FULL and an SWA group
-//! runs one `Canary` per group. Sweep launches (verify-only passes over idle requests,
-//! `SWEEP_*` tags) are not modelled: build a [`VerifyPlan`] with
-//! [`VerifyPlan::set_entries`] and call [`cpu::verify`](crate::cpu::verify) on [`Canary::buffer`] with
-//! [`Canary::shape`] and a ring of its own.
+//! runs one `Canary` per group. A pool without a V half (an MLA-style latent cache) is a
+//! [`KOnly`] group: two buffers (head and tail K), the K launches only, and one set of real-KV
+//! sources for its tail verify and sweeps (a V source does not compile).
+//!
+//! # Sweeps and head findings
+//!
+//! Between steps the engine can [`sweep`](Canary::sweep) idle cached slots (SGLang's radix-cache
+//! sweep): a verify-only pass over the entries it hands in (slot, position, predecessor), on the
+//! tail buffers with the group's real-KV sources, tags `SWEEP_K_*` / `SWEEP_V_*`, in the canary's
+//! own verify plan. It finds KV bytes of finished, still cached requests that changed, which no
+//! step attends to. A sweep borrows the canary mutably, so it cannot start while a step is in
+//! flight (it does not compile), and its [`SweepReport`] follows the rules below (more entries
+//! than the verify capacity: unverified, with the numbers). On a device its report is read back
+//! asynchronously, like a step's.
+//!
+//! An engine that chooses to wait reads a step's [`head_findings`](Step::head_findings) after its
+//! head verify and before its forward pass: the head verify's rows, their count and the plan
+//! overflow (on a device a queued readback). The step's final report still holds them, once.
+//!
+//! ```
+//! use kv_canary::step::{Canary, TailKv};
+//! use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape, VerifyEntry};
+//!
+//! let mut canary = Canary::full(Shape::<Cap<32>, Cap<4>, Cap<16>>::new(), Cap::<64>, Cap::<16>);
+//! let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;
+//! let mut inputs = canary.write_inputs();
+//! let p = inputs.parts_mut();
+//! p.input_ids[..3].copy_from_slice(&[7, 8, 9]);
+//! p.positions[..3].copy_from_slice(&[0, 1, 2]);
+//! p.out_cache_loc[..3].copy_from_slice(&[8, 9, 10]);
+//! let batch = Batch::from_columns([1], [0], [3]);
+//! let step = canary.plan(&PlanInputs::full(&batch, &table))?.verify_head()?;
+//! assert!(step.head_findings()?.is_clean()); // read before the forward pass
+//! step.write(&inputs)?.verify_tail(TailKv::NONE)?;
+//!
+//! // The request finishes; slots 8, 9, 10 stay in the radix cache. Between steps, sweep them:
+//! let entries: Vec<VerifyEntry> = [(8, -1), (9, 8), (10, 9)]
+//!     .into_iter()
+//!     .zip(0..)
+//!     .map(|((slot, prev_slot), expected_position)| VerifyEntry {
+//!         slot,
+//!         expected_token: 0, // sweeps do not check tokens
+//!         expected_position,
+//!         prev_slot,
+//!     })
+//!     .collect();
+//! let sweep = canary.sweep(&entries, TailKv::NONE)?;
+//! assert_eq!((sweep.entries_checked(), sweep.recorded()), (2 * 3, 0));
+//! assert!(sweep.is_clean());
+//! # Ok::<(), kv_canary::Error>(())
+//! ```
 //!
 //! # Not checked is not clean
 //!
@@ -103,17 +150,51 @@
 //! let batch = Batch::from_columns([1], [0], [3]);
 //! canary.plan(&PlanInputs::full(&batch, &table)).unwrap().write(&inputs);
 //! ```
+//!
+//! Nor does a sweep while a step is in flight:
+//!
+//! ```compile_fail
+//! use kv_canary::step::{Canary, TailKv};
+//! use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape};
+//! let mut canary = Canary::full(Shape::<Cap<32>, Cap<4>, Cap<16>>::new(), Cap::<64>, Cap::<16>);
+//! let table = ReqToToken::zeros(4, 8).unwrap();
+//! let inputs = canary.write_inputs();
+//! let batch = Batch::from_columns([1], [0], [3]);
+//! let step = canary.plan(&PlanInputs::full(&batch, &table)).unwrap().verify_head().unwrap();
+//! canary.sweep(&[], TailKv::NONE).unwrap();
+//! step.write(&inputs).unwrap().verify_tail(TailKv::NONE).unwrap();
+//! ```
+//!
+//! A K-only canary takes one set of sources: a [`TailKv`] pair does not compile.
+//!
+//! ```compile_fail
+//! use kv_canary::step::{Canary, KOnly, TailKv};
+//! use kv_canary::{Batch, Cap, Full, PlanInputs, ReqToToken, Shape};
+//! let mut canary: Canary<_, _, _, _, _, KOnly<Full>> =
+//!     Canary::k_only(Shape::<Cap<32>, Cap<4>, Cap<16>>::new(), Cap::<64>, Cap::<16>);
+//! let table = ReqToToken::zeros(4, 8).unwrap();
+//! let inputs = canary.write_inputs();
+//! let batch = Batch::from_columns([1], [0], [3]);
+//! let step = canary.plan(&PlanInputs::full(&batch, &table)).unwrap().verify_head().unwrap();
+//! step.write(&inputs).unwrap().verify_tail(TailKv::NONE).unwrap();
+//! ```
 
 mod group;
+mod head_findings;
 mod report;
 mod stage;
+mod sweep;
 
-pub use group::{GroupKind, SwaGroup};
+pub use group::{GroupKind, KOnly, SwaGroup};
+pub use head_findings::{HeadFindings, HeadVerifyDone, ReadsHeadFindings};
 pub use report::{KvPair, PlanOverflow, StepReport, StepStatus, TailKv, Unverified};
 pub use stage::{
     FinishedStep, HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify, ReadyToWrite,
     Reports, Step, StepCanary, Written,
 };
+#[cfg(feature = "cuda")]
+pub(crate) use sweep::sweep_gaps;
+pub use sweep::{FinishedSweep, SweepReport, Sweeps};
 
 use crate::backend::{Backend, Cpu, PlanWith};
 use crate::canary::{CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, ViolationRing};
@@ -151,13 +232,17 @@ where
     shape: Shape<V, W, E>,
     verify_plan: VerifyPlan<V, B::Memory>,
     write_plan: WritePlan<W, B::Memory>,
-    head: KvPair<CanaryBuffer<S, B::Memory>>,
-    tail: KvPair<CanaryBuffer<S, B::Memory>>,
+    head: Halves<CanaryBuffer<S, B::Memory>>,
+    tail: Halves<CanaryBuffer<S, B::Memory>>,
     ring: ViolationRing<R, B::Memory>,
     head_counters: KvPair<HealthCounters<B::Memory>>,
     tail_counters: KvPair<HealthCounters<B::Memory>>,
+    /// The counters of the sweep launches (`SWEEP_K_*`, `SWEEP_V_*`).
+    sweep_counters: KvPair<HealthCounters<B::Memory>>,
     chain_position_assert: ChainPositionAssert,
     steps: u64,
+    /// Sweeps run.
+    sweeps: u64,
     violations: u64,
     /// Whether a step is planned and has not reached its tail verify yet.
     in_flight: bool,
@@ -287,6 +372,60 @@ where
     }
 }
 
+impl<V, W, E, S, R, P> Canary<V, W, E, S, R, KOnly<P>>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    KOnly<P>: GroupKind,
+{
+    /// A canary on the CPU for a pool without a V half (an MLA-style latent cache) of group `P`
+    /// ([`Full`] or [`SwaGroup`]): two canary buffers (head and tail K) of `slots` slots, a ring
+    /// of `ring_rows` rows; its steps launch the K tags only. Errors as [`Canary::try_full`].
+    pub fn try_k_only(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Result<Self, Error> {
+        Canary::on(Cpu, shape, slots, ring_rows)
+    }
+}
+
+impl<V, W, E, S, R, P> Canary<V, W, E, S, R, KOnly<P>>
+where
+    V: StaticCapacity,
+    W: StaticCapacity,
+    E: StaticCapacity,
+    S: StaticCapacity,
+    R: StaticCapacity,
+    KOnly<P>: GroupKind,
+{
+    /// [`Canary::try_k_only`] for static capacities.
+    pub fn k_only(shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Self {
+        static_size(Canary::on(Cpu, shape, slots, ring_rows))
+    }
+}
+
+impl<V, W, E, S, R, P, B> Canary<V, W, E, S, R, KOnly<P>, B>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    KOnly<P>: GroupKind,
+    B: Backend,
+{
+    /// A K-only canary ([`Canary::try_k_only`]) on `backend`, every buffer allocated by the
+    /// backend (in its memory).
+    pub fn k_only_on(
+        backend: B,
+        shape: Shape<V, W, E>,
+        slots: S,
+        ring_rows: R,
+    ) -> Result<Self, Error> {
+        Canary::on(backend, shape, slots, ring_rows)
+    }
+}
+
 impl<V, W, E, S, R, G, B> Canary<V, W, E, S, R, G, B>
 where
     V: Capacity,
@@ -299,9 +438,12 @@ where
 {
     fn on(backend: B, shape: Shape<V, W, E>, slots: S, ring_rows: R) -> Result<Self, Error> {
         let buffers = || -> Result<_, Error> {
-            Ok(KvPair {
+            Ok(Halves {
                 k: backend.canary_buffer(slots)?,
-                v: backend.canary_buffer(slots)?,
+                v: match G::HAS_V {
+                    true => Some(backend.canary_buffer(slots)?),
+                    false => None,
+                },
             })
         };
         let counters = || -> Result<_, Error> {
@@ -318,10 +460,12 @@ where
             ring: backend.violation_ring(ring_rows)?,
             head_counters: counters()?,
             tail_counters: counters()?,
+            sweep_counters: counters()?,
             shape,
             backend,
             chain_position_assert: ChainPositionAssert::ON,
             steps: 0,
+            sweeps: 0,
             violations: 0,
             in_flight: false,
             abandoned: 0,
@@ -384,8 +528,10 @@ where
             ring: self.ring,
             head_counters: self.head_counters,
             tail_counters: self.tail_counters,
+            sweep_counters: self.sweep_counters,
             chain_position_assert: self.chain_position_assert,
             steps: self.steps,
+            sweeps: self.sweeps,
             violations: self.violations,
             in_flight: self.in_flight,
             abandoned: self.abandoned,
@@ -431,33 +577,58 @@ where
         (&self.verify_plan, &self.write_plan)
     }
 
-    /// The four launch tags of this canary: head (K, V) and tail (K, V).
-    pub fn tags(&self) -> [LaunchTag; 4] {
-        [G::HEAD.k, G::HEAD.v, G::TAIL.k, G::TAIL.v]
+    /// The launch tags of this canary's steps: head (K, V) and tail (K, V); head K and tail K
+    /// for a [`KOnly`] canary. Its sweeps launch [`GroupKind::SWEEP`]'s tags (K only for a
+    /// [`KOnly`] canary).
+    pub fn tags(&self) -> Vec<LaunchTag> {
+        let (head, tail) = (G::HEAD, G::TAIL);
+        match G::HAS_V {
+            true => vec![head.k, head.v, tail.k, tail.v],
+            false => vec![head.k, tail.k],
+        }
     }
 
-    /// The canary buffer the launches tagged `tag` use; `None` for a tag of another group or a
-    /// sweep tag.
+    /// The canary buffer the launches tagged `tag` use (a sweep tag: the tail buffer of its
+    /// half, which sweeps share); `None` for a tag of another group or of a half this canary
+    /// does not have.
     pub fn buffer(&self, tag: LaunchTag) -> Option<&CanaryBuffer<S, B::Memory>> {
-        let i = self.launch_index(tag)?;
-        Some([&self.head.k, &self.head.v, &self.tail.k, &self.tail.v][i])
+        let (end, half) = Self::locate(tag)?;
+        let buffers = match end {
+            Launches::Head => &self.head,
+            Launches::Tail | Launches::Sweep => &self.tail,
+        };
+        match half {
+            Half::K => Some(&buffers.k),
+            Half::V => buffers.v.as_ref(),
+        }
     }
 
     /// The canary buffer of `tag`, mutable: for tests that tamper with a record.
     pub fn buffer_mut(&mut self, tag: LaunchTag) -> Option<&mut CanaryBuffer<S, B::Memory>> {
-        let i = self.launch_index(tag)?;
-        let (head, tail) = (&mut self.head, &mut self.tail);
-        [&mut head.k, &mut head.v, &mut tail.k, &mut tail.v]
-            .into_iter()
-            .nth(i)
+        let (end, half) = Self::locate(tag)?;
+        let buffers = match end {
+            Launches::Head => &mut self.head,
+            Launches::Tail | Launches::Sweep => &mut self.tail,
+        };
+        match half {
+            Half::K => Some(&mut buffers.k),
+            Half::V => buffers.v.as_mut(),
+        }
     }
 
-    /// The health counters of the launches tagged `tag` (cumulative over every step); `None` for
-    /// a tag this canary does not launch.
+    /// The health counters of the launches tagged `tag` (cumulative over every step, or every
+    /// sweep for a sweep tag); `None` for a tag this canary does not launch.
     pub fn counters(&self, tag: LaunchTag) -> Option<&HealthCounters<B::Memory>> {
-        let i = self.launch_index(tag)?;
-        let (head, tail) = (&self.head_counters, &self.tail_counters);
-        Some([&head.k, &head.v, &tail.k, &tail.v][i])
+        let (end, half) = Self::locate(tag)?;
+        let counters = match end {
+            Launches::Head => &self.head_counters,
+            Launches::Tail => &self.tail_counters,
+            Launches::Sweep => &self.sweep_counters,
+        };
+        Some(match half {
+            Half::K => &counters.k,
+            Half::V => &counters.v,
+        })
     }
 
     /// The violation ring: the rows of the current (or last) step. Each `plan` empties it.
@@ -487,16 +658,49 @@ where
         self.violations + self.backend.delivered_violations()
     }
 
-    /// Where `tag` stands in [`tags`](Canary::tags) (head K, head V, tail K, tail V): the order
-    /// in which [`buffer`](Canary::buffer), [`buffer_mut`](Canary::buffer_mut) and
-    /// [`counters`](Canary::counters) list their fields.
-    fn launch_index(&self, tag: LaunchTag) -> Option<usize> {
-        self.tags().iter().position(|&t| t == tag)
+    /// Which launches of this canary `tag` names, and their half; `None` for a tag of another
+    /// group, or of the V half on a [`KOnly`] canary.
+    fn locate(tag: LaunchTag) -> Option<(Launches, Half)> {
+        let ends = [
+            (Launches::Head, G::HEAD),
+            (Launches::Tail, G::TAIL),
+            (Launches::Sweep, G::SWEEP),
+        ];
+        ends.into_iter().find_map(|(end, tags)| {
+            if tag == tags.k {
+                Some((end, Half::K))
+            } else if G::HAS_V && tag == tags.v {
+                Some((end, Half::V))
+            } else {
+                None
+            }
+        })
     }
 
     /// The launch settings of `tag` with `real_kv`.
     fn settings<'k>(&self, tag: LaunchTag, real_kv: B::RealKv<'k>) -> B::Settings<'k> {
         B::settings(tag, real_kv, self.chain_position_assert)
+    }
+
+    /// The settings of a pair of launches tagged `tags` folding `real_kv` (tail verify, sweep),
+    /// once every active source is known to cover the canary's slots (else
+    /// [`Error::RealKvSlotOutOfRange`], before anything runs). Without a V half the V settings
+    /// repeat the K sources under the V tag; no launch uses them.
+    fn checked_settings<'k>(
+        &self,
+        tags: KvPair<LaunchTag>,
+        real_kv: G::Sources<B::RealKv<'k>>,
+    ) -> Result<KvPair<B::Settings<'k>>, Error> {
+        let slots = self.head.k.num_slots();
+        let (k, v) = G::split_sources(real_kv);
+        B::check_real_kv_covers(&k, slots)?;
+        if let Some(v) = &v {
+            B::check_real_kv_covers(v, slots)?;
+        }
+        Ok(KvPair {
+            k: self.settings(tags.k, k),
+            v: self.settings(tags.v, v.unwrap_or(k)),
+        })
     }
 
     /// Starts a step: runs the plan op on `inputs` (a batch planned for this canary's group:
@@ -510,7 +714,7 @@ where
     /// abandoned here.
     pub fn plan<I>(&mut self, inputs: &I) -> Result<Step<'_, Planned, Self>, Error>
     where
-        I: PlanInputsOf<G> + ?Sized,
+        I: PlanInputsOf<G::Pool> + ?Sized,
         B: PlanWith<I, V, W, E>,
         V: SameVerifyCapacity<V>,
         W: SameWriteReqCapacity<W>,
@@ -535,6 +739,28 @@ where
         let token_check = inputs.checks_tokens();
         Ok(Step::planned(self, summary, token_check))
     }
+}
+
+/// The canary buffers of one end (head or tail): the K half's, and the V half's when the pool
+/// has one ([`GroupKind::HAS_V`]).
+struct Halves<T> {
+    k: T,
+    v: Option<T>,
+}
+
+/// The launches of a canary that one tag can name.
+#[derive(Clone, Copy, Debug)]
+enum Launches {
+    Head,
+    Tail,
+    Sweep,
+}
+
+/// The half of a KV pool a launch works on.
+#[derive(Clone, Copy, Debug)]
+enum Half {
+    K,
+    V,
 }
 
 /// Plan inputs for a canary of group `G`: a FULL canary plans with a [`Full`] group, an SWA
@@ -573,6 +799,7 @@ where
             .field("group", &G::NAME)
             .field("shape", &self.shape)
             .field("slots", &self.head.k.capacity())
+            .field("v_half", &G::HAS_V)
             .field("ring_rows", &self.ring.capacity())
             .field("steps", &self.steps)
             .field("violations", &self.violations)

@@ -2,6 +2,7 @@
 //! in order: `plan` -> [`verify_head`](Step::verify_head) -> [`write`](Step::write) -> (forward
 //! pass) -> [`verify_tail`](Step::verify_tail).
 
+use super::head_findings::{HeadVerifyDone, ReadsHeadFindings};
 use super::{Canary, GroupKind, KvPair, StepReport};
 use crate::backend::{Backend, Cpu, Writes};
 use crate::canary::{
@@ -315,6 +316,36 @@ where
     }
 }
 
+impl<'c, V, W, E, S, R, G, B> Step<'c, HeadVerified, CanaryOf<V, W, E, S, R, G, B>>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+    B: ReadsHeadFindings,
+{
+    /// What the head verify found (its ring rows, their count, the plan overflow), for an
+    /// engine that chooses to wait for them before its forward pass: on the CPU the
+    /// [`HeadFindings`](super::HeadFindings) at once; on a CUDA stream a queued readback
+    /// (`cuda::PendingHeadFindings`), readable without blocking
+    /// once its copies have landed.
+    ///
+    /// Called at this stage, right after the head verify, so the findings hold its rows only;
+    /// the step may go on to [`write`](Step::write) before a device readback is taken. A peek:
+    /// the step's final report still holds these rows, once.
+    pub fn head_findings(&self) -> Result<B::HeadFindings, Error> {
+        let c = &*self.canary;
+        c.backend.head_findings(&HeadVerifyDone {
+            plan: self.progress.plan,
+            verify_plan: &c.verify_plan,
+            verify_capacity: c.shape.verify_capacity().get(),
+            ring: &c.ring,
+        })
+    }
+}
+
 impl<'c, St, V, W, E, S, R, G, B> Step<'c, St, CanaryOf<V, W, E, S, R, G, B>>
 where
     V: SameVerifyCapacity<V>,
@@ -346,7 +377,7 @@ where
             ..
         } = self;
         let settings = G::HEAD.map(|tag| c.settings(tag, B::no_real_kv()));
-        progress.head_verify = verify_both(c, End::Head, &settings, progress.token_check)?;
+        progress.head_verify = verify_both(c, Verified::Head, &settings, progress.token_check)?;
         Ok(Step {
             canary: c,
             stage: HeadVerified,
@@ -395,9 +426,12 @@ where
     /// stamps this step's tokens into them with the fingerprints of their fresh KV bytes. Tags
     /// `TAIL_K_*` and `TAIL_V_*`.
     ///
+    /// `real_kv` holds the K and V halves' sources ([`TailKv`](super::TailKv)); a [`KOnly`](super::KOnly)
+    /// canary takes the K half's alone and launches `TAIL_K_*` only.
+    ///
     /// Every active source of `real_kv` must cover all the canary's slots; otherwise
     /// [`Error::RealKvSlotOutOfRange`] is returned before any tail launch runs.
-    pub fn verify_tail(self, real_kv: KvPair<B::RealKv<'_>>) -> Result<B::Report, Error>
+    pub fn verify_tail(self, real_kv: G::Sources<B::RealKv<'_>>) -> Result<B::Report, Error>
     where
         St: ReadyForTailVerify<E, B>,
         B: Reports,
@@ -407,14 +441,8 @@ where
             stage,
             progress,
         } = self;
-        let slots = c.head.k.num_slots();
-        B::check_real_kv_covers(&real_kv.k, slots)?;
-        B::check_real_kv_covers(&real_kv.v, slots)?;
-        let settings = KvPair {
-            k: c.settings(G::TAIL.k, real_kv.k),
-            v: c.settings(G::TAIL.v, real_kv.v),
-        };
-        let tail_verify = verify_both(c, End::Tail, &settings, progress.token_check)?;
+        let settings = c.checked_settings(G::TAIL, real_kv)?;
+        let tail_verify = verify_both(c, Verified::Tail, &settings, progress.token_check)?;
         let tail_write = write_both(c, End::Tail, &settings, &stage)?;
         let abandoned_steps = core::mem::take(&mut c.abandoned);
         c.in_flight = false;
@@ -438,17 +466,27 @@ where
     }
 }
 
-/// The head or the tail buffers of a canary.
+/// The buffers and counters a pair of verify launches use: the head's, the tail's, or the
+/// tail buffers with the sweep counters (a sweep).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Verified {
+    Head,
+    Tail,
+    Sweep,
+}
+
+/// The head or the tail buffers of a canary (what a write stamps).
 #[derive(Clone, Copy, Debug)]
 enum End {
     Head,
     Tail,
 }
 
-/// Verifies the K and then the V buffer of one end.
-fn verify_both<V, W, E, S, R, G, B>(
+/// Verifies the K and then (when the pool has one) the V buffer of `which`; a missing V half's
+/// summary is the default.
+pub(super) fn verify_both<V, W, E, S, R, G, B>(
     c: &mut Canary<V, W, E, S, R, G, B>,
-    end: End,
+    which: Verified,
     settings: &KvPair<B::Settings<'_>>,
     token_check: bool,
 ) -> Result<KvPair<B::VerifyDone>, Error>
@@ -461,9 +499,10 @@ where
     G: GroupKind,
     B: Backend,
 {
-    let (buffers, counters) = match end {
-        End::Head => (&c.head, &mut c.head_counters),
-        End::Tail => (&c.tail, &mut c.tail_counters),
+    let (buffers, counters) = match which {
+        Verified::Head => (&c.head, &mut c.head_counters),
+        Verified::Tail => (&c.tail, &mut c.tail_counters),
+        Verified::Sweep => (&c.tail, &mut c.sweep_counters),
     };
     let (backend, shape, plan, ring) = (&c.backend, &c.shape, &c.verify_plan, &mut c.ring);
     let mut one = |settings, buffer, counters| {
@@ -473,14 +512,16 @@ where
             backend.verify(shape, plan, TokenCheckOff, settings, buffer, ring, counters)
         }
     };
-    Ok(KvPair {
-        k: one(&settings.k, &buffers.k, &mut counters.k)?,
-        v: one(&settings.v, &buffers.v, &mut counters.v)?,
-    })
+    let k = one(&settings.k, &buffers.k, &mut counters.k)?;
+    let v = match &buffers.v {
+        Some(buffer) => one(&settings.v, buffer, &mut counters.v)?,
+        None => B::VerifyDone::default(),
+    };
+    Ok(KvPair { k, v })
 }
 
-/// Stamps the write inputs held by a [`Written`] stage into the K and then the V buffer of
-/// one end.
+/// Stamps the write inputs held by a [`Written`] stage into the K and then (when the pool has
+/// one) the V buffer of one end; a missing V half's summary is the default.
 fn write_both<V, W, E, S, R, G, B, T>(
     c: &mut Canary<V, W, E, S, R, G, B>,
     end: End,
@@ -505,8 +546,10 @@ where
     let mut one = |settings, buffer, counters| {
         inputs.stamp(backend, shape, plan, settings, buffer, ring, counters)
     };
-    Ok(KvPair {
-        k: one(&settings.k, &mut buffers.k, &mut counters.k)?,
-        v: one(&settings.v, &mut buffers.v, &mut counters.v)?,
-    })
+    let k = one(&settings.k, &mut buffers.k, &mut counters.k)?;
+    let v = match &mut buffers.v {
+        Some(buffer) => one(&settings.v, buffer, &mut counters.v)?,
+        None => B::WriteDone::default(),
+    };
+    Ok(KvPair { k, v })
 }

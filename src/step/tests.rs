@@ -3,9 +3,12 @@
 
 use super::*;
 use crate::canary::{CanarySlot, FailReason, Violation};
+use crate::canary::{LaunchSettings, TokenCheckOff};
 use crate::capacity::Cap;
+use crate::cpu::{VerifySummary, WriteSummary};
 use crate::hash::fold_words;
 use crate::input::{Batch, ExpectedTokenTable, PlanInputs, ReqToToken, Swa};
+use crate::plan::VerifyEntry;
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 
 type Spec = Shape<Cap<64>, Cap<4>, Cap<16>>;
@@ -155,7 +158,12 @@ fn clean_steps_report_nothing_and_count_every_launch() {
         assert_eq!(counters.kernel_run_counter(), 12, "{tag}");
         assert_eq!(counters.slot_run_counter(), 25 + 10, "{tag}");
     }
-    assert!(canary.counters(LaunchTag::SweepKFull).is_none());
+    // No sweep ran: the sweep launches' counters are still at 0.
+    let sweep = canary.counters(LaunchTag::SweepKFull).unwrap();
+    assert_eq!(
+        (sweep.kernel_run_counter(), sweep.slot_run_counter()),
+        (0, 0)
+    );
     assert!(canary.counters(LaunchTag::HeadKSwa).is_none());
 }
 
@@ -573,7 +581,14 @@ fn a_reshaped_canary_keeps_verifying_the_requests_in_flight() {
     for tag in canary.tags() {
         let buf = canary.buffer_mut(tag).unwrap();
         let slot = buf.slot(10).unwrap();
-        buf.set_slot(10, CanarySlot { token: 7, ..slot }).unwrap();
+        buf.set_slot(
+            10,
+            CanarySlot {
+                position: 7,
+                ..slot
+            },
+        )
+        .unwrap();
     }
     let report = step(
         &mut canary,
@@ -618,4 +633,422 @@ fn run_time_capacities_too_large_are_errors_not_aborts() {
     ));
     let canary = Canary::try_full(shape, cap(64), cap(16)).unwrap();
     assert_eq!(canary.try_write_inputs().unwrap().input_ids().len(), 16);
+}
+
+/// The sweep entries of the request in row 1 after [`prefill`]: slots 8, 9, 10 at positions
+/// 0, 1, 2, each chained to the slot before it.
+fn row_1_entries() -> Vec<VerifyEntry> {
+    [(8, -1), (9, 8), (10, 9)]
+        .into_iter()
+        .zip(0..)
+        .map(|((slot, prev_slot), position)| VerifyEntry {
+            slot,
+            expected_token: 0,
+            expected_position: position,
+            prev_slot,
+        })
+        .collect()
+}
+
+#[test]
+fn a_sweep_finds_idle_cached_bytes_that_no_step_attends_to() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary); // row 1 finishes: slots 8..=10 stay cached, idle
+    let clean = canary.sweep(&row_1_entries(), engine.tail_kv()).unwrap();
+    assert!(clean.is_clean(), "{clean}");
+    assert_eq!((clean.entries, clean.entries_checked()), (3, 2 * 3));
+
+    // A stray write into the idle K bytes of slot 9, a corrupted V tail record of slot 10.
+    engine.k[9 * STRIP + 5] ^= 0x10;
+    let buf = canary.buffer_mut(LaunchTag::TailVFull).unwrap();
+    let slot = buf.slot(10).unwrap();
+    buf.set_slot(
+        10,
+        CanarySlot {
+            position: 7,
+            ..slot
+        },
+    )
+    .unwrap();
+    // The steps of another request (row 2) attend to neither: they stay clean.
+    let batch = Batch::from_columns([2], [0], [2]);
+    let report = engine.step(&mut canary, &batch, &[(16, 200, 0), (17, 201, 1)]);
+    assert!(report.is_clean(), "{report}");
+    let batch = Batch::from_columns([2], [2], [1]);
+    let report = engine.step(&mut canary, &batch, &[(18, 202, 2)]);
+    assert!(report.is_clean(), "{report}");
+
+    let sweep = canary.sweep(&row_1_entries(), engine.tail_kv()).unwrap();
+    assert_eq!(
+        tags(&sweep.violations),
+        [LaunchTag::SweepKFull, LaunchTag::SweepVFull]
+    );
+    let (k, v) = (sweep.violations[0], sweep.violations[1]);
+    assert_eq!(
+        (k.slot, k.reasons),
+        (9, FailReason::VERIFY_REAL_KV_HASH_MISMATCH)
+    );
+    assert_eq!(
+        (v.slot, v.reasons),
+        (10, FailReason::VERIFY_POSITION_MISMATCH)
+    );
+    assert!(matches!(
+        sweep.status(),
+        StepStatus::Violations { recorded: 2 }
+    ));
+    assert_eq!((canary.sweeps(), canary.total_violations()), (2, 2));
+    let counters = canary.counters(LaunchTag::SweepVFull).unwrap();
+    assert_eq!(
+        (counters.kernel_run_counter(), counters.slot_run_counter()),
+        (2, 6)
+    );
+    assert_eq!(&sweep.counters.v, counters);
+    // The sweep shares the tail buffers and writes nothing.
+    assert_eq!(
+        canary.buffer(LaunchTag::SweepVFull).unwrap(),
+        canary.buffer(LaunchTag::TailVFull).unwrap()
+    );
+}
+
+#[test]
+fn a_sweep_over_the_verify_capacity_is_unverified_with_the_numbers() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let canary_slot = canary
+        .buffer(LaunchTag::TailKFull)
+        .unwrap()
+        .slot(9)
+        .unwrap();
+    engine.k[9 * STRIP] ^= 1;
+    let mut entries = row_1_entries();
+    let first = entries[0];
+    entries.extend((0..62).map(|_| first)); // 65 entries, capacity 64
+    let sweep = canary.sweep(&entries, engine.tail_kv()).unwrap();
+    assert_eq!((sweep.entries_checked(), sweep.recorded()), (0, 0));
+    let gaps = sweep.unverified();
+    assert_eq!(
+        gaps.plan_overflow,
+        Some(PlanOverflow {
+            needed: Some(65),
+            capacity: 64
+        })
+    );
+    assert!(!sweep.is_clean());
+    assert!(sweep.to_string().contains("needed 65"), "{sweep}");
+    assert_eq!(
+        canary
+            .buffer(LaunchTag::TailKFull)
+            .unwrap()
+            .slot(9)
+            .unwrap(),
+        canary_slot
+    );
+}
+
+#[test]
+fn a_sweep_cannot_use_sources_that_miss_slots() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let params = RealKvParams::new(1, STRIP as i64, STRIP as i64);
+    let short = RealKvSource::new(&engine.k[..8 * STRIP], STRIP, params).unwrap();
+    let short = RealKv::new(RealKvHashMode::All, RealKvSources::from_array([short]));
+    let kv = engine.tail_kv();
+    let err = canary
+        .sweep(&row_1_entries(), TailKv::new(short, kv.v))
+        .unwrap_err();
+    assert!(matches!(err, Error::RealKvSlotOutOfRange { .. }), "{err}");
+    assert_eq!(canary.sweeps(), 0);
+}
+
+#[test]
+fn head_findings_are_the_head_part_of_the_final_report() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    for tag in [LaunchTag::HeadKFull, LaunchTag::HeadVFull] {
+        let buf = canary.buffer_mut(tag).unwrap();
+        let slot = buf.slot(9).unwrap();
+        buf.set_slot(
+            9,
+            CanarySlot {
+                position: 7,
+                ..slot
+            },
+        )
+        .unwrap();
+    }
+    engine.k[8 * STRIP] ^= 1; // found by TAIL_K only
+    let table = engine.table.clone();
+    let batch = Batch::from_columns([1], [3], [1]);
+    let inputs = inputs(&canary, &[(11, 103, 3)]);
+    let step = canary
+        .plan(&PlanInputs::full(&batch, &table))
+        .unwrap()
+        .verify_head()
+        .unwrap();
+    let findings = step.head_findings().unwrap();
+    assert_eq!(findings.recorded(), 4, "{findings:?}");
+    assert!(findings.plan_overflow.is_none());
+    assert!(matches!(
+        findings.status(),
+        StepStatus::Violations { recorded: 4 }
+    ));
+    let step = step.write(&inputs).unwrap();
+    engine.forward(&[(11, 103, 3)]);
+    let report = step.verify_tail(engine.tail_kv()).unwrap();
+    let head = report.violations.iter().take_while(|v| {
+        matches!(
+            v.launch_tag(),
+            Some(LaunchTag::HeadKFull | LaunchTag::HeadVFull)
+        )
+    });
+    assert_eq!(head.copied().collect::<Vec<_>>(), findings.violations);
+    // Counted once: the final report's rows, the head's among them.
+    assert_eq!(report.recorded(), 4 + 1, "{report}");
+    assert_eq!(canary.total_violations(), 5);
+}
+
+#[test]
+fn head_findings_of_an_overflowed_plan_are_unverified() {
+    let engine = Engine::new();
+    let mut canary: Canary<Cap<2>, Cap<4>, Cap<16>, Cap<64>, Cap<16>> =
+        Canary::full(Shape::new(), Cap, Cap);
+    let batch = Batch::from_columns([1], [3], [1]);
+    let step = canary
+        .plan(&PlanInputs::full(&batch, &engine.table))
+        .unwrap()
+        .verify_head()
+        .unwrap();
+    let findings = step.head_findings().unwrap();
+    assert_eq!(
+        findings.plan_overflow,
+        Some(PlanOverflow {
+            needed: Some(3),
+            capacity: 2
+        })
+    );
+    assert!(!findings.is_clean());
+    assert!(
+        findings.to_string().contains("needed 3 verify entries"),
+        "{findings}"
+    );
+}
+
+/// A K-only canary of the toy engine's shape.
+type KOnlySmall = Canary<Cap<64>, Cap<4>, Cap<16>, Cap<64>, Cap<16>, KOnly<Full>>;
+
+#[test]
+fn a_k_only_canary_equals_the_raw_ops_of_its_k_tags() {
+    use crate::cpu;
+    let mut engine = Engine::new();
+    let mut canary: KOnlySmall = Canary::k_only(Spec::new(), Cap, Cap);
+    assert_eq!(canary.tags(), [LaunchTag::HeadKFull, LaunchTag::TailKFull]);
+    assert!(canary.buffer(LaunchTag::HeadVFull).is_none());
+    assert!(canary.buffer(LaunchTag::SweepVFull).is_none());
+    assert!(canary.counters(LaunchTag::TailVFull).is_none());
+
+    // The same launches by hand: plan, HEAD_K verify + write, TAIL_K verify + write.
+    let shape = Spec::new();
+    let (mut vp, mut wp) = (VerifyPlan::new(), WritePlan::new());
+    let (mut head, mut tail) = (
+        CanaryBuffer::<Cap<64>>::new(),
+        CanaryBuffer::<Cap<64>>::new(),
+    );
+    let mut ring = ViolationRing::<Cap<16>>::new();
+    let (mut head_c, mut tail_c) = (HealthCounters::new(), HealthCounters::new());
+
+    engine.k[8 * STRIP..12 * STRIP].fill(0xAA); // slot 9 changes after step 1
+    let steps: [(Batch, Vec<Token>); 3] = [
+        (
+            Batch::from_columns([1], [0], [3]),
+            vec![(8, 100, 0), (9, 101, 1), (10, 102, 2)],
+        ),
+        (Batch::from_columns([1], [3], [1]), vec![(11, 103, 3)]),
+        (Batch::from_columns([1], [4], [1]), vec![(12, 104, 4)]),
+    ];
+    for (n, (batch, tokens)) in steps.iter().enumerate() {
+        if n == 2 {
+            engine.k[9 * STRIP + 2] ^= 4;
+        }
+        let table = engine.table.clone();
+        let inputs = inputs(&canary, tokens);
+        let step = canary
+            .plan(&PlanInputs::full(batch, &table))
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&inputs)
+            .unwrap();
+        engine.forward(tokens);
+        let k_sources = engine.tail_kv().k;
+        let report = step.verify_tail(k_sources).unwrap();
+
+        let plan = cpu::plan(&shape, &PlanInputs::full(batch, &table), &mut vp, &mut wp).unwrap();
+        ring.clear();
+        let head_s = LaunchSettings::new(LaunchTag::HeadKFull);
+        let tail_s = LaunchSettings::new(LaunchTag::TailKFull).with_real_kv(k_sources);
+        let off = TokenCheckOff;
+        let hv = cpu::verify(&shape, &vp, off, &head_s, &head, &mut ring, &mut head_c).unwrap();
+        let hw = cpu::write(
+            &shape,
+            &wp,
+            &inputs,
+            &head_s,
+            &mut head,
+            &mut ring,
+            &mut head_c,
+        )
+        .unwrap();
+        let tv = cpu::verify(&shape, &vp, off, &tail_s, &tail, &mut ring, &mut tail_c).unwrap();
+        let tw = cpu::write(
+            &shape,
+            &wp,
+            &inputs,
+            &tail_s,
+            &mut tail,
+            &mut ring,
+            &mut tail_c,
+        )
+        .unwrap();
+
+        assert_eq!(report.plan, plan);
+        assert_eq!((report.head_verify.k, report.head_write.k), (hv, hw));
+        assert_eq!((report.tail_verify.k, report.tail_write.k), (tv, tw));
+        assert_eq!(
+            report.head_verify.v,
+            VerifySummary::default(),
+            "no V launch"
+        );
+        assert_eq!(report.tail_write.v, WriteSummary::default(), "no V launch");
+        assert_eq!(
+            (&report.head_counters.k, &report.tail_counters.k),
+            (&head_c, &tail_c)
+        );
+        assert_eq!(report.tail_counters.v, HealthCounters::new());
+        assert_eq!(report.violations, ring.violations().collect::<Vec<_>>());
+        assert_eq!(canary.buffer(LaunchTag::HeadKFull).unwrap(), &head);
+        assert_eq!(canary.buffer(LaunchTag::TailKFull).unwrap(), &tail);
+    }
+    assert_eq!(
+        canary.total_violations(),
+        1,
+        "TAIL_K finds slot 9 in step 3"
+    );
+
+    // A K-only sweep: SWEEP_K_FULL over the tail K buffer, as a raw verify of that tag.
+    let entries = row_1_entries();
+    let k_sources = engine.tail_kv().k;
+    let sweep = canary.sweep(&entries, k_sources).unwrap();
+    vp.set_entries(&entries).unwrap();
+    ring.clear();
+    let mut sweep_c = HealthCounters::new();
+    let s = LaunchSettings::new(LaunchTag::SweepKFull).with_real_kv(k_sources);
+    let sv = cpu::verify(
+        &shape,
+        &vp,
+        TokenCheckOff,
+        &s,
+        &tail,
+        &mut ring,
+        &mut sweep_c,
+    )
+    .unwrap();
+    assert_eq!(
+        (sweep.verify.k, sweep.verify.v),
+        (sv, VerifySummary::default())
+    );
+    assert_eq!(sweep.violations, ring.violations().collect::<Vec<_>>());
+    assert_eq!(tags(&sweep.violations), [LaunchTag::SweepKFull]);
+    assert_eq!(sweep.counters.k, sweep_c);
+}
+
+#[test]
+fn a_k_only_swa_canary_launches_the_swa_k_tags_only() {
+    let table = ReqToToken::from_vec(4, 8, (0..32).collect()).unwrap();
+    let lut: Vec<i64> = (0..33).map(|x| x + 100).collect(); // full slot x -> SWA slot x + 100
+    let mut canary: Canary<_, _, _, _, _, KOnly<SwaGroup>> =
+        Canary::k_only(Spec::new(), Cap::<160>, Cap::<16>);
+    assert_eq!(canary.tags(), [LaunchTag::HeadKSwa, LaunchTag::TailKSwa]);
+    let run =
+        |canary: &mut Canary<_, _, _, _, _, KOnly<SwaGroup>>, batch: &Batch, tokens: &[Token]| {
+            let inputs = inputs(canary, tokens);
+            let group = Swa::window(2).with_lut(&lut);
+            let plan_inputs = PlanInputs::full(batch, &table).with_group(group);
+            let step = canary
+                .plan(&plan_inputs)
+                .unwrap()
+                .verify_head()
+                .unwrap()
+                .write(&inputs)
+                .unwrap();
+            step.verify_tail(RealKv::NONE).unwrap()
+        };
+    let prefill: Vec<Token> = (0..5).map(|p| (108 + p, 100 + p, p)).collect();
+    let report = run(&mut canary, &Batch::from_columns([1], [0], [5]), &prefill);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.entries_written(), 2 * 5, "head K and tail K only");
+    let report = run(
+        &mut canary,
+        &Batch::from_columns([1], [5], [1]),
+        &[(113, 105, 5)],
+    );
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.entries_checked(), 2 * 2, "the window, K only");
+    let buf = canary.buffer_mut(LaunchTag::TailKSwa).unwrap();
+    let slot = buf.slot(110).unwrap();
+    buf.set_slot(
+        110,
+        CanarySlot {
+            position: 9,
+            ..slot
+        },
+    )
+    .unwrap();
+    // Outside the next step's window: only a sweep over the cached slots finds it.
+    let report = run(
+        &mut canary,
+        &Batch::from_columns([1], [6], [1]),
+        &[(114, 106, 6)],
+    );
+    assert!(report.is_clean(), "{report}");
+    let entries: Vec<VerifyEntry> = (0..7)
+        .map(|p| VerifyEntry {
+            slot: 108 + p,
+            expected_token: 0,
+            expected_position: p,
+            prev_slot: if p == 0 { -1 } else { 107 + p },
+        })
+        .collect();
+    let sweep = canary.sweep(&entries, RealKv::NONE).unwrap();
+    assert_eq!(tags(&sweep.violations), [LaunchTag::SweepKSwa; 2]);
+    let found: Vec<_> = sweep
+        .violations
+        .iter()
+        .map(|v| (v.slot, v.reasons))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (110, FailReason::VERIFY_POSITION_MISMATCH),
+            (111, FailReason::VERIFY_CHAIN_HASH_MISMATCH)
+        ],
+        "the record, then its successor's chain link"
+    );
+    assert_eq!(sweep.entries_checked(), 7);
+    assert!(canary.buffer(LaunchTag::HeadVSwa).is_none());
+    assert!(canary.counters(LaunchTag::SweepVSwa).is_none());
+}
+
+#[test]
+fn a_sweep_entry_outside_the_canary_is_an_error_naming_it() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let mut entries = row_1_entries();
+    entries[1].slot = 999; // the canary has 64 slots
+    let err = canary.sweep(&entries, engine.tail_kv()).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.starts_with("kv-canary:") && message.contains("999"),
+        "{message}"
+    );
+    assert_eq!((canary.sweeps(), canary.total_violations()), (0, 0));
 }

@@ -19,6 +19,7 @@ mod rng;
 mod step;
 mod step_graph;
 mod streams;
+mod sweep;
 mod threads;
 mod views;
 
@@ -54,6 +55,11 @@ const TESTS: &[(&str, TestFn)] = &[
         "step_api_on_the_gpu_matches_cpu",
         step::step_api_matches_cpu,
     ),
+    (
+        "step_sweep_and_head_findings_match_cpu",
+        sweep::sweep_and_head_findings_match_cpu,
+    ),
+    ("step_k_only_canary_matches_cpu", sweep::k_only_matches_cpu),
     (
         "step_reports_taken_one_step_late",
         reports::reports_one_step_late,

@@ -24,7 +24,7 @@ pub const SLOTS: usize = ROWS * WIDTH + 1;
 /// Bytes of one slot's K or V strip.
 pub const STRIP: usize = 16;
 
-type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<64>>;
+pub type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<64>>;
 
 pub fn slot(row: usize, pos: usize) -> i64 {
     (row * WIDTH + pos + 1) as i64
@@ -36,14 +36,14 @@ pub fn token(row: usize, pos: usize) -> i64 {
 
 /// The violations as a sorted list (the device records rows of different requests in no fixed
 /// order).
-fn sorted(rows: &[Violation]) -> Vec<String> {
+pub fn sorted(rows: &[Violation]) -> Vec<String> {
     let mut rows: Vec<String> = rows.iter().map(|v| format!("{v:?}")).collect();
     rows.sort();
     rows
 }
 
 /// The host fingerprint of one half: ALL mode over its strips.
-fn host_kv(bytes: &[u8], params: RealKvParams) -> Result<RealKv<'_>, String> {
+pub fn host_kv(bytes: &[u8], params: RealKvParams) -> Result<RealKv<'_>, String> {
     let src = RealKvSource::new(bytes, STRIP, params).map_err(fail("source"))?;
     Ok(RealKv::new(
         RealKvHashMode::All,
@@ -52,7 +52,7 @@ fn host_kv(bytes: &[u8], params: RealKvParams) -> Result<RealKv<'_>, String> {
 }
 
 /// The device fingerprint of one half: the same strips in device memory.
-fn dev_kv(
+pub fn dev_kv(
     bytes: &DeviceBuffer<u8>,
     layout: RowLayout,
     params: RealKvParams,

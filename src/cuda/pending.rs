@@ -1,0 +1,178 @@
+//! The pinned staging of a device readback that is not a step report (a sweep's report, a
+//! step's head findings): [`Staged`] holds one [`Readback`] of its stream's pool until it is
+//! decoded or dropped, and [`Landed`] is what a non-blocking take finds.
+//!
+//! The rules are the step reports' ([`PendingDeviceReport`](super::PendingDeviceReport)): each
+//! pending readback owns its staging, so a later copy never overwrites it, and taking it
+//! consumes it, so it is decoded once.
+
+use super::abi::status::{decode, STATUS_WORDS};
+use super::device::gpu::Gpu;
+use super::device::readbacks::ReadbackPool;
+use super::device::stream::Stream;
+use super::driver::memory::{addr, box_ptr};
+use super::driver::pinned::Readback;
+use crate::canary::{Violation, ViolationRing};
+use crate::capacity::Capacity;
+use crate::consts::VIOLATION_FIELDS;
+use crate::memory::Device;
+use crate::Error;
+use std::sync::Arc;
+
+/// What a non-blocking take of a pending device readback found.
+#[derive(Debug)]
+pub enum Landed<T, P> {
+    /// The copies have landed: the decoded value.
+    Ready(T),
+    /// The copies are still queued or running: the pending readback, to try again later.
+    Pending(P),
+}
+
+/// Where the ring and the status word lie in a staging: ring rows at `i64` word 0, the status
+/// words after them, then `extra` words of the caller's; the write index at `i32` word 0.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingLayout {
+    /// Ring fields (`rows x 8`).
+    pub(crate) ring_fields: usize,
+    /// Ring rows (the capacity).
+    pub(crate) ring_rows: usize,
+}
+
+impl RingLayout {
+    /// The layout of `ring`.
+    pub(crate) fn of<R: Capacity>(ring: &ViolationRing<R, Device>) -> Self {
+        RingLayout {
+            ring_fields: ring.rows.len(),
+            ring_rows: ring.capacity().get(),
+        }
+    }
+
+    /// The first `i64` word after the ring and the status words.
+    pub(crate) fn extra_at(self) -> usize {
+        self.ring_fields + STATUS_WORDS
+    }
+
+    /// Decodes the ring rows and the status word: the stored rows and the rows that did not
+    /// fit; a malformed-data error the stream's kernels recorded is the CPU op's [`Error`].
+    pub(crate) fn decode(
+        self,
+        wide: &[i64],
+        narrow: &[i32],
+    ) -> Result<(Vec<Violation>, u64), Error> {
+        let mut status = [0i64; STATUS_WORDS];
+        status.copy_from_slice(&wide[self.ring_fields..self.ring_fields + STATUS_WORDS]);
+        decode(&status)?;
+        let write_index = narrow[0];
+        let stored = usize::try_from(write_index)
+            .unwrap_or(0)
+            .min(self.ring_rows);
+        let violations = wide[..stored * VIOLATION_FIELDS]
+            .chunks_exact(VIOLATION_FIELDS)
+            .map(|row| {
+                let mut out = [0; VIOLATION_FIELDS];
+                out.copy_from_slice(row);
+                Violation::from_row(out)
+            })
+            .collect();
+        let dropped = u64::try_from(write_index)
+            .unwrap_or(0)
+            .saturating_sub(self.ring_rows as u64);
+        Ok((violations, dropped))
+    }
+}
+
+/// A readback of its stream's pool, queued and not yet decoded.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    gpu: Gpu,
+    pool: Arc<ReadbackPool>,
+    /// `Some` until decoded (then back in the pool).
+    readback: Option<Readback>,
+}
+
+impl Staged {
+    /// Queues on `stream` the copies of `ring` (rows, write index) and the stream's status
+    /// word into a staging of `extra_wide` more `i64` and `extra_narrow` more `i32` words, then
+    /// `more` (the caller's copies of those words), then the event. No host synchronisation.
+    pub(crate) fn queue<R: Capacity>(
+        stream: &Stream,
+        ring: &ViolationRing<R, Device>,
+        extra_wide: usize,
+        extra_narrow: usize,
+        more: impl FnOnce(&mut Readback, RingLayout) -> Result<(), Error>,
+    ) -> Result<(Self, RingLayout), Error> {
+        let gpu = stream.gpu();
+        let (context, raw) = (gpu.context(), stream.as_raw());
+        let layout = RingLayout::of(ring);
+        let pool = Arc::clone(stream.readbacks());
+        let mut readback = pool.take(gpu, layout.extra_at() + extra_wide, 1 + extra_narrow)?;
+        let queued = (|| {
+            readback.begin();
+            readback.copy_wide(context, 0, addr(&ring.rows), layout.ring_fields, raw)?;
+            let status = stream.status_addr();
+            readback.copy_wide(context, layout.ring_fields, status, STATUS_WORDS, raw)?;
+            readback.copy_narrow(context, 0, box_ptr(&ring.write_index).addr(), 1, raw)?;
+            more(&mut readback, layout)?;
+            readback.finish(context, raw)
+        })();
+        let staged = Staged {
+            gpu: gpu.clone(),
+            pool,
+            readback: Some(readback),
+        };
+        queued.map(|()| (staged, layout))
+    }
+
+    /// Whether the copies have landed (never blocks).
+    pub(crate) fn is_ready(&self) -> Result<bool, Error> {
+        match &self.readback {
+            Some(r) => r.is_done(self.gpu.context()),
+            None => Ok(true),
+        }
+    }
+
+    /// Blocks the host until the copies have landed.
+    pub(crate) fn wait(&self) -> Result<(), Error> {
+        match &self.readback {
+            Some(r) => r.wait(self.gpu.context()),
+            None => Ok(()),
+        }
+    }
+
+    /// Decodes the landed words with `f` and gives the staging back.
+    pub(crate) fn decode<T>(
+        &mut self,
+        f: impl FnOnce(&[i64], &[i32]) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut readback = self.readback.take().ok_or(Error::OutOfRange {
+            what: "device readback taken twice",
+            value: 1,
+            allowed: "one take",
+        })?;
+        let result = match readback.read(self.gpu.context())? {
+            Some((wide, narrow)) => f(wide, narrow),
+            None => Err(Error::OutOfRange {
+                what: "device readback read before its copies landed",
+                value: 0,
+                allowed: "a completed event",
+            }),
+        };
+        self.pool.give_back(readback);
+        result
+    }
+
+    /// Counts `n` violations as delivered by the stream (a sweep's, once taken).
+    pub(crate) fn deliver(&self, n: u64) {
+        self.pool.deliver(n);
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // Unread: the staging goes back; the copies still queued into it run before any later
+        // copy into it (one stream), and nothing reads it before its next event completes.
+        if let Some(readback) = self.readback.take() {
+            self.pool.give_back(readback);
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Sweeps on the device: [`Stream`] runs [`Canary::sweep`](crate::step::Canary::sweep), and the
+//! sweep's report is read back asynchronously ([`PendingSweepReport`]), like a step's.
+//!
+//! The entries the engine hands in (its radix-cache walk, on the host) are copied into the
+//! canary's device verify plan by stream-ordered copies from pageable memory
+//! (`cuMemcpyHtoDAsync`: the driver stages the host words before each call returns, the only
+//! host work), ordered after the stream's earlier launches and before its later ones; then the
+//! ring clear, the `SWEEP_K_*` / `SWEEP_V_*` verify launches and the readback of the ring rows,
+//! the write index, the four sweep counters and the status word are queued on the stream, and
+//! `sweep` returns without waiting for the GPU.
+
+use super::device::stream::Stream;
+use super::driver::memory::box_ptr;
+use super::driver::memory::{set_i32_async, upload_async};
+use super::pending::{Landed, RingLayout, Staged};
+use crate::canary::{HealthCounters, Violation};
+use crate::capacity::Capacity;
+use crate::memory::Device;
+use crate::plan::{VerifyEntry, VerifyPlan};
+use crate::step::{FinishedSweep, KvPair, StepStatus, Sweeps, Unverified};
+use crate::Error;
+
+/// `i64` words of the sweep counters: (K, V) x (slot run, kernel run).
+const COUNTER_WORDS: usize = 4;
+
+/// What a device sweep did, read back once its copies have landed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceSweepReport {
+    /// Entries the engine handed to the sweep.
+    pub entries: usize,
+    /// The verify capacity of the canary's shape.
+    pub verify_capacity: usize,
+    /// The sweep launches' health counters after this sweep (cumulative; a K-only canary's V
+    /// counters stay at 0).
+    pub counters: KvPair<HealthCounters>,
+    /// The sweep's violation rows, decoded (in no fixed order across entries: compare as
+    /// sets).
+    pub violations: Vec<Violation>,
+    /// Rows that did not fit in the ring.
+    pub dropped: u64,
+}
+
+impl DeviceSweepReport {
+    /// Violations recorded, stored or dropped.
+    pub fn recorded(&self) -> u64 {
+        self.violations.len() as u64 + self.dropped
+    }
+
+    /// What went unchecked: more entries than the verify capacity.
+    pub fn unverified(&self) -> Unverified {
+        crate::step::sweep_gaps(self.entries, self.verify_capacity)
+    }
+
+    /// Clean, violations, or unverified (with the numbers).
+    pub fn status(&self) -> StepStatus {
+        StepStatus::of(self.unverified(), self.recorded())
+    }
+
+    /// Whether the sweep checked every entry it was handed and recorded nothing.
+    pub fn is_clean(&self) -> bool {
+        self.status() == StepStatus::Clean
+    }
+}
+
+/// The report of a device sweep whose copies are queued on the canary's stream: take it once
+/// with [`try_take`](Self::try_take) (never blocks) or [`wait`](Self::wait) (blocks). Its
+/// violations are counted by the stream when taken
+/// ([`Stream::delivered_violations`]), like a step report's.
+#[must_use = "a pending sweep report holds the sweep's findings: take it (try_take or wait)"]
+#[derive(Debug)]
+pub struct PendingSweepReport {
+    staged: Staged,
+    layout: RingLayout,
+    entries: usize,
+    verify_capacity: usize,
+}
+
+static_assertions::assert_impl_all!(PendingSweepReport: Send);
+
+impl PendingSweepReport {
+    /// Whether the copies have landed, so that taking the report does not block.
+    pub fn is_ready(&self) -> Result<bool, Error> {
+        self.staged.is_ready()
+    }
+
+    /// The report if its copies have landed, else this pending report back; never blocks. A
+    /// malformed-data error the stream's kernels recorded is the CPU op's [`Error`].
+    pub fn try_take(mut self) -> Result<Landed<DeviceSweepReport, Self>, Error> {
+        if !self.staged.is_ready()? {
+            return Ok(Landed::Pending(self));
+        }
+        self.decode().map(Landed::Ready)
+    }
+
+    /// The report, blocking the host until its copies have landed.
+    pub fn wait(mut self) -> Result<DeviceSweepReport, Error> {
+        self.staged.wait()?;
+        self.decode()
+    }
+
+    fn decode(&mut self) -> Result<DeviceSweepReport, Error> {
+        let (layout, entries, verify_capacity) = (self.layout, self.entries, self.verify_capacity);
+        let report = self.staged.decode(|wide, narrow| {
+            let (violations, dropped) = layout.decode(wide, narrow)?;
+            let c = &wide[layout.extra_at()..layout.extra_at() + COUNTER_WORDS];
+            Ok(DeviceSweepReport {
+                entries,
+                verify_capacity,
+                counters: KvPair {
+                    k: HealthCounters::from_parts(c[0], c[1]),
+                    v: HealthCounters::from_parts(c[2], c[3]),
+                },
+                violations,
+                dropped,
+            })
+        })?;
+        self.staged.deliver(report.recorded());
+        Ok(report)
+    }
+}
+
+impl Sweeps for Stream {
+    type SweepReport = PendingSweepReport;
+
+    /// Stream-ordered copies of the entries' four columns and the two scalars (module docs).
+    fn load_sweep<C: Capacity>(
+        &self,
+        plan: &mut VerifyPlan<C, Device>,
+        entries: &[VerifyEntry],
+    ) -> Result<bool, Error> {
+        let raw = self.as_raw();
+        if entries.len() > plan.capacity().get() {
+            set_i32_async(&plan.enable, 0, raw)?;
+            set_i32_async(&plan.num_valid, 0, raw)?;
+            return Ok(false);
+        }
+        let num_valid = i32::try_from(entries.len()).map_err(|_| Error::SweepTooLong {
+            entries: entries.len(),
+            verify_capacity: plan.capacity().get(),
+        })?;
+        let column = |f: fn(&VerifyEntry) -> i64| entries.iter().map(f).collect::<Vec<_>>();
+        upload_async(&plan.slot_indices, 0, &column(|e| e.slot), raw)?;
+        upload_async(&plan.expected_tokens, 0, &column(|e| e.expected_token), raw)?;
+        upload_async(
+            &plan.expected_positions,
+            0,
+            &column(|e| e.expected_position),
+            raw,
+        )?;
+        upload_async(&plan.prev_slot_indices, 0, &column(|e| e.prev_slot), raw)?;
+        set_i32_async(&plan.num_valid, num_valid, raw)?;
+        set_i32_async(&plan.enable, 1, raw)?;
+        Ok(true)
+    }
+
+    /// Queues the readback on the stream (no host synchronisation).
+    fn sweep_report<R: Capacity>(
+        &self,
+        sweep: &FinishedSweep<'_, Self, R>,
+    ) -> Result<PendingSweepReport, Error> {
+        let context = self.gpu().context();
+        let raw = self.as_raw();
+        let counters = [&sweep.counters.k, &sweep.counters.v];
+        let (staged, layout) =
+            Staged::queue(self, sweep.ring, COUNTER_WORDS, 0, |readback, layout| {
+                for (i, c) in counters.into_iter().enumerate() {
+                    let at = layout.extra_at() + 2 * i;
+                    let slot_run = box_ptr(&c.slot_run_counter).addr();
+                    readback.copy_wide(context, at, slot_run, 1, raw)?;
+                    let kernel_run = box_ptr(&c.kernel_run_counter).addr();
+                    readback.copy_wide(context, at + 1, kernel_run, 1, raw)?;
+                }
+                Ok(())
+            })?;
+        Ok(PendingSweepReport {
+            staged,
+            layout,
+            entries: sweep.entries,
+            verify_capacity: sweep.verify_capacity,
+        })
+    }
+
+    /// Unknown when the sweep returns: counted when the report is taken.
+    fn sweep_recorded(_report: &PendingSweepReport) -> u64 {
+        0
+    }
+}

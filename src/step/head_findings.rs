@@ -1,0 +1,115 @@
+//! What the head verify of a step found, readable before the forward pass: [`HeadFindings`].
+//!
+//! An engine that chooses to wait reads them between [`Step::verify_head`](super::Step::verify_head)
+//! and its forward pass, and can stop before the model attends to a corrupted cache. Reading
+//! them is a peek, not a delivery: the step's final report still holds the same rows once, with
+//! the rest of the step's.
+
+use super::report::{PlanOverflow, StepStatus, Unverified};
+use crate::backend::{Backend, Cpu};
+use crate::canary::{Violation, ViolationRing};
+use crate::capacity::Capacity;
+use crate::cpu::PlanSummary;
+use crate::error::Error;
+use crate::plan::VerifyPlan;
+use core::fmt;
+
+/// The head verify's findings: the ring rows it recorded (K launch, then V), the rows that did
+/// not fit, and whether the plan overflowed its verify capacity (then the head verify checked
+/// nothing, and the findings are unverified, not clean).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeadFindings {
+    /// The head verify's violation rows, decoded (on a device in no fixed order across
+    /// requests: compare as sets).
+    pub violations: Vec<Violation>,
+    /// Rows that did not fit in the ring.
+    pub dropped: u64,
+    /// The plan needed more entries than the verify capacity: no slot was checked.
+    pub plan_overflow: Option<PlanOverflow>,
+}
+
+impl HeadFindings {
+    /// Violations recorded, stored or dropped.
+    pub fn recorded(&self) -> u64 {
+        self.violations.len() as u64 + self.dropped
+    }
+
+    /// Clean, violations, or unverified (a plan over the verify capacity). Abandoned earlier
+    /// steps are the final report's to count.
+    pub fn status(&self) -> StepStatus {
+        let gaps = Unverified {
+            plan_overflow: self.plan_overflow,
+            abandoned_steps: 0,
+        };
+        StepStatus::of(gaps, self.recorded())
+    }
+
+    /// Whether the head verify checked every planned slot and recorded nothing.
+    pub fn is_clean(&self) -> bool {
+        self.status() == StepStatus::Clean
+    }
+}
+
+/// One line: `head verify: clean`, `head verify: 2 violations (0 dropped)` or `head verify:
+/// UNVERIFIED: ...`.
+impl fmt::Display for HeadFindings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("head verify: ")?;
+        match self.status() {
+            StepStatus::Clean => f.write_str("clean"),
+            StepStatus::Violations { recorded } => {
+                write!(f, "{recorded} violations ({} dropped)", self.dropped)
+            }
+            StepStatus::Unverified { gaps, recorded } => write!(
+                f,
+                "UNVERIFIED: {gaps}; {recorded} violations ({} dropped)",
+                self.dropped
+            ),
+        }
+    }
+}
+
+/// What a step's head verify has done, handed to [`ReadsHeadFindings::head_findings`].
+#[non_exhaustive]
+pub struct HeadVerifyDone<'c, B: Backend, V: Capacity, R: Capacity> {
+    /// What the plan launch returned.
+    pub plan: B::PlanDone,
+    /// The step's verify plan.
+    pub verify_plan: &'c VerifyPlan<V, B::Memory>,
+    /// The shape's verify capacity.
+    pub verify_capacity: usize,
+    /// The ring holding the head verify's rows (emptied by the plan).
+    pub ring: &'c ViolationRing<R, B::Memory>,
+}
+
+/// A backend that reads a step's head findings before its forward pass: the CPU at once (a
+/// [`HeadFindings`]), a CUDA stream through a queued readback.
+pub trait ReadsHeadFindings: Backend + Sized {
+    /// What [`Step::head_findings`](super::Step::head_findings) returns.
+    type HeadFindings;
+
+    /// The findings of the head verify that just ran.
+    fn head_findings<V: Capacity, R: Capacity>(
+        &self,
+        head: &HeadVerifyDone<'_, Self, V, R>,
+    ) -> Result<Self::HeadFindings, Error>;
+}
+
+impl ReadsHeadFindings for Cpu {
+    type HeadFindings = HeadFindings;
+
+    fn head_findings<V: Capacity, R: Capacity>(
+        &self,
+        head: &HeadVerifyDone<'_, Cpu, V, R>,
+    ) -> Result<HeadFindings, Error> {
+        let plan: PlanSummary = head.plan;
+        Ok(HeadFindings {
+            violations: head.ring.violations().collect(),
+            dropped: head.ring.dropped(),
+            plan_overflow: (!plan.enabled).then_some(PlanOverflow {
+                needed: Some(plan.requested_entries),
+                capacity: head.verify_capacity,
+            }),
+        })
+    }
+}

@@ -1,0 +1,238 @@
+//! Sweeps: verify-only passes over idle cached slots between steps ([`Canary::sweep`]), and what
+//! they report ([`SweepReport`]).
+//!
+//! SGLang's sweep re-verifies every slot its radix cache holds every `sweep_interval` steps:
+//! KV of finished requests that stays cached (and that a later prefix hit would reuse) is
+//! checked, chain and real-KV bytes, though no step attends to it. A sweep launches `SWEEP_K_*`
+//! and `SWEEP_V_*` (`SWEEP_K_*` only for a [`KOnly`](super::KOnly) canary) over the **tail**
+//! buffers ("sweep verifies the most recent canary state"), folding the group's real-KV sources
+//! like the tail verify, token check off (spec §1).
+
+use super::report::{KvPair, PlanOverflow, StepStatus, Unverified};
+use super::stage::{verify_both, Verified};
+use super::{Canary, GroupKind};
+use crate::backend::{Backend, Cpu};
+use crate::canary::{HealthCounters, Violation, ViolationRing};
+use crate::capacity::{Capacity, SameVerifyCapacity};
+use crate::cpu::VerifySummary;
+use crate::error::Error;
+use crate::plan::{VerifyEntry, VerifyPlan};
+use core::fmt;
+
+/// What one sweep did: the entries it was handed, one summary per verify launch, the sweep
+/// counters and the violations it recorded.
+///
+/// Not checked is not clean: a sweep handed more entries than the verify capacity checks
+/// nothing ([`unverified`](Self::unverified) names both numbers) and is never clean.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Entries the engine handed to the sweep.
+    pub entries: usize,
+    /// The verify capacity of the canary's shape (the most entries one sweep checks).
+    pub verify_capacity: usize,
+    /// The sweep's verify launches (K, V; a [`KOnly`](super::KOnly) canary's V summary is the
+    /// default: no launch).
+    pub verify: KvPair<VerifySummary>,
+    /// The health counters of the sweep launches after this sweep (cumulative over sweeps).
+    pub counters: KvPair<HealthCounters>,
+    /// The sweep's violation rows, decoded, in recording order (K launch, then V).
+    pub violations: Vec<Violation>,
+    /// Rows that did not fit in the ring.
+    pub dropped: u64,
+}
+
+impl SweepReport {
+    /// Violations recorded, stored or dropped.
+    pub fn recorded(&self) -> u64 {
+        self.violations.len() as u64 + self.dropped
+    }
+
+    /// Canary slots checked over the sweep's verify launches (slot-0 entries excluded).
+    pub fn entries_checked(&self) -> u64 {
+        self.verify.iter().map(|s| s.checked as u64).sum()
+    }
+
+    /// What went unchecked: more entries than the verify capacity.
+    pub fn unverified(&self) -> Unverified {
+        sweep_gaps(self.entries, self.verify_capacity)
+    }
+
+    /// Clean, violations, or unverified (with the numbers).
+    pub fn status(&self) -> StepStatus {
+        StepStatus::of(self.unverified(), self.recorded())
+    }
+
+    /// Whether the sweep checked every entry it was handed and recorded nothing.
+    pub fn is_clean(&self) -> bool {
+        self.status() == StepStatus::Clean
+    }
+}
+
+/// One line: `sweep of 12 entries: 24 slots checked; clean` — or `2 violations (0 dropped)`, or
+/// `UNVERIFIED: ...`.
+impl fmt::Display for SweepReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sweep of {} entries: {} slots checked; ",
+            self.entries,
+            self.entries_checked()
+        )?;
+        match self.status() {
+            StepStatus::Clean => f.write_str("clean"),
+            StepStatus::Violations { recorded } => {
+                write!(f, "{recorded} violations ({} dropped)", self.dropped)
+            }
+            StepStatus::Unverified { gaps, recorded } => write!(
+                f,
+                "UNVERIFIED: {gaps}; {recorded} violations ({} dropped)",
+                self.dropped
+            ),
+        }
+    }
+}
+
+/// The gaps of a sweep of `entries` entries with a verify capacity of `capacity`.
+pub(crate) fn sweep_gaps(entries: usize, capacity: usize) -> Unverified {
+    Unverified {
+        plan_overflow: (entries > capacity).then_some(PlanOverflow {
+            needed: Some(entries as u64),
+            capacity,
+        }),
+        abandoned_steps: 0,
+    }
+}
+
+/// A backend that runs sweeps: loads the engine's entries into a verify plan and reads back
+/// what the sweep launches did.
+///
+/// The CPU's sweep report is a [`SweepReport`], complete when [`Canary::sweep`] returns.
+pub trait Sweeps: Backend + Sized {
+    /// What [`Canary::sweep`] returns.
+    type SweepReport;
+
+    /// Loads `entries` into `plan` (`verify_num_valid = entries.len()`, `enable = 1`) and
+    /// returns `true`; with more entries than the plan's capacity it loads none, disables the
+    /// plan (`enable = 0`, so the sweep launches check nothing) and returns `false`.
+    fn load_sweep<C: Capacity>(
+        &self,
+        plan: &mut VerifyPlan<C, Self::Memory>,
+        entries: &[VerifyEntry],
+    ) -> Result<bool, Error>;
+
+    /// The report of the sweep that just ran.
+    fn sweep_report<R: Capacity>(
+        &self,
+        sweep: &FinishedSweep<'_, Self, R>,
+    ) -> Result<Self::SweepReport, Error>;
+
+    /// Violations `report` holds, as far as known when the sweep returns (0 for a report that
+    /// is still being read back: counted when taken, [`Reports::delivered_violations`]).
+    ///
+    /// [`Reports::delivered_violations`]: super::Reports::delivered_violations
+    fn sweep_recorded(report: &Self::SweepReport) -> u64;
+}
+
+/// Everything a sweep did, handed to [`Sweeps::sweep_report`] when its launches have run.
+#[non_exhaustive]
+pub struct FinishedSweep<'c, B: Backend, R: Capacity> {
+    /// Entries the engine handed in.
+    pub entries: usize,
+    /// The shape's verify capacity.
+    pub verify_capacity: usize,
+    /// The sweep's verify launches' returns (K, V).
+    pub verify: KvPair<B::VerifyDone>,
+    /// The sweep launches' counters (cumulative).
+    pub counters: &'c KvPair<HealthCounters<B::Memory>>,
+    /// The ring holding the sweep's rows.
+    pub ring: &'c ViolationRing<R, B::Memory>,
+}
+
+impl Sweeps for Cpu {
+    type SweepReport = SweepReport;
+
+    fn load_sweep<C: Capacity>(
+        &self,
+        plan: &mut VerifyPlan<C>,
+        entries: &[VerifyEntry],
+    ) -> Result<bool, Error> {
+        if entries.len() > plan.capacity().get() {
+            let parts = plan.parts_mut();
+            (*parts.num_valid, *parts.enable) = (0, 0);
+            return Ok(false);
+        }
+        plan.set_entries(entries)?;
+        Ok(true)
+    }
+
+    fn sweep_report<R: Capacity>(
+        &self,
+        sweep: &FinishedSweep<'_, Cpu, R>,
+    ) -> Result<SweepReport, Error> {
+        Ok(SweepReport {
+            entries: sweep.entries,
+            verify_capacity: sweep.verify_capacity,
+            verify: sweep.verify,
+            counters: sweep.counters.clone(),
+            violations: sweep.ring.violations().collect(),
+            dropped: sweep.ring.dropped(),
+        })
+    }
+
+    fn sweep_recorded(report: &SweepReport) -> u64 {
+        report.recorded()
+    }
+}
+
+impl<V, W, E, S, R, G, B> Canary<V, W, E, S, R, G, B>
+where
+    V: SameVerifyCapacity<V>,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+    B: Sweeps,
+{
+    /// Sweeps idle cached slots between steps: re-verifies `entries` (the radix cache's slots,
+    /// each with its position and predecessor slot, as SGLang's walker emits them) against the
+    /// tail buffers, folding `real_kv` (the group's sources, as for
+    /// [`Step::verify_tail`](super::Step::verify_tail); the K half's alone for a
+    /// [`KOnly`](super::KOnly) canary), token check off. Tags `SWEEP_K_*` and `SWEEP_V_*`.
+    ///
+    /// The sweep runs in the canary's own verify plan (the step's plan is free between steps;
+    /// [`plans`](Canary::plans) then shows the sweep's) and ring, which it empties first; the
+    /// sweep counters are its own ([`counters`](Canary::counters) of a sweep tag). A sweep
+    /// cannot start while a step is in flight: the step borrows the canary mutably, so the call
+    /// does not compile. Rows a dropped step left in the ring are emptied with it (that step is
+    /// still counted as abandoned by the next report).
+    ///
+    /// More entries than the verify capacity check nothing: the report is unverified, naming
+    /// both numbers. Every active source of `real_kv` must cover all the canary's slots;
+    /// otherwise [`Error::RealKvSlotOutOfRange`] is returned before anything runs.
+    pub fn sweep(
+        &mut self,
+        entries: &[VerifyEntry],
+        real_kv: G::Sources<B::RealKv<'_>>,
+    ) -> Result<B::SweepReport, Error> {
+        let settings = self.checked_settings(G::SWEEP, real_kv)?;
+        self.backend.load_sweep(&mut self.verify_plan, entries)?;
+        self.backend.clear_ring(&mut self.ring)?;
+        let verify = verify_both(self, Verified::Sweep, &settings, false)?;
+        let report = self.backend.sweep_report(&FinishedSweep {
+            entries: entries.len(),
+            verify_capacity: self.shape.verify_capacity().get(),
+            verify,
+            counters: &self.sweep_counters,
+            ring: &self.ring,
+        })?;
+        self.sweeps += 1;
+        self.violations += B::sweep_recorded(&report);
+        Ok(report)
+    }
+
+    /// Sweeps run so far.
+    pub fn sweeps(&self) -> u64 {
+        self.sweeps
+    }
+}

@@ -1,0 +1,401 @@
+//! Sweeps, head findings and K-only canaries on the GPU: a CPU and a device `step::Canary` run
+//! the same steps and sweeps with the same injected faults, and the device's head findings,
+//! sweep reports, step reports, counters and canary bytes must equal the CPU's.
+
+use crate::step::{compare, dev_kv, host_kv, slot, sorted, token, Spec, SLOTS, STRIP};
+use crate::{ensure, fail};
+use cust::memory::{CopyDestination, DeviceBuffer};
+use kv_canary::cuda::{self, Gpu, Stream};
+use kv_canary::step::{Canary, HeadFindings, KOnly, KvPair, SweepReport, TailKv};
+use kv_canary::{
+    Batch, CanarySlot, Cap, Full, LaunchTag, RealKvParams, RowLayout, VerifyEntry, WriteInputs,
+};
+
+/// One token of a step: (slot, token id, position).
+type Token = (i64, i64, i64);
+
+/// The KV pool, on the host and on the device: a K and a V strip per slot.
+struct Pool {
+    k: Vec<u8>,
+    v: Vec<u8>,
+    dk: DeviceBuffer<u8>,
+    dv: DeviceBuffer<u8>,
+}
+
+fn cuda_err(e: cust::error::CudaError) -> String {
+    format!("device KV: {e}")
+}
+
+fn params() -> RealKvParams {
+    RealKvParams::new(1, STRIP as i64, STRIP as i64)
+}
+
+fn layout() -> RowLayout {
+    RowLayout {
+        num_rows: SLOTS,
+        row_bytes: STRIP,
+        row_stride_bytes: STRIP,
+    }
+}
+
+impl Pool {
+    fn new() -> Result<Self, String> {
+        let (k, v) = (vec![0u8; SLOTS * STRIP], vec![0u8; SLOTS * STRIP]);
+        let dk = DeviceBuffer::from_slice(&k).map_err(cuda_err)?;
+        let dv = DeviceBuffer::from_slice(&v).map_err(cuda_err)?;
+        Ok(Pool { k, v, dk, dv })
+    }
+
+    /// The forward pass: the KV bytes of `tokens`, on both sides.
+    fn forward(&mut self, tokens: &[Token]) -> Result<(), String> {
+        for &(s, t, pos) in tokens {
+            let at = s as usize * STRIP;
+            self.k[at..at + 8].copy_from_slice(&t.to_le_bytes());
+            self.k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
+            self.v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
+            self.v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
+        }
+        self.sync()
+    }
+
+    /// A stray write into the K bytes of `slot`, on both sides.
+    fn flip_k(&mut self, slot: i64) -> Result<(), String> {
+        self.k[slot as usize * STRIP + 3] ^= 0x20;
+        self.sync()
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        self.dk.copy_from(&self.k[..]).map_err(cuda_err)?;
+        self.dv.copy_from(&self.v[..]).map_err(cuda_err)
+    }
+}
+
+/// The tokens of row `row` at positions `range`.
+fn tokens(row: usize, range: core::ops::Range<usize>) -> Vec<Token> {
+    range
+        .map(|p| (slot(row, p), token(row, p), p as i64))
+        .collect()
+}
+
+/// The sweep entries of row `row`'s first `n` positions (what a radix-cache walk emits).
+fn entries(row: usize, n: usize) -> Vec<VerifyEntry> {
+    (0..n)
+        .map(|p| VerifyEntry {
+            slot: slot(row, p),
+            expected_token: 0,
+            expected_position: p as i64,
+            prev_slot: if p == 0 { -1 } else { slot(row, p - 1) },
+        })
+        .collect()
+}
+
+fn fill(inputs: &mut WriteInputs<Cap<64>>, tokens: &[Token]) {
+    let p = inputs.parts_mut();
+    p.input_ids.fill(0);
+    p.positions.fill(0);
+    p.out_cache_loc.fill(-1);
+    for (i, &(s, t, pos)) in tokens.iter().enumerate() {
+        (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (s, t, pos);
+    }
+}
+
+fn same_findings(what: &str, c: &HeadFindings, d: &HeadFindings) -> Result<(), String> {
+    ensure!(
+        sorted(&c.violations) == sorted(&d.violations)
+            && c.dropped == d.dropped
+            && c.plan_overflow.is_some() == d.plan_overflow.is_some(),
+        "{what}: head findings differ: CPU {c:?}, GPU {d:?}"
+    );
+    Ok(())
+}
+
+fn same_sweep(what: &str, c: &SweepReport, d: &cuda::DeviceSweepReport) -> Result<(), String> {
+    ensure!(
+        sorted(&c.violations) == sorted(&d.violations)
+            && c.dropped == d.dropped
+            && c.counters == d.counters
+            && c.status() == d.status(),
+        "{what}: sweeps differ: CPU {c:?}, GPU {d:?}"
+    );
+    Ok(())
+}
+
+/// Sweeps and head findings, K+V: faults only a sweep finds (KV bytes of an idle cached row)
+/// and head faults read before the forward pass, equal on both backends.
+pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
+    gpu.make_current().map_err(fail("context"))?;
+    let shape = Spec::new();
+    let mut cpu = Canary::full(shape, Cap::<SLOTS>, Cap::<64>);
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let mut dev =
+        Canary::full_on(stream, shape, Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
+    let cells = (0..crate::step::ROWS * crate::step::WIDTH)
+        .map(|i| i as i32 + 1)
+        .collect();
+    let table = kv_canary::ReqToToken::from_vec(crate::step::ROWS, crate::step::WIDTH, cells)
+        .map_err(fail("table"))?;
+    let dtable = cuda::DeviceReqToToken::from_host(gpu, &table).map_err(fail("table"))?;
+    let dbatch = shape.device_batch(gpu).map_err(fail("batch"))?;
+    let mut inputs = cpu.write_inputs();
+    let dinputs = dev.try_write_inputs().map_err(fail("inputs"))?;
+    let mut pool = Pool::new()?;
+    let (p, l) = (params(), layout());
+
+    // Step 1: rows 1 and 2 prefill 4 and 3 tokens. Step 2: row 2 decodes; row 1 stays idle.
+    let plan: [(Batch, Vec<Token>); 2] = [
+        (
+            Batch::from_columns([1, 2], [0, 0], [4, 3]),
+            [tokens(1, 0..4), tokens(2, 0..3)].concat(),
+        ),
+        (Batch::from_columns([2], [3], [1]), tokens(2, 3..4)),
+    ];
+    let mut head_rows = 0;
+    for (n, (batch, toks)) in plan.iter().enumerate() {
+        if n == 1 {
+            // Faults: a head V record of row 2 (read before the forward pass), the K bytes
+            // of an idle slot of row 1 (no step attends to it; only a sweep finds it).
+            let tag = LaunchTag::HeadVFull;
+            let host = cpu.buffer_mut(tag).ok_or("head V")?;
+            let rec = host.slot(slot(2, 1) as usize).ok_or("slot")?;
+            let bad = CanarySlot {
+                position: rec.position + 5,
+                ..rec
+            };
+            host.set_slot(slot(2, 1) as usize, bad)
+                .map_err(fail("tamper"))?;
+            let dbuf = dev.buffer(tag).ok_or("device head V")?;
+            let mut copy = dbuf.to_host().map_err(fail("download"))?;
+            copy.set_slot(slot(2, 1) as usize, bad)
+                .map_err(fail("tamper"))?;
+            dbuf.upload(&copy).map_err(fail("upload"))?;
+            pool.flip_k(slot(1, 2))?;
+        }
+        fill(&mut inputs, toks);
+        dinputs.upload(&inputs).map_err(fail("inputs"))?;
+        dbatch.upload(batch).map_err(fail("batch"))?;
+        let cpu_step = cpu
+            .plan(&kv_canary::PlanInputs::full(batch, &table))
+            .and_then(|s| s.verify_head())
+            .map_err(fail("cpu head"))?;
+        let dev_step = dev
+            .plan(&cuda::PlanInputs::full(&dbatch, &dtable))
+            .and_then(|s| s.verify_head())
+            .map_err(fail("device head"))?;
+        // The engine waits for the head findings before its forward pass.
+        let cf = cpu_step.head_findings().map_err(fail("cpu findings"))?;
+        let pending = dev_step.head_findings().map_err(fail("device findings"))?;
+        let cpu_step = cpu_step.write(&inputs).map_err(fail("cpu write"))?;
+        let dev_step = dev_step.write(&dinputs).map_err(fail("device write"))?;
+        let df = pending.wait().map_err(fail("device findings"))?;
+        same_findings(&format!("step {n}"), &cf, &df)?;
+        head_rows += df.recorded();
+        pool.forward(toks)?;
+        let c = cpu_step
+            .verify_tail(TailKv::new(host_kv(&pool.k, p)?, host_kv(&pool.v, p)?))
+            .map_err(fail("cpu tail"))?;
+        let d = dev_step
+            .verify_tail(KvPair {
+                k: dev_kv(&pool.dk, l, p)?,
+                v: dev_kv(&pool.dv, l, p)?,
+            })
+            .map_err(fail("device tail"))?
+            .wait()
+            .map_err(fail("device report"))?;
+        let (mut overflows, mut found) = (0, 0);
+        compare(n, &c, &d, &mut overflows, &mut found)?;
+        // The head findings are the head verify's part of the final report, counted once:
+        // on the CPU its first rows; on the device (no fixed order) rows it holds.
+        ensure!(
+            c.violations.get(..cf.violations.len()) == Some(&cf.violations[..]),
+            "step {n}: CPU head findings {cf:?} are not the first rows of {c:?}"
+        );
+        ensure!(
+            df.violations.iter().all(|v| d.violations.contains(v)) && d.recorded() >= df.recorded(),
+            "step {n}: device head findings {df:?} missing from the report {d:?}"
+        );
+    }
+    ensure!(
+        head_rows > 0,
+        "the head fault was not found before the forward pass"
+    );
+
+    // The sweep over idle row 1 finds the stray K write; the steps did not.
+    let es = entries(1, 4);
+    let c = cpu
+        .sweep(&es, TailKv::new(host_kv(&pool.k, p)?, host_kv(&pool.v, p)?))
+        .map_err(fail("cpu sweep"))?;
+    let d = dev
+        .sweep(
+            &es,
+            KvPair {
+                k: dev_kv(&pool.dk, l, p)?,
+                v: dev_kv(&pool.dv, l, p)?,
+            },
+        )
+        .map_err(fail("device sweep"))?
+        .wait()
+        .map_err(fail("device sweep report"))?;
+    same_sweep("sweep of row 1", &c, &d)?;
+    ensure!(
+        d.violations.len() == 1
+            && d.violations[0].launch_tag() == Some(LaunchTag::SweepKFull)
+            && d.violations[0].slot == slot(1, 2),
+        "the sweep should find slot {} alone: {d:?}",
+        slot(1, 2)
+    );
+    // A sweep over the verify capacity (48) checks nothing: unverified with the numbers.
+    let many: Vec<VerifyEntry> = (0..49).map(|i| entries(1, 4)[i % 4]).collect();
+    let c = cpu
+        .sweep(
+            &many,
+            TailKv::new(host_kv(&pool.k, p)?, host_kv(&pool.v, p)?),
+        )
+        .map_err(fail("cpu sweep"))?;
+    let pending = dev
+        .sweep(
+            &many,
+            KvPair {
+                k: dev_kv(&pool.dk, l, p)?,
+                v: dev_kv(&pool.dv, l, p)?,
+            },
+        )
+        .map_err(fail("device sweep"))?;
+    // Taken without blocking where it has landed, else waited for.
+    let d = match pending.try_take().map_err(fail("device sweep report"))? {
+        cuda::Landed::Ready(d) => d,
+        cuda::Landed::Pending(p) => p.wait().map_err(fail("device sweep report"))?,
+    };
+    same_sweep("sweep over capacity", &c, &d)?;
+    ensure!(
+        !d.is_clean() && d.unverified().plan_overflow.and_then(|o| o.needed) == Some(49),
+        "an overflowed sweep must be unverified with 49 needed: {d:?}"
+    );
+    ensure!(
+        dev.total_violations() == cpu.total_violations() && dev.sweeps() == 2,
+        "violation counts differ: CPU {}, GPU {}",
+        cpu.total_violations(),
+        dev.total_violations()
+    );
+    println!(
+        "    head findings equal before the forward pass ({head_rows} rows); the sweep found the \
+         idle-slot fault the steps missed; an overflowed sweep unverified on both"
+    );
+    Ok(())
+}
+
+/// A K-only canary on both backends: the same steps, a real-KV fault found by `TAIL_K` and by
+/// `SWEEP_K`; reports, counters and the two canary buffers equal.
+pub fn k_only_matches_cpu(gpu: &Gpu) -> Result<(), String> {
+    gpu.make_current().map_err(fail("context"))?;
+    let shape = Spec::new();
+    let mut cpu: Canary<_, _, _, _, _, KOnly<Full>> =
+        Canary::k_only(shape, Cap::<SLOTS>, Cap::<64>);
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let mut dev =
+        Canary::<_, _, _, _, _, KOnly<Full>, _>::k_only_on(stream, shape, Cap::<SLOTS>, Cap::<64>)
+            .map_err(fail("canary"))?;
+    let cells = (0..crate::step::ROWS * crate::step::WIDTH)
+        .map(|i| i as i32 + 1)
+        .collect();
+    let table = kv_canary::ReqToToken::from_vec(crate::step::ROWS, crate::step::WIDTH, cells)
+        .map_err(fail("table"))?;
+    let dtable = cuda::DeviceReqToToken::from_host(gpu, &table).map_err(fail("table"))?;
+    let dbatch = shape.device_batch(gpu).map_err(fail("batch"))?;
+    let mut inputs = cpu.write_inputs();
+    let dinputs = dev.try_write_inputs().map_err(fail("inputs"))?;
+    let mut pool = Pool::new()?;
+    let (p, l) = (params(), layout());
+    let plan: [(Batch, Vec<Token>); 3] = [
+        (
+            Batch::from_columns([1, 3], [0, 0], [5, 2]),
+            [tokens(1, 0..5), tokens(3, 0..2)].concat(),
+        ),
+        (
+            Batch::from_columns([1, 3], [5, 2], [1, 1]),
+            [tokens(1, 5..6), tokens(3, 2..3)].concat(),
+        ),
+        (Batch::from_columns([3], [3], [1]), tokens(3, 3..4)),
+    ];
+    let mut found = 0;
+    for (n, (batch, toks)) in plan.iter().enumerate() {
+        if n == 2 {
+            pool.flip_k(slot(3, 1))?; // TAIL_K of step 3 finds it
+            pool.flip_k(slot(1, 4))?; // row 1 is idle: only SWEEP_K finds it
+        }
+        fill(&mut inputs, toks);
+        dinputs.upload(&inputs).map_err(fail("inputs"))?;
+        dbatch.upload(batch).map_err(fail("batch"))?;
+        let cpu_step = cpu
+            .plan(&kv_canary::PlanInputs::full(batch, &table))
+            .and_then(|s| s.verify_head())
+            .and_then(|s| s.write(&inputs))
+            .map_err(fail("cpu step"))?;
+        let dev_step = dev
+            .plan(&cuda::PlanInputs::full(&dbatch, &dtable))
+            .and_then(|s| s.verify_head())
+            .and_then(|s| s.write(&dinputs))
+            .map_err(fail("device step"))?;
+        pool.forward(toks)?;
+        let c = cpu_step
+            .verify_tail(host_kv(&pool.k, p)?)
+            .map_err(fail("cpu tail"))?;
+        let d = dev_step
+            .verify_tail(dev_kv(&pool.dk, l, p)?)
+            .map_err(fail("device tail"))?
+            .wait()
+            .map_err(fail("device report"))?;
+        let mut overflows = 0;
+        compare(n, &c, &d, &mut overflows, &mut found)?;
+        ensure!(
+            d.violations.iter().all(|v| matches!(
+                v.launch_tag(),
+                Some(LaunchTag::HeadKFull | LaunchTag::TailKFull)
+            )),
+            "step {n}: a K-only canary recorded a V tag: {d:?}"
+        );
+        ensure!(
+            d.head_counters.v.kernel_run_counter() == 0
+                && d.tail_counters.v.kernel_run_counter() == 0,
+            "step {n}: V launches ran: {d:?}"
+        );
+    }
+    let es = entries(1, 6);
+    let c = cpu
+        .sweep(&es, host_kv(&pool.k, p)?)
+        .map_err(fail("cpu sweep"))?;
+    let d = dev
+        .sweep(&es, dev_kv(&pool.dk, l, p)?)
+        .map_err(fail("device sweep"))?
+        .wait()
+        .map_err(fail("device sweep report"))?;
+    same_sweep("K-only sweep", &c, &d)?;
+    ensure!(
+        d.violations.len() == 1 && d.violations[0].launch_tag() == Some(LaunchTag::SweepKFull),
+        "the K-only sweep should find slot {} alone: {d:?}",
+        slot(1, 4)
+    );
+    for tag in cpu.tags() {
+        let host = cpu.buffer(tag).ok_or("buffer")?;
+        let device = dev
+            .buffer(tag)
+            .ok_or("buffer")?
+            .to_host()
+            .map_err(fail("download"))?;
+        ensure!(host == &device, "{tag:?}: canary bytes differ");
+    }
+    ensure!(
+        dev.buffer(LaunchTag::HeadVFull).is_none() && dev.tags().len() == 2,
+        "a K-only device canary has V buffers"
+    );
+    ensure!(
+        found > 0 && dev.total_violations() == cpu.total_violations(),
+        "violations: CPU {}, GPU {}, steps with findings {found}",
+        cpu.total_violations(),
+        dev.total_violations()
+    );
+    println!(
+        "    K-only: 3 steps and a sweep equal on both backends ({} violations, K tags only)",
+        dev.total_violations()
+    );
+    Ok(())
+}
