@@ -168,6 +168,8 @@ impl Reports for Cpu {
         &self,
         step: &FinishedStep<'_, Cpu, V, W, R>,
     ) -> Result<StepReport, Error> {
+        // A negative (wrapped) write index is an error naming it, never a clean report.
+        let count = step.ring.count()?;
         Ok(StepReport {
             plan: step.plan,
             verify_capacity: step.verify_capacity,
@@ -178,7 +180,7 @@ impl Reports for Cpu {
             head_counters: step.head_counters.clone(),
             tail_counters: step.tail_counters.clone(),
             violations: step.ring.violations().collect(),
-            dropped: step.ring.dropped(),
+            dropped: count.dropped,
             abandoned_steps: step.abandoned_steps,
         })
     }
