@@ -190,6 +190,21 @@ impl Reports for Cpu {
     }
 }
 
+// A host canary may be built on one thread and driven from another, or read through `&` from
+// several (docs/reliability.md, "Concurrency").
+static_assertions::assert_impl_all!(
+    Canary<
+        crate::capacity::Cap<8>,
+        crate::capacity::Cap<4>,
+        crate::capacity::Cap<16>,
+        crate::capacity::Cap<64>,
+        crate::capacity::Cap<16>,
+        crate::input::Full,
+        Cpu,
+    >: Send,
+    Sync
+);
+
 /// What the launches of a step have done so far.
 struct Progress<B: Backend> {
     plan: B::PlanDone,
