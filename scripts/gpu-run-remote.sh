@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-run-remote.sh — run the staged GPU binaries on the GPU machine; logs go to $OUT.
 #
-#   .device-run/gpu-run-remote.sh [all|tests|sanitize|step|bench|bench-quick|host|profile|wholestep ...]
+#   .device-run/gpu-run-remote.sh [all|tests|sanitize|step|bench|bench-quick|host|profile|wholestep
+#                                  |sanitize-full|sanitize-full-1..4|racecheck-write ...]
 #
 # Run from the repository root of the copy on the GPU machine, after scripts/gpu-build.sh
 # staged .device-run/ here and it was carried there. With no argument it runs `all`: the GPU
@@ -15,7 +16,12 @@
 # one device, then with `--devices 2` (one canary per device at once; on a one-GPU machine it
 # says loudly that N=2 needs nvidia-h200-x2 and runs N=1; WHOLESTEP_ARGS replaces the flag) and writes
 # $OUT/wholestep.log, $OUT/wholestep.csv and $OUT/wholestep.json; its verdict lines go to
-# summary.txt. Logs (the device tool returns at most 8 files):
+# summary.txt.
+# benchmark. `sanitize-full-1` .. `-4` (not in `all`) run the four sanitizers at full case counts,
+# split so that each part fits the GPU machine's 10 minutes a command (1: memcheck and
+# synccheck; 2: initcheck; 3 and 4: racecheck over two halves of the tests); `sanitize-full` all
+# four parts at once. `racecheck-write` (not in `all`) runs racecheck over the write kernel's
+# tests with every hazard printed. Logs (the device tool returns at most 8 files):
 #   $OUT/tests.log  $OUT/sanitizer.log  $OUT/step.log  $OUT/bench.log  $OUT/bench.csv
 #   $OUT/bench.json  $OUT/bench.png  $OUT/summary.txt; the host-cost report goes to bench.log,
 #   `profile` writes $OUT/profile.log
@@ -49,13 +55,56 @@ if want tests; then
   run_part "golden gpu test" "$OUT/tests.log" "$here/golden_gpu"
   run_part "conformance --backend cuda" "$OUT/tests.log" "$here/conformance" "$here/golden" --backend cuda
 fi
-if want sanitize; then
-  for tool in memcheck racecheck initcheck synccheck; do
-    echo "=== compute-sanitizer --tool $tool ===" >>"$OUT/sanitizer.log"
-    KV_CANARY_GPU_QUICK=1 KV_CANARY_UNDER_SANITIZER=1 run_part "sanitizer $tool" "$OUT/sanitizer.log" \
-      compute-sanitizer --tool "$tool" --error-exitcode 97 --print-limit 20 "$here/cuda_gpu"
+# sanitize QUICK LABEL TOOLS -- TEST-ARGS: each compute-sanitizer tool over the GPU tests that
+# TEST-ARGS select (name filters, `--skip NAME`; none: all), at a tenth of the cases when QUICK
+# is 1, at full case counts when it is 0; then the summary lines of every tool run so far.
+sanitize() {
+  local quick=$1 label=$2 tools=() tool
+  shift 2
+  while [[ $# -gt 0 && $1 != -- ]]; do tools+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift
+  local env=(KV_CANARY_UNDER_SANITIZER=1)
+  [[ $quick == 1 ]] && env+=(KV_CANARY_GPU_QUICK=1)
+  for tool in "${tools[@]}"; do
+    echo "=== compute-sanitizer --tool $tool ($label: $("$here/cuda_gpu" --list "$@" | wc -l) tests${*:+, selected by: $*}) ===" >>"$OUT/sanitizer.log"
+    run_part "sanitizer $tool ($label)" "$OUT/sanitizer.log" \
+      env "${env[@]}" compute-sanitizer --tool "$tool" --error-exitcode 97 --print-limit 20 "$here/cuda_gpu" "$@"
   done
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|Uninitialized|Barrier" "$OUT/sanitizer.log" | sort | uniq -c | tee -a "$summary"
+  grep -E "=== compute-sanitizer|ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|Uninitialized|Barrier" "$OUT/sanitizer.log" | uniq -c | tee -a "$summary"
+}
+if want sanitize; then
+  sanitize 1 quick memcheck racecheck initcheck synccheck
+fi
+# Full case counts (issue 11). Estimated from the quick run's per-test times x 10 for the scaled
+# tests (docs/reliability.md, "Sanitizers at full case counts"): memcheck ~140 s, synccheck
+# ~95 s, initcheck ~150 s, racecheck ~455 s. The GPU machine allows 10 minutes a command, so
+# the full run is four parts of 2.5-4 minutes each: run them as four commands (or 1 and 2
+# together).
+# `sanitize-full` runs all four parts in one command (for a machine without that limit).
+race_split=(plan hostile)  # racecheck part 3: every test whose name contains one; part 4: the rest
+if want_only sanitize-full || want_only sanitize-full-1; then
+  sanitize 0 full-1 memcheck synccheck
+fi
+if want_only sanitize-full || want_only sanitize-full-2; then
+  sanitize 0 full-2 initcheck
+fi
+if want_only sanitize-full || want_only sanitize-full-3; then
+  sanitize 0 full-3 racecheck -- "${race_split[@]}"
+fi
+if want_only sanitize-full || want_only sanitize-full-4; then
+  skips=()
+  for f in "${race_split[@]}"; do skips+=(--skip "$f"); done
+  sanitize 0 full-4 racecheck -- "${skips[@]}"
+fi
+if want_only racecheck-write; then
+  # The write kernel's racecheck question (docs/reliability.md): the tests with multi-tile write
+  # requests and the probe of the named barrier, full case counts, every hazard printed
+  # (~1-2 minutes).
+  echo "=== compute-sanitizer --tool racecheck (write kernel tests) ===" >>"$OUT/sanitizer.log"
+  KV_CANARY_UNDER_SANITIZER=1 run_part "racecheck write tests" "$OUT/sanitizer.log" \
+    compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 97 --print-limit 200 \
+    "$here/cuda_gpu" write_differential hostile_write nothing_lost racecheck_probe
+  grep -E "RACECHECK SUMMARY|Race reported|Hazard" "$OUT/sanitizer.log" | sort | uniq -c | tee -a "$summary"
 fi
 if want step; then
   run_part "cuda_step example" "$OUT/step.log" "$here/cuda_step"

@@ -140,7 +140,8 @@ pub mod step;
 
 pub use canary::{
     CanaryBuffer, CanarySlot, ChainPositionAssert, FailReason, HealthCounters, LaunchSettings,
-    LaunchTag, SlotStride, TokenCheck, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
+    LaunchTag, RingCount, SlotStride, TokenCheck, TokenCheckOff, TokenCheckOn, Violation,
+    ViolationRing, WRAPPED_WRITE_INDEX,
 };
 pub use capacity::{
     Brand, Cap, Capacity, Derived, NamedVerifyCapacity, NamedWriteEntryCapacity,

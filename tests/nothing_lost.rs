@@ -6,10 +6,10 @@
 use kv_canary::hash::{chain_step, CHAIN_HEAD};
 use kv_canary::step::{Canary, TailKv};
 use kv_canary::{
-    cpu, Batch, CanaryBuffer, CanarySlot, Cap, ChainPositionAssert, FailReason, HealthCounters,
-    LaunchSettings, LaunchTag, PlanInputs, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
-    RealKvSources, ReqToToken, Shape, TokenCheckOff, TokenCheckOn, VerifyEntry, VerifyPlan,
-    ViolationRing, WriteInputs, WritePlan,
+    cpu, Batch, CanaryBuffer, CanarySlot, Cap, ChainPositionAssert, Error, FailReason,
+    HealthCounters, LaunchSettings, LaunchTag, PlanInputs, RealKv, RealKvHashMode, RealKvParams,
+    RealKvSource, RealKvSources, ReqToToken, Shape, TokenCheckOff, TokenCheckOn, VerifyEntry,
+    VerifyPlan, ViolationRing, WriteInputs, WritePlan, WRAPPED_WRITE_INDEX,
 };
 
 type Spec = Shape<Cap<8>, Cap<4>, Cap<8>>;
@@ -253,6 +253,14 @@ fn the_ring_index_counts_every_violation_past_the_capacity() {
     )
     .unwrap();
     assert_eq!(ring.write_index(), (i32::MAX - 1).wrapping_add(7));
+    // The wrapped index is reported as lost, naming it: never clean, never a small count.
+    let err = ring.count().unwrap_err();
+    assert!(
+        matches!(err, Error::OutOfRange { what, value, .. }
+            if what == WRAPPED_WRITE_INDEX && value == i64::from((i32::MAX - 1).wrapping_add(7))),
+        "{err}"
+    );
+    assert!(err.to_string().contains("-2147483643"), "{err}");
 }
 
 fn stamped_with_bad_positions() -> Buf {

@@ -16,7 +16,7 @@ mod violation;
 pub use buffer::{CanaryBuffer, CanarySlot, SlotStride};
 pub use counters::HealthCounters;
 pub use fail_reason::FailReason;
-pub use ring::ViolationRing;
+pub use ring::{RingCount, ViolationRing, WRAPPED_WRITE_INDEX};
 pub use settings::{ChainPositionAssert, LaunchSettings, TokenCheck, TokenCheckOff, TokenCheckOn};
 pub use tag::LaunchTag;
 pub use violation::Violation;

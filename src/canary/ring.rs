@@ -13,8 +13,14 @@ use derive_where::derive_where;
 ///
 /// "Fill-once": recording a row takes `seq = write_index` and increments the index; the row is
 /// stored at `seq` only if `seq < R`, otherwise dropped. The index keeps counting past the
-/// capacity, so `write_index - R` rows were lost once it exceeds `R`. There is no wrap-around;
-/// the host clears the ring with [`clear`](ViolationRing::clear).
+/// capacity, so `write_index - R` rows were lost once it exceeds `R`. There is no wrap-around
+/// of the rows; the host clears the ring with [`clear`](ViolationRing::clear).
+///
+/// The index is an `i32` (spec §2.6, the device's `atomicAdd` on `int32`): a ring kept across
+/// 2^31 violations without a clear wraps it negative, and a negative index given to
+/// [`from_parts`](ViolationRing::from_parts) means nothing either. [`count`](ViolationRing::count)
+/// reports such an index as an error naming it, never as a clean ring or a small count (the
+/// step API clears its ring every step, so only a caller's own ring gets there).
 ///
 /// `Clone` and `PartialEq` hold for host rings; equality compares rows and write index (the
 /// capacity follows from the rows' length).
@@ -24,6 +30,50 @@ pub struct ViolationRing<R: Capacity, M: Memory = Host> {
     pub(crate) capacity: R,
     pub(crate) rows: M::Array<i64>,
     pub(crate) write_index: M::Scalar<i32>,
+}
+
+/// What a ring's write index says about the violations recorded since the last clear: the rows
+/// stored and the rows dropped past the capacity (their sum is the write index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingCount {
+    /// Rows stored in the ring: `min(write_index, capacity)`.
+    pub stored: usize,
+    /// Violations recorded but dropped because the ring was full: `write_index - capacity`
+    /// once the index exceeds the capacity, else 0.
+    pub dropped: u64,
+}
+
+/// The `what` of the [`Error::OutOfRange`] that [`RingCount::decode`] returns for a negative
+/// write index.
+pub const WRAPPED_WRITE_INDEX: &str = "violation_ring write_index (negative: it wrapped past \
+     i32::MAX after 2^31 violations without a clear, or was given negative; the count of \
+     violations is lost)";
+
+impl RingCount {
+    /// Decodes a ring's `write_index` against its `capacity` (host rings, and the device
+    /// reports' readback of the index). A negative index (the `i32` wrapped past `i32::MAX`, or
+    /// a negative index given) is [`Error::OutOfRange`] naming it, with `what` =
+    /// [`WRAPPED_WRITE_INDEX`]: the number of violations it stands for is unknown, so it is
+    /// reported neither as clean nor as a small count.
+    pub fn decode(write_index: i32, capacity: usize) -> Result<RingCount, Error> {
+        let recorded = u32::try_from(write_index).map_err(|_| Error::OutOfRange {
+            what: WRAPPED_WRITE_INDEX,
+            value: i64::from(write_index),
+            allowed: "[0, 2147483647]",
+        })?;
+        let recorded = u64::from(recorded);
+        let capacity = capacity as u64;
+        Ok(RingCount {
+            // At most `capacity`, a usize.
+            stored: recorded.min(capacity) as usize,
+            dropped: recorded.saturating_sub(capacity),
+        })
+    }
+
+    /// Violations recorded since the last clear, stored or dropped (the write index).
+    pub fn recorded(&self) -> u64 {
+        self.stored as u64 + self.dropped
+    }
 }
 
 impl<const N: usize> ViolationRing<Cap<N>> {
@@ -92,14 +142,23 @@ impl<R: Capacity> ViolationRing<R> {
         self.write_index
     }
 
-    /// The number of rows actually stored: `clamp(write_index, 0, capacity)`.
+    /// The stored and dropped counts the write index stands for; a negative (wrapped) index is
+    /// an error naming it ([`RingCount::decode`]). Reports use this, not the two raw readings
+    /// below.
+    pub fn count(&self) -> Result<RingCount, Error> {
+        RingCount::decode(self.write_index, self.capacity.get())
+    }
+
+    /// The number of rows actually stored: `clamp(write_index, 0, capacity)` (0 for a negative
+    /// index, which [`count`](Self::count) reports as an error).
     pub fn stored_len(&self) -> usize {
         usize::try_from(self.write_index)
             .unwrap_or(0)
             .min(self.capacity.get())
     }
 
-    /// Violations recorded but dropped because the ring was full.
+    /// Violations recorded but dropped because the ring was full (0 for a negative index, which
+    /// [`count`](Self::count) reports as an error).
     pub fn dropped(&self) -> u64 {
         u64::try_from(self.write_index)
             .unwrap_or(0)
@@ -223,6 +282,40 @@ mod tests {
                 .len(),
             24
         );
+    }
+
+    #[test]
+    fn count_decodes_the_index_and_names_a_wrapped_one() {
+        let cap = UncheckedCapacity::new("ring_capacity", 4).unwrap();
+        for (index, stored, dropped) in [(0, 0, 0), (3, 3, 0), (4, 4, 0), (10, 4, 6)] {
+            let ring = ViolationRing::from_parts(cap, vec![0; 32], index).unwrap();
+            let count = ring.count().unwrap();
+            assert_eq!((count.stored, count.dropped), (stored, dropped), "{index}");
+            assert_eq!(count.recorded(), index as u64);
+            assert_eq!((ring.stored_len(), ring.dropped()), (stored, dropped));
+        }
+        let full = RingCount::decode(i32::MAX, 4).unwrap();
+        assert_eq!((full.stored, full.dropped), (4, i32::MAX as u64 - 4));
+        // One violation past i32::MAX: the index wraps (like the device's atomicAdd) and the
+        // count is reported lost, naming the index, never as clean or as a small count.
+        let mut ring = ViolationRing::from_parts(cap, vec![0; 32], i32::MAX).unwrap();
+        ring.record([1; 8]);
+        assert_eq!(ring.write_index(), i32::MIN);
+        let err = ring.count().unwrap_err();
+        assert_eq!(
+            err,
+            Error::OutOfRange {
+                what: WRAPPED_WRITE_INDEX,
+                value: i64::from(i32::MIN),
+                allowed: "[0, 2147483647]",
+            }
+        );
+        let message = err.to_string();
+        assert!(message.starts_with("kv-canary: "), "{message}");
+        assert!(message.contains("-2147483648"), "{message}");
+        assert!(RingCount::decode(-1, usize::MAX).is_err());
+        let huge = RingCount::decode(7, usize::MAX).unwrap();
+        assert_eq!((huge.stored, huge.dropped), (7, 0));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::device::readbacks::ReadbackPool;
 use super::device::stream::Stream;
 use super::driver::memory::{addr, box_ptr};
 use super::driver::pinned::Readback;
-use crate::canary::{Violation, ViolationRing};
+use crate::canary::{RingCount, Violation, ViolationRing};
 use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
 use crate::memory::Device;
@@ -63,9 +63,8 @@ impl RingLayout {
         status.copy_from_slice(&wide[self.ring_fields..self.ring_fields + STATUS_WORDS]);
         decode(&status)?;
         let write_index = narrow[0];
-        let stored = usize::try_from(write_index)
-            .unwrap_or(0)
-            .min(self.ring_rows);
+        // A negative (wrapped) index is an error naming it, never a clean report.
+        let RingCount { stored, dropped } = RingCount::decode(write_index, self.ring_rows)?;
         let violations = wide[..stored * VIOLATION_FIELDS]
             .chunks_exact(VIOLATION_FIELDS)
             .map(|row| {
@@ -74,9 +73,6 @@ impl RingLayout {
                 Violation::from_row(out)
             })
             .collect();
-        let dropped = u64::try_from(write_index)
-            .unwrap_or(0)
-            .saturating_sub(self.ring_rows as u64);
         Ok((violations, dropped))
     }
 }

@@ -24,7 +24,7 @@ use super::device::readbacks::ReadbackPool;
 use super::device::stream::Stream;
 use super::driver::memory::{addr, box_ptr};
 use super::driver::pinned::Readback;
-use crate::canary::{HealthCounters, Violation};
+use crate::canary::{HealthCounters, RingCount, Violation};
 use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
 use crate::memory::Device;
@@ -377,7 +377,8 @@ fn decode_words(
     decode(&status)?;
     let [write_index, verify_num_valid, enable, num_valid_reqs] =
         [narrow[0], narrow[1], narrow[2], narrow[3]];
-    let stored = usize::try_from(write_index).unwrap_or(0).min(l.ring_rows);
+    // A negative (wrapped) index is an error naming it, never a clean report.
+    let RingCount { stored, dropped } = RingCount::decode(write_index, l.ring_rows)?;
     let violations = wide[..stored * VIOLATION_FIELDS]
         .chunks_exact(VIOLATION_FIELDS)
         .map(|row| {
@@ -386,9 +387,6 @@ fn decode_words(
             Violation::from_row(out)
         })
         .collect();
-    let dropped = u64::try_from(write_index)
-        .unwrap_or(0)
-        .saturating_sub(l.ring_rows as u64);
     let c = &wide[l.counters_at()..l.counters_at() + COUNTER_WORDS];
     let pair = |at: usize| KvPair {
         k: HealthCounters::from_parts(c[at], c[at + 1]),

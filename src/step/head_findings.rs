@@ -105,7 +105,8 @@ impl ReadsHeadFindings for Cpu {
         let plan: PlanSummary = head.plan;
         Ok(HeadFindings {
             violations: head.ring.violations().collect(),
-            dropped: head.ring.dropped(),
+            // A wrapped (negative) write index is an error naming it, never a clean report.
+            dropped: head.ring.count()?.dropped,
             plan_overflow: (!plan.enabled).then_some(PlanOverflow {
                 needed: Some(plan.requested_entries),
                 capacity: head.verify_capacity,

@@ -169,6 +169,8 @@ impl Reports for Cpu {
         &self,
         step: &FinishedStep<'_, Cpu, V, W, R>,
     ) -> Result<StepReport, Error> {
+        // A negative (wrapped) write index is an error naming it, never a clean report.
+        let count = step.ring.count()?;
         Ok(StepReport {
             plan: step.plan,
             verify_capacity: step.verify_capacity,
@@ -179,7 +181,7 @@ impl Reports for Cpu {
             head_counters: step.head_counters.clone(),
             tail_counters: step.tail_counters.clone(),
             violations: step.ring.violations().collect(),
-            dropped: step.ring.dropped(),
+            dropped: count.dropped,
             abandoned_steps: step.abandoned_steps,
         })
     }
@@ -188,6 +190,21 @@ impl Reports for Cpu {
         report.recorded()
     }
 }
+
+// A host canary may be built on one thread and driven from another, or read through `&` from
+// several (docs/reliability.md, "Concurrency").
+static_assertions::assert_impl_all!(
+    Canary<
+        crate::capacity::Cap<8>,
+        crate::capacity::Cap<4>,
+        crate::capacity::Cap<16>,
+        crate::capacity::Cap<64>,
+        crate::capacity::Cap<16>,
+        crate::input::Full,
+        Cpu,
+    >: Send,
+    Sync
+);
 
 /// What the launches of a step have done so far.
 struct Progress<B: Backend> {

@@ -6,14 +6,17 @@
 //! golden_gpu`).
 //!
 //! A harness of its own (`harness = false`), so that without a CUDA device every test prints
-//! `SKIPPED` on the console instead of passing silently. Arguments: an optional name filter;
-//! `--list` lists the tests; other `--flags` of libtest are accepted and ignored.
+//! `SKIPPED` on the console instead of passing silently. Arguments, as libtest's: name filters
+//! (a test runs if its name contains any of them), `--skip NAME` (repeatable: a test whose name
+//! contains NAME does not run); `--list` lists the tests they select; other `--flags` of libtest are
+//! accepted and ignored.
 
 mod canary;
 mod graph;
 mod hostile;
 mod nothing_lost;
 mod plan;
+mod probe;
 mod reports;
 mod rng;
 mod step;
@@ -127,6 +130,7 @@ const TESTS: &[(&str, TestFn)] = &[
     ),
     #[cfg(feature = "cudarc")]
     ("views_cudarc_slices_plan", views::cudarc_views_plan),
+    ("racecheck_probe_named_barrier", probe::named_barrier),
 ];
 
 /// `Err(message)` unless `cond`.
@@ -153,19 +157,40 @@ pub fn fail<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |e| format!("{what}: {e}")
 }
 
+/// The name filters (a test runs if its name contains any of them, or there are none) and the
+/// `--skip NAME` filters (a test whose name contains one does not run), as libtest reads them;
+/// other `--flags` are ignored.
+fn name_filters(args: &[String]) -> (Vec<&str>, Vec<&str>) {
+    let (mut filters, mut skips) = (Vec::new(), Vec::new());
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--skip" {
+            skips.extend(args.next().map(String::as_str));
+        } else if let Some(skip) = arg.strip_prefix("--skip=") {
+            skips.push(skip);
+        } else if !arg.starts_with('-') {
+            filters.push(arg.as_str());
+        }
+    }
+    (filters, skips)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let (filters, skips) = name_filters(&args);
+    let selected: Vec<_> = TESTS
+        .iter()
+        .filter(|(name, _)| {
+            (filters.is_empty() || filters.iter().any(|f| name.contains(f)))
+                && !skips.iter().any(|s| name.contains(s))
+        })
+        .collect();
     if args.iter().any(|a| a == "--list") {
-        for (name, _) in TESTS {
+        for (name, _) in &selected {
             println!("{name}: test");
         }
         return ExitCode::SUCCESS;
     }
-    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
-    let selected: Vec<_> = TESTS
-        .iter()
-        .filter(|(name, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
-        .collect();
     println!("\nrunning {} GPU tests", selected.len());
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,
