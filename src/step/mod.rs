@@ -550,8 +550,12 @@ pub trait PlanInputsOf<G: GroupKind> {
     fn checks_tokens(&self) -> bool;
 }
 
-impl<'a, G: GroupKind, X: crate::input::ExpectedTokens> PlanInputsOf<G>
-    for crate::input::PlanInputs<'a, G::Plan<'a>, X>
+impl<'a, G, X, BE, TE> PlanInputsOf<G> for crate::input::PlanInputs<'a, G::Plan<'a>, X, BE, TE>
+where
+    G: GroupKind,
+    X: crate::input::ExpectedTokens,
+    BE: crate::input::IndexElement,
+    TE: crate::input::IndexElement,
 {
     fn checks_tokens(&self) -> bool {
         self.expected.pool().is_some()
