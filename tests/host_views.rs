@@ -145,12 +145,15 @@ fn owned_and_views_agree<T: IndexElement + TryFrom<i64>>(
         }
         assert!(owned.ring() == viewed.ring(), "{ctx}");
         if swa {
-            // The LUT is i64 in both (the SWA group's LUT is not generic); the table and
-            // columns are the engine's.
-            let _ = &t_lut;
-            let group = Swa::window(5).with_lut(&inp.lut);
-            let a = run_step(&mut owned_swa, &plan_owned.with_group(group), &writes);
-            let b = run_step(&mut viewed_swa, &plan_view.with_group(group), &writes_view);
+            // The LUT too: i64 for the owned inputs, the engine's `T` for the views.
+            let window = Swa::window(5);
+            let owned_plan = plan_owned.with_group(window.with_lut(&inp.lut));
+            let a = run_step(&mut owned_swa, &owned_plan, &writes);
+            let b = run_step(
+                &mut viewed_swa,
+                &plan_view.with_group(window.with_lut(&t_lut)),
+                &writes_view,
+            );
             assert_eq!(a, b, "{ctx} (SWA)");
             for tag in owned_swa.tags() {
                 assert!(
@@ -326,6 +329,32 @@ fn plan_elements_past_i64_are_errors_naming_the_value() {
         err,
         past_i64("req_pool_indices", 0, usize::MAX as u64, "usize")
     );
+}
+
+#[test]
+fn lut_entries_past_i64_are_errors_only_when_read() {
+    let table: Vec<u32> = (0..(ROWS * WIDTH) as u32)
+        .map(|x| x % SLOTS as u32)
+        .collect();
+    let mut lut: Vec<u64> = (0..SLOTS as u64).collect();
+    let batch = BatchView::from_arrays(&[2u32], &[3], &[1]);
+    let table = ReqToTokenView::new(ROWS, WIDTH, &table).unwrap();
+    let shape = Spec::new();
+    let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+    // Row 2 reads slots 32, 33, 34 (window 2: entries 33, 34, predecessor 32).
+    lut[40] = u64::MAX; // never read
+    let inputs = PlanInputs::from_views(batch, table).with_group(Swa::window(2).with_lut(&lut));
+    cpu::plan(&shape, &inputs, &mut verify, &mut write).unwrap();
+    assert_eq!(&verify.slot_indices()[..2], &[33, 34]);
+    let (v0, w0) = (verify.clone(), write.clone());
+    lut[32] = 1 << 63;
+    let inputs = PlanInputs::from_views(batch, table).with_group(Swa::window(2).with_lut(&lut));
+    let err = cpu::plan(&shape, &inputs, &mut verify, &mut write).unwrap_err();
+    assert_eq!(
+        err,
+        past_i64("full_to_swa_index_mapping", 32, 1 << 63, "u64")
+    );
+    assert!(verify == v0 && write == w0);
 }
 
 #[test]

@@ -269,11 +269,11 @@ fn pool_read_count(valid_len: i64, plan: &RowPlan, offset: i64) -> usize {
 /// A slot `x` is outside when `x >= 0 && x >= lut_len`, which (as `lut_len >= 0`) is just
 /// `x >= lut_len`: each row is checked with one branch-free maximum, and only a row that fails
 /// is scanned again for its first offending slot.
-fn check_lut<T: IndexElement>(
+fn check_lut<T: IndexElement, L: IndexElement>(
     table: &[T],
     width: usize,
     rows: &[RowPlan],
-    lut: &[i64],
+    lut: &[L],
 ) -> Result<(), Error> {
     // The cells are checked to fit in i64 (`check_cells_fit`), so `as_i64` is exact.
     let outside = |x: T| x.as_i64() >= lut.len() as i64;
@@ -289,6 +289,12 @@ fn check_lut<T: IndexElement>(
                 slot: x.as_i64(),
                 lut_len: lut.len(),
             });
+        }
+        if !L::FITS_I64 {
+            // Every entry the plan translates through must fit in i64 too.
+            for x in slots.iter().map(|x| x.as_i64()).filter(|&x| x >= 0) {
+                read_i64("full_to_swa_index_mapping", x as usize, lut[x as usize])?;
+            }
         }
     }
     Ok(())
@@ -399,7 +405,7 @@ fn widen<T: IndexElement>(dst: &mut [i64], src: &[T]) {
 }
 
 #[inline]
-fn translate<T: IndexElement>(dst: &mut [i64], src: &[T], lut: &[i64]) {
+fn translate<T: IndexElement, L: IndexElement>(dst: &mut [i64], src: &[T], lut: &[L]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = translate_one(s, lut);
     }
@@ -407,11 +413,11 @@ fn translate<T: IndexElement>(dst: &mut [i64], src: &[T], lut: &[i64]) {
 
 /// A slot in SWA index space: negative slots pass through, others go through the LUT.
 #[inline]
-fn translate_one<T: IndexElement>(s: T, lut: &[i64]) -> i64 {
+fn translate_one<T: IndexElement, L: IndexElement>(s: T, lut: &[L]) -> i64 {
     // A negative slot converts to an index past any LUT, so one bounds check covers both cases;
-    // validation guarantees every non-negative slot is inside the LUT.
+    // validation guarantees every non-negative slot is inside the LUT (and its entry fits i64).
     let s = s.as_i64();
-    lut.get(s as usize).copied().unwrap_or(s)
+    lut.get(s as usize).map_or(s, |&x| x.as_i64())
 }
 
 fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(

@@ -349,6 +349,34 @@ impl<E: Capacity, A: WriteInputAssert, M: Memory> WriteInputs<E, A, M> {
 /// let view = WriteInputsView::from_arrays(&ids, &positions, &slots);
 /// assert_eq!(view.capacity(), Cap::<4>);
 /// ```
+///
+/// A view goes wherever the owned inputs of its capacity go:
+///
+/// ```
+/// use kv_canary::{cpu, CanaryBuffer, Cap, HealthCounters, LaunchSettings, LaunchTag, Shape,
+///                 ViolationRing, WriteInputsView};
+/// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
+/// let a = [0u32; 8];
+/// let view = WriteInputsView::from_arrays(&a, &a, &a);
+/// let (mut canary, mut ring) = (CanaryBuffer::<Cap<32>>::new(), ViolationRing::<Cap<4>>::new());
+/// cpu::write(&shape, &shape.write_plan(), &view, &LaunchSettings::new(LaunchTag::HeadKFull),
+///            &mut canary, &mut ring, &mut HealthCounters::new())?;
+/// # Ok::<(), kv_canary::Error>(())
+/// ```
+///
+/// and a view of another capacity does not compile:
+///
+/// ```compile_fail
+/// use kv_canary::{cpu, CanaryBuffer, Cap, HealthCounters, LaunchSettings, LaunchTag, Shape,
+///                 ViolationRing, WriteInputsView};
+/// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
+/// let a = [0u32; 4]; // 4 entries, not 8
+/// let view = WriteInputsView::from_arrays(&a, &a, &a);
+/// let (mut canary, mut ring) = (CanaryBuffer::<Cap<32>>::new(), ViolationRing::<Cap<4>>::new());
+/// cpu::write(&shape, &shape.write_plan(), &view, &LaunchSettings::new(LaunchTag::HeadKFull),
+///            &mut canary, &mut ring, &mut HealthCounters::new())?;
+/// # Ok::<(), kv_canary::Error>(())
+/// ```
 pub struct WriteInputsView<
     'a,
     E: Capacity,

@@ -108,7 +108,7 @@ mod group;
 mod report;
 mod stage;
 
-pub use group::{GroupKind, SwaGroup};
+pub use group::{GroupKind, GroupOf, SwaGroup};
 pub use report::{KvPair, PlanOverflow, StepReport, StepStatus, TailKv, Unverified};
 pub use stage::{
     FinishedStep, HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify, ReadyToWrite,
@@ -550,9 +550,10 @@ pub trait PlanInputsOf<G: GroupKind> {
     fn checks_tokens(&self) -> bool;
 }
 
-impl<'a, G, X, BE, TE> PlanInputsOf<G> for crate::input::PlanInputs<'a, G::Plan<'a>, X, BE, TE>
+impl<'a, G, P, X, BE, TE> PlanInputsOf<G> for crate::input::PlanInputs<'a, P, X, BE, TE>
 where
     G: GroupKind,
+    P: GroupOf<G>,
     X: crate::input::ExpectedTokens,
     BE: crate::input::IndexElement,
     TE: crate::input::IndexElement,

@@ -255,7 +255,7 @@ impl<A: WriteInputAssert> Writes<A> for Offload<'_> {
 /// "has a LUT?"/"has a pool?" to types.
 impl<'a, G, X, V, W, E> PlanWith<PlanInputs<'a, G, X>, V, W, E> for Offload<'_>
 where
-    G: Group,
+    G: Group<Lut = i64>,
     X: ExpectedTokens<Token = i32, Len = i64>,
     V: Capacity,
     W: Capacity,
