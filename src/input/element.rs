@@ -85,12 +85,22 @@ pub(crate) fn read_i64<T: IndexElement>(
     index: usize,
     value: T,
 ) -> Result<i64, Error> {
-    value.to_i64().ok_or(Error::ElementOutOfRange {
+    match value.to_i64() {
+        Some(v) => Ok(v),
+        None => Err(out_of_range(what, index, value)),
+    }
+}
+
+/// The error of an element past `i64::MAX`; out of line, so the ops' loops stay small.
+#[cold]
+#[inline(never)]
+fn out_of_range<T: IndexElement>(what: &'static str, index: usize, value: T) -> Error {
+    Error::ElementOutOfRange {
         what,
         index,
         value: value.wide(),
         element: T::NAME,
-    })
+    }
 }
 
 /// Checks that every element of `values` (elements `first..` of the array `what`) fits in

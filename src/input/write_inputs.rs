@@ -387,7 +387,9 @@ pub struct WriteInputsView<
     input_ids: &'a [T],
     positions: &'a [T],
     out_cache_loc: &'a [T],
-    expected: Option<(&'a [T], &'a [T])>,
+    /// The expected tensors; empty while the assert is off (the type says which, so the write
+    /// op's per-entry branch on them is decided at compile time).
+    expected: (&'a [T], &'a [T]),
     assert: PhantomData<A>,
 }
 
@@ -408,7 +410,7 @@ impl<E: Capacity, A: WriteInputAssert, T: IndexElement> fmt::Debug
             .field("input_ids", &self.input_ids)
             .field("positions", &self.positions)
             .field("out_cache_loc", &self.out_cache_loc)
-            .field("expected", &self.expected)
+            .field("expected", &self.input_assert_tensors())
             .finish()
     }
 }
@@ -425,7 +427,7 @@ impl<'a, const N: usize, T: IndexElement> WriteInputsView<'a, Cap<N>, InputAsser
             input_ids,
             positions,
             out_cache_loc,
-            expected: None,
+            expected: (&[], &[]),
             assert: PhantomData,
         }
     }
@@ -461,7 +463,7 @@ impl<'a, E: Capacity, T: IndexElement> WriteInputsView<'a, E, InputAssertOff, T>
             input_ids,
             positions,
             out_cache_loc,
-            expected: None,
+            expected: (&[], &[]),
             assert: PhantomData,
         })
     }
@@ -480,7 +482,7 @@ impl<'a, E: Capacity, T: IndexElement> WriteInputsView<'a, E, InputAssertOff, T>
             input_ids: self.input_ids,
             positions: self.positions,
             out_cache_loc: self.out_cache_loc,
-            expected: Some((expected_input_tokens, expected_input_positions)),
+            expected: (expected_input_tokens, expected_input_positions),
             assert: PhantomData,
         })
     }
@@ -504,8 +506,9 @@ impl<'a, E: Capacity, A: WriteInputAssert, T: IndexElement> WriteInputsView<'a, 
         self.out_cache_loc
     }
     /// `(expected_input_tokens, expected_input_positions)` when the assert is on.
+    #[inline(always)]
     pub fn input_assert_tensors(&self) -> Option<(&'a [T], &'a [T])> {
-        self.expected
+        A::ENABLED.then_some(self.expected)
     }
 }
 
@@ -517,7 +520,7 @@ impl<E: Capacity, A: WriteInputAssert> WriteInputs<E, A> {
             input_ids: &self.input_ids,
             positions: &self.positions,
             out_cache_loc: &self.out_cache_loc,
-            expected: A::host_expected(&self.expected),
+            expected: A::host_expected(&self.expected).unwrap_or((&[], &[])),
             assert: PhantomData,
         }
     }
