@@ -47,8 +47,9 @@ use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, Same
 use crate::cpu::{self, PlanSummary, ScatterSummary, VerifySummary, WriteSummary};
 use crate::error::Error;
 use crate::input::{
-    ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, Full, Group, NoExpectedTokens,
-    PlanInputs, RuntimePlanInputs, Swa, WriteInputAssert, WriteInputs,
+    ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, Full, Group, IndexElement,
+    NoExpectedTokens, PlanInputs, RuntimePlanInputs, Swa, WriteInputAssert, WriteInputSource,
+    WriteInputs, WriteInputsView,
 };
 use crate::memory::{Host, Memory};
 use crate::plan::{VerifyPlan, WritePlan};
@@ -180,6 +181,90 @@ pub trait Writes<A: WriteInputAssert>: Backend {
         EB: Capacity,
         S: Capacity,
         R: Capacity;
+}
+
+/// The write op of a backend on write inputs `I`, owned or borrowed: every backend writes its
+/// owned [`WriteInputs`] in its memory (through [`Writes`]), and the CPU also writes
+/// [`WriteInputsView`]s of an engine's own host slices. The step API's write stage takes any
+/// inputs its backend writes from.
+pub trait WritesFrom<I: WriteInputSource + ?Sized>: Backend {
+    /// Stamps the planned tokens of `inputs` into `canary`. Contract of [`cpu::write`].
+    #[allow(clippy::too_many_arguments, reason = "the write op's own arguments")]
+    fn write_from<V, W, E, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Self::Memory>,
+        inputs: &I,
+        settings: &Self::Settings<'_>,
+        canary: &mut CanaryBuffer<S, Self::Memory>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: &mut HealthCounters<Self::Memory>,
+    ) -> Result<Self::WriteDone, Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<I::Capacity>,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity;
+}
+
+/// Every backend writes its own [`WriteInputs`] through its [`Writes`] implementation.
+impl<B, EB, A> WritesFrom<WriteInputs<EB, A, B::Memory>> for B
+where
+    B: Writes<A>,
+    EB: Capacity,
+    A: WriteInputAssert,
+{
+    fn write_from<V, W, E, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Self::Memory>,
+        inputs: &WriteInputs<EB, A, B::Memory>,
+        settings: &Self::Settings<'_>,
+        canary: &mut CanaryBuffer<S, Self::Memory>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: &mut HealthCounters<Self::Memory>,
+    ) -> Result<Self::WriteDone, Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        self.write(shape, plan, inputs, settings, canary, ring, counters)
+    }
+}
+
+/// The CPU writes views of an engine's host slices, of any element type.
+impl<EB, A, T> WritesFrom<WriteInputsView<'_, EB, A, T>> for Cpu
+where
+    EB: Capacity,
+    A: WriteInputAssert,
+    T: IndexElement,
+{
+    fn write_from<V, W, E, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB>,
+        inputs: &WriteInputsView<'_, EB, A, T>,
+        settings: &LaunchSettings<'_>,
+        canary: &mut CanaryBuffer<S>,
+        ring: &mut ViolationRing<R>,
+        counters: &mut HealthCounters,
+    ) -> Result<WriteSummary, Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        cpu::write(shape, plan, inputs, settings, canary, ring, counters)
+    }
 }
 
 /// Plans inputs whose group and expected-token source are chosen at run time on any backend
@@ -355,10 +440,12 @@ impl<A: WriteInputAssert> Writes<A> for Cpu {
     }
 }
 
-impl<'a, G, X, V, W, E> PlanWith<PlanInputs<'a, G, X>, V, W, E> for Cpu
+impl<'a, G, X, BE, TE, V, W, E> PlanWith<PlanInputs<'a, G, X, BE, TE>, V, W, E> for Cpu
 where
     G: Group,
     X: ExpectedTokens,
+    BE: IndexElement,
+    TE: IndexElement,
     V: Capacity,
     W: Capacity,
     E: Capacity,
@@ -366,7 +453,7 @@ where
     fn plan<VB, WB>(
         &self,
         shape: &Shape<V, W, E>,
-        inputs: &PlanInputs<'a, G, X>,
+        inputs: &PlanInputs<'a, G, X, BE, TE>,
         verify: &mut VerifyPlan<VB>,
         write: &mut WritePlan<WB>,
     ) -> Result<PlanSummary, Error>

@@ -69,6 +69,18 @@ pub enum Error {
         /// Rows in the table.
         rows: usize,
     },
+    /// An element of an engine's host array (a view over `u64` or `usize`) is past `i64::MAX`,
+    /// the largest value the ops compute with.
+    ElementOutOfRange {
+        /// Which array.
+        what: &'static str,
+        /// The element's index (row-major for tables).
+        index: usize,
+        /// Its value.
+        value: i128,
+        /// The array's element type (`u64`, `usize`).
+        element: &'static str,
+    },
     /// An active row would read `req_to_token` past its width.
     PrefixBeyondRow {
         /// Batch row.
@@ -325,6 +337,15 @@ impl fmt::Display for Error {
                 expected,
                 found,
             } => write!(f, "{what} length must be {expected}, got {found}"),
+            ElementOutOfRange {
+                what,
+                index,
+                value,
+                element,
+            } => write!(
+                f,
+                "{what}[{index}] = {value} ({element}) is past i64::MAX, the largest value the ops read"
+            ),
             TableShape {
                 what,
                 rows,

@@ -151,10 +151,12 @@ pub use capacity::{
 };
 pub use error::Error;
 pub use input::{
-    Batch, BatchRow, ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, ExpectedWriteInputs,
-    ExpectedWriteInputsMut, Full, Group, InputAssertOff, InputAssertOn, NoExpectedTokens,
-    PlanInputs, PositionOffset, ReqTable, ReqToToken, RuntimePlanInputs, SlotIds, Swa, SwaWindow,
-    TableKind, TokenIds, WriteInputAssert, WriteInputs, WriteInputsMut,
+    Batch, BatchRow, BatchView, ExpectedTokenPool, ExpectedTokenTable, ExpectedTokenTableView,
+    ExpectedTokens, ExpectedWriteInputs, ExpectedWriteInputsMut, Full, Group, HostWriteInputs,
+    IndexElement, InputAssertOff, InputAssertOn, NoExpectedTokens, PlanInputs, PositionOffset,
+    ReqTable, ReqTableView, ReqToToken, ReqToTokenView, RuntimePlanInputs, SlotIds, Swa, SwaWindow,
+    TableKind, TokenIds, WriteInputAssert, WriteInputSource, WriteInputs, WriteInputsMut,
+    WriteInputsView,
 };
 #[cfg(feature = "cuda")]
 pub use memory::Device;

@@ -130,8 +130,8 @@ fn cuda_qualified(snapshot: &str, copy: &str, folder: &str) -> String {
                 .replace("`plan`", "`kv_canary::cpu::plan`")
                 .replace("`PlanInputs::<", "`kv_canary::PlanInputs::<");
         }
-        if line.trim_end().ends_with("^ `Swa<'_>`") {
-            line = line.replace("`Swa<'_>`", "`kv_canary::Swa<'_>`");
+        if line.contains("^ `Swa<'_") && line.trim_end().ends_with(">`") {
+            line = line.replace("`Swa<'_", "`kv_canary::Swa<'_");
         }
         out.push_str(&line);
     }

@@ -6,7 +6,10 @@
 //! why planning costs about as much as copying its output bytes.
 
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
-use crate::input::{ExpectedTokenPool, ExpectedTokens, Group, PlanInputs};
+use crate::input::BatchRow;
+use crate::input::{
+    check_fits, read_i64, ExpectedTokenPool, ExpectedTokens, Group, IndexElement, PlanInputs,
+};
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::shape::Shape;
 use crate::Error;
@@ -58,9 +61,17 @@ struct RowPlan {
 ///   the pool is [`Error::ExpectedTokenReadOutOfRange`]. Padding rows are never read, whatever
 ///   their values.
 /// * **`valid_lens` length**: must equal `bs` ([`Error::LengthMismatch`]).
-pub fn plan<V, W, E, VB, WB, G, X>(
+///
+/// # Views of the engine's element types
+///
+/// Inputs borrowed from the engine's slices ([`BatchView`](crate::BatchView),
+/// [`ReqToTokenView`](crate::ReqToTokenView), an [`ExpectedTokenPool`] over a view) are read as
+/// the owned inputs with the same values; each element read is converted to `i64`, and one past
+/// `i64::MAX` (a `u64` or `usize` element) is [`Error::ElementOutOfRange`] naming the array,
+/// the index and the value. Padding rows are still never read beyond their `req_pool_index`.
+pub fn plan<V, W, E, VB, WB, G, X, B, T>(
     shape: &Shape<V, W, E>,
-    inputs: &PlanInputs<'_, G, X>,
+    inputs: &PlanInputs<'_, G, X, B, T>,
     verify: &mut VerifyPlan<VB>,
     write: &mut WritePlan<WB>,
 ) -> Result<PlanSummary, Error>
@@ -72,6 +83,8 @@ where
     WB: Capacity,
     G: Group,
     X: ExpectedTokens,
+    B: IndexElement,
+    T: IndexElement,
 {
     shape.verify_capacity().check(verify.capacity())?;
     shape.write_req_capacity().check(write.capacity())?;
@@ -86,9 +99,9 @@ struct Totals {
     write_tokens: i64,
 }
 
-fn validate<G: Group, X: ExpectedTokens>(
-    inputs: &PlanInputs<'_, G, X>,
-    pool: Option<ExpectedTokenPool<'_>>,
+fn validate<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
+    inputs: &PlanInputs<'_, G, X, B, T>,
+    pool: Option<ExpectedTokenPool<'_, X::Token, X::Len>>,
     write_req_capacity: usize,
     rows: &mut Vec<RowPlan>,
 ) -> Result<Totals, Error> {
@@ -122,7 +135,8 @@ fn validate<G: Group, X: ExpectedTokens>(
         verify_entries: 0,
         write_tokens: 0,
     };
-    for (r, row) in batch.rows().enumerate() {
+    for (r, &rp) in batch.req_pool_indices().iter().enumerate() {
+        let req_pool_index = read_i64("req_pool_indices", r, rp)?;
         let mut plan = RowPlan {
             rp: 0,
             window_start: 0,
@@ -130,7 +144,12 @@ fn validate<G: Group, X: ExpectedTokens>(
             write_len: 0,
             seeded: false,
         };
-        if row.is_active() {
+        if req_pool_index != 0 {
+            let row = BatchRow {
+                req_pool_index,
+                prefix_len: read_i64("prefix_lens", r, batch.prefix_lens()[r])?,
+                extend_len: read_i64("extend_seq_lens", r, batch.extend_seq_lens()[r])?,
+            };
             plan.write_len = row.extend_len.max(0);
             let prefix = row.prefix_len.max(0);
             if prefix > 0 {
@@ -157,6 +176,7 @@ fn validate<G: Group, X: ExpectedTokens>(
                 };
                 plan.verify_len = prefix_u - plan.window_start;
                 plan.seeded = plan.write_len > 0;
+                check_cells_fit(table, &plan)?;
                 if let Some(pool) = pool {
                     check_pool_reads(r, row.req_pool_index, &plan, pool, inputs.offset.value())?;
                 }
@@ -177,16 +197,41 @@ fn validate<G: Group, X: ExpectedTokens>(
     Ok(totals)
 }
 
+/// The `req_to_token` cells a row's plan reads (the window's slots and its head's predecessor)
+/// fit in `i64`; free for element types that always fit.
+#[inline]
+fn check_cells_fit<T: IndexElement>(
+    table: crate::input::ReqToTokenView<'_, T>,
+    plan: &RowPlan,
+) -> Result<(), Error> {
+    if T::FITS_I64 || plan.verify_len == 0 {
+        return Ok(());
+    }
+    let base = plan.rp * table.width();
+    let first = plan.window_start.saturating_sub(1);
+    let end = plan.window_start + plan.verify_len;
+    check_fits(
+        "req_to_token",
+        base + first,
+        &table.as_slice()[base + first..base + end],
+    )
+}
+
 /// The pool reads of one row: columns `[ws + off, ws + off + k)` of row `rp`, where `k` is the
 /// number of entries whose `pos + off < valid_len`.
-fn check_pool_reads(
+fn check_pool_reads<T: IndexElement, L: IndexElement>(
     r: usize,
     req_pool_index: i64,
     plan: &RowPlan,
-    pool: ExpectedTokenPool<'_>,
+    pool: ExpectedTokenPool<'_, T, L>,
     offset: i64,
 ) -> Result<(), Error> {
-    let reads = pool_read_count(pool.valid_lens()[r], plan, offset);
+    let valid_len = read_i64(
+        "req_to_verify_expected_tokens_valid_lens",
+        r,
+        pool.valid_lens()[r],
+    )?;
+    let reads = pool_read_count(valid_len, plan, offset);
     if reads == 0 {
         return Ok(());
     }
@@ -201,7 +246,12 @@ fn check_pool_reads(
             cols: table.width(),
         });
     }
-    Ok(())
+    let first = plan.rp * table.width() + (last_column + 1) as usize - reads;
+    check_fits(
+        "req_to_verify_expected_tokens",
+        first,
+        &table.as_slice()[first..first + reads],
+    )
 }
 
 /// How many leading entries of a row read the pool: `clamp(valid_len - off - ws, 0, verify_len)`.
@@ -219,28 +269,51 @@ fn pool_read_count(valid_len: i64, plan: &RowPlan, offset: i64) -> usize {
 /// A slot `x` is outside when `x >= 0 && x >= lut_len`, which (as `lut_len >= 0`) is just
 /// `x >= lut_len`: each row is checked with one branch-free maximum, and only a row that fails
 /// is scanned again for its first offending slot.
-fn check_lut(table: &[i32], width: usize, rows: &[RowPlan], lut: &[i64]) -> Result<(), Error> {
-    let outside = |x: i32| i64::from(x) >= lut.len() as i64;
+fn check_lut<T: IndexElement, L: IndexElement>(
+    table: &[T],
+    width: usize,
+    rows: &[RowPlan],
+    lut: &[L],
+) -> Result<(), Error> {
+    // The cells are checked to fit in i64 (`check_cells_fit`), so `as_i64` is exact.
+    let outside = |x: T| x.as_i64() >= lut.len() as i64;
     for plan in rows.iter().filter(|p| p.verify_len > 0) {
         let base = plan.rp * width;
         let first = plan.window_start.saturating_sub(1);
         let end = plan.window_start + plan.verify_len;
         let slots = &table[base + first..base + end];
-        let max = slots.iter().fold(i32::MIN, |m, &x| m.max(x));
+        let max = slots.iter().fold(T::MIN, |m, &x| m.max(x));
         if outside(max) {
             let x = slots.iter().copied().find(|&x| outside(x)).unwrap_or(max);
             return Err(Error::LutIndexOutOfRange {
-                slot: i64::from(x),
+                slot: x.as_i64(),
                 lut_len: lut.len(),
             });
+        }
+        if !L::FITS_I64 {
+            // Every entry the plan translates through must fit in i64 too.
+            for x in slots.iter().map(|x| x.as_i64()).filter(|&x| x >= 0) {
+                read_i64("full_to_swa_index_mapping", x as usize, lut[x as usize])?;
+            }
         }
     }
     Ok(())
 }
 
-fn emit<VB: Capacity, WB: Capacity, G: Group, X: ExpectedTokens>(
-    inputs: &PlanInputs<'_, G, X>,
-    pool: Option<ExpectedTokenPool<'_>>,
+#[allow(
+    clippy::type_complexity,
+    reason = "the pool's element types come from the inputs"
+)]
+fn emit<
+    VB: Capacity,
+    WB: Capacity,
+    G: Group,
+    X: ExpectedTokens,
+    B: IndexElement,
+    T: IndexElement,
+>(
+    inputs: &PlanInputs<'_, G, X, B, T>,
+    pool: Option<ExpectedTokenPool<'_, X::Token, X::Len>>,
     rows: &[RowPlan],
     totals: Totals,
     verify: &mut VerifyPlan<VB>,
@@ -266,9 +339,9 @@ fn emit<VB: Capacity, WB: Capacity, G: Group, X: ExpectedTokens>(
     }
 }
 
-fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens>(
-    inputs: &PlanInputs<'_, G, X>,
-    pool: Option<ExpectedTokenPool<'_>>,
+fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
+    inputs: &PlanInputs<'_, G, X, B, T>,
+    pool: Option<ExpectedTokenPool<'_, X::Token, X::Len>>,
     rows: &[RowPlan],
     verify: &mut VerifyPlan<VB>,
 ) {
@@ -297,7 +370,7 @@ fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens>(
         // head's predecessor is read from the table, and position 0 is a chain head (-1).
         prevs[0] = match (ws, lut) {
             (0, _) => -1,
-            (_, None) => i64::from(row[ws - 1]),
+            (_, None) => row[ws - 1].as_i64(),
             (_, Some(lut)) => translate_one(row[ws - 1], lut),
         };
         prevs[1..].copy_from_slice(&slots[..n - 1]);
@@ -305,7 +378,8 @@ fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens>(
             *p = (ws + i) as i64;
         }
         let reads = match pool {
-            Some(pool) => pool_read_count(pool.valid_lens()[r], plan, offset),
+            // Validated: the valid length fits in i64.
+            Some(pool) => pool_read_count(pool.valid_lens()[r].as_i64(), plan, offset),
             None => 0,
         };
         if reads > 0 {
@@ -322,15 +396,16 @@ fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens>(
     }
 }
 
+/// The cells as `i64`; validation checked that they fit.
 #[inline]
-fn widen(dst: &mut [i64], src: &[i32]) {
+fn widen<T: IndexElement>(dst: &mut [i64], src: &[T]) {
     for (d, &s) in dst.iter_mut().zip(src) {
-        *d = i64::from(s);
+        *d = s.as_i64();
     }
 }
 
 #[inline]
-fn translate(dst: &mut [i64], src: &[i32], lut: &[i64]) {
+fn translate<T: IndexElement, L: IndexElement>(dst: &mut [i64], src: &[T], lut: &[L]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = translate_one(s, lut);
     }
@@ -338,14 +413,15 @@ fn translate(dst: &mut [i64], src: &[i32], lut: &[i64]) {
 
 /// A slot in SWA index space: negative slots pass through, others go through the LUT.
 #[inline]
-fn translate_one(s: i32, lut: &[i64]) -> i64 {
+fn translate_one<T: IndexElement, L: IndexElement>(s: T, lut: &[L]) -> i64 {
     // A negative slot converts to an index past any LUT, so one bounds check covers both cases;
-    // validation guarantees every non-negative slot is inside the LUT.
-    lut.get(s as usize).copied().unwrap_or(i64::from(s))
+    // validation guarantees every non-negative slot is inside the LUT (and its entry fits i64).
+    let s = s.as_i64();
+    lut.get(s as usize).map_or(s, |&x| x.as_i64())
 }
 
-fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens>(
-    inputs: &PlanInputs<'_, G, X>,
+fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
+    inputs: &PlanInputs<'_, G, X, B, T>,
     rows: &[RowPlan],
     write: &mut WritePlan<WB>,
 ) {
@@ -362,7 +438,7 @@ fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens>(
             let x = table[plan.rp * width + last];
             match lut {
                 Some(lut) => translate_one(x, lut),
-                None => i64::from(x),
+                None => x.as_i64(),
             }
         } else {
             -1

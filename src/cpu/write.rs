@@ -11,7 +11,9 @@ use crate::canary::{
 };
 use crate::capacity::{Capacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use crate::hash::chain_step;
-use crate::input::{WriteInputAssert, WriteInputs};
+use crate::input::{
+    check_fits, read_i64, HostWriteInputs, IndexElement, WriteInputAssert, WriteInputsView,
+};
 use crate::plan::WritePlan;
 use crate::shape::Shape;
 use crate::Error;
@@ -122,10 +124,18 @@ pub struct WriteSummary {
 ///   rewritten position. A seed rewritten by a *later* request was read before it changed.
 ///
 /// `tests/nothing_lost.rs` pins these outcomes.
-pub fn write<V, W, E, WB, EB, A, S, R>(
+///
+/// # Views of the engine's element types
+///
+/// `inputs` are the owned [`WriteInputs`](crate::WriteInputs) or a
+/// [`WriteInputsView`] over the engine's own slices, read alike. Each element of a view is
+/// converted to `i64`; one past `i64::MAX` (a `u64` or `usize` element) in a planned entry is
+/// [`Error::ElementOutOfRange`] naming the array, the index and the value, and nothing is
+/// modified.
+pub fn write<V, W, E, WB, I, S, R>(
     shape: &Shape<V, W, E>,
     plan: &WritePlan<WB>,
-    inputs: &WriteInputs<EB, A>,
+    inputs: &I,
     launch: &LaunchSettings<'_>,
     canary: &mut CanaryBuffer<S>,
     ring: &mut ViolationRing<R>,
@@ -134,16 +144,16 @@ pub fn write<V, W, E, WB, EB, A, S, R>(
 where
     V: Capacity,
     W: SameWriteReqCapacity<WB>,
-    E: SameWriteEntryCapacity<EB>,
+    E: SameWriteEntryCapacity<I::Capacity>,
     WB: Capacity,
-    EB: Capacity,
-    A: WriteInputAssert,
+    I: HostWriteInputs + ?Sized,
     S: Capacity,
     R: Capacity,
 {
+    let inputs = inputs.host_view();
     shape.write_req_capacity().check(plan.capacity())?;
     shape.write_entry_capacity().check(inputs.capacity())?;
-    let active = validate(plan, inputs, launch, canary)?;
+    let active = validate(plan, &inputs, launch, canary)?;
 
     counters.add_kernel_run();
     let mut summary = WriteSummary::default();
@@ -157,7 +167,7 @@ where
         let seed = plan.seed_slot_indices[r];
         summary.requests += 1;
         let (written, violations) =
-            write_request(seed, tokens, inputs, launch, canary, ring, &mut real_kv);
+            write_request(seed, tokens, &inputs, launch, canary, ring, &mut real_kv);
         counters.add_slots(written);
         summary.written += written;
         summary.violations += violations;
@@ -172,9 +182,9 @@ fn request_tokens<WB: Capacity>(plan: &WritePlan<WB>, r: usize) -> Range<usize> 
 }
 
 /// Checks every index the write will follow; returns the number of request rows to process.
-fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, S: Capacity>(
+fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, T: IndexElement, S: Capacity>(
     plan: &WritePlan<WB>,
-    inputs: &WriteInputs<EB, A>,
+    inputs: &WriteInputsView<'_, EB, A, T>,
     launch: &LaunchSettings<'_>,
     canary: &CanaryBuffer<S>,
 ) -> Result<usize, Error> {
@@ -206,8 +216,11 @@ fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, S: Capacity>(
         if seed >= 0 {
             canary.check_slot("write_seed_slot_indices", r, seed)?;
         }
+        if !T::FITS_I64 {
+            check_entries_fit(inputs, tokens.clone())?;
+        }
         for i in tokens {
-            let slot = inputs.out_cache_loc[i];
+            let slot = read_i64("out_cache_loc", i, inputs.out_cache_loc()[i])?;
             if slot >= 0 {
                 let s = canary.check_slot("out_cache_loc", i, slot)?;
                 launch.real_kv.check_slot(s)?;
@@ -217,13 +230,41 @@ fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, S: Capacity>(
     Ok(active)
 }
 
+/// The entries of one request (every array the write reads) fit in `i64`.
+fn check_entries_fit<EB: Capacity, A: WriteInputAssert, T: IndexElement>(
+    inputs: &WriteInputsView<'_, EB, A, T>,
+    tokens: Range<usize>,
+) -> Result<(), Error> {
+    let start = tokens.start;
+    check_fits(
+        "out_cache_loc",
+        start,
+        &inputs.out_cache_loc()[tokens.clone()],
+    )?;
+    check_fits("input_ids", start, &inputs.input_ids()[tokens.clone()])?;
+    check_fits("positions", start, &inputs.positions()[tokens.clone()])?;
+    if let Some((expected_tokens, expected_positions)) = inputs.input_assert_tensors() {
+        check_fits(
+            "expected_input_tokens",
+            start,
+            &expected_tokens[tokens.clone()],
+        )?;
+        check_fits(
+            "expected_input_positions",
+            start,
+            &expected_positions[tokens],
+        )?;
+    }
+    Ok(())
+}
+
 /// Stamps one validated request; returns `(entries written, rows recorded)`. `real_kv` is
 /// scratch for a block's fingerprints, all 0 when the launch has no active fingerprint.
 #[inline]
-fn write_request<EB: Capacity, A: WriteInputAssert, S: Capacity, R: Capacity>(
+fn write_request<EB: Capacity, A: WriteInputAssert, T: IndexElement, S: Capacity, R: Capacity>(
     seed: i64,
     tokens: Range<usize>,
-    inputs: &WriteInputs<EB, A>,
+    inputs: &WriteInputsView<'_, EB, A, T>,
     launch: &LaunchSettings<'_>,
     canary: &mut CanaryBuffer<S>,
     ring: &mut ViolationRing<R>,
@@ -244,17 +285,21 @@ fn write_request<EB: Capacity, A: WriteInputAssert, S: Capacity, R: Capacity>(
         let block = start..tokens.end.min(start + BLOCK);
         if hashing {
             // The block's fingerprints first: their strips are loaded together, off the chain.
-            let slots = &inputs.out_cache_loc[block.clone()];
+            let slots = &inputs.out_cache_loc()[block.clone()];
             fingerprints(&launch.real_kv, slots, |s| s >= 0, real_kv);
         }
+        // Validated: every element of the request's entries fits in i64, so `as_i64` is exact.
         for (j, i) in block.enumerate() {
-            let slot = inputs.out_cache_loc[i];
+            let slot = inputs.out_cache_loc()[i].as_i64();
             if slot < 0 {
                 continue;
             }
-            let (token, pos) = (inputs.input_ids[i], inputs.positions[i]);
+            let (token, pos) = (
+                inputs.input_ids()[i].as_i64(),
+                inputs.positions()[i].as_i64(),
+            );
             if let Some((tokens, positions)) = expected {
-                let (et, ep) = (tokens[i], positions[i]);
+                let (et, ep) = (tokens[i].as_i64(), positions[i].as_i64());
                 let bits = FailReason::NONE
                     .with_if(FailReason::WRITE_TOKEN_MISMATCH, token != et)
                     .with_if(FailReason::WRITE_POSITION_MISMATCH, pos != ep);

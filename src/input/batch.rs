@@ -1,5 +1,7 @@
-//! [`Batch`]: the per-request columns of one forward step.
+//! [`Batch`]: the per-request columns of one forward step, owned; [`BatchView`]: the same columns
+//! borrowed from an engine's own slices, of any [`IndexElement`] type.
 
+use super::element::{read_i64, IndexElement};
 use crate::Error;
 
 /// One batch row: which `req_to_token` row it uses, how many tokens are already in the KV cache,
@@ -165,6 +167,148 @@ impl Batch {
     pub fn extend_seq_lens(&self) -> &[i64] {
         &self.extend_seq_lens
     }
+
+    /// The three columns as a view (what the ops read).
+    pub fn view(&self) -> BatchView<'_, i64> {
+        BatchView {
+            req_pool_indices: &self.req_pool_indices,
+            prefix_lens: &self.prefix_lens,
+            extend_seq_lens: &self.extend_seq_lens,
+        }
+    }
+}
+
+/// The per-request columns `req_pool_indices`, `prefix_lens`, `extend_seq_lens` borrowed from an
+/// engine's own slices of element type `T` (SGLang keeps them as `int64`; a Rust engine often as
+/// `usize` or `u32`), no copy. The plan op reads a view exactly as the owned [`Batch`] it
+/// describes, converting each element it reads (a `u64` or `usize` past `i64::MAX` is
+/// [`Error::ElementOutOfRange`]).
+///
+/// ```
+/// use kv_canary::BatchView;
+/// let (rows, prefixes, extends): (Vec<usize>, Vec<usize>, Vec<usize>) =
+///     (vec![2, 0], vec![3, 0], vec![1, 0]); // the engine's own columns
+/// let batch = BatchView::new(&rows, &prefixes, &extends)?;
+/// assert_eq!(batch.len(), 2);
+/// # Ok::<(), kv_canary::Error>(())
+/// ```
+#[derive(Debug, PartialEq, Eq)]
+pub struct BatchView<'a, T: IndexElement = i64> {
+    req_pool_indices: &'a [T],
+    prefix_lens: &'a [T],
+    extend_seq_lens: &'a [T],
+}
+
+impl<T: IndexElement> Clone for BatchView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: IndexElement> Copy for BatchView<'_, T> {}
+
+impl<'a, T: IndexElement> BatchView<'a, T> {
+    /// Three columns whose lengths are only known at run time; they must agree (the check of
+    /// [`Batch::try_from_columns`]).
+    pub fn new(
+        req_pool_indices: &'a [T],
+        prefix_lens: &'a [T],
+        extend_seq_lens: &'a [T],
+    ) -> Result<Self, Error> {
+        let bs = req_pool_indices.len();
+        for (what, len) in [
+            ("prefix_lens", prefix_lens.len()),
+            ("extend_seq_lens", extend_seq_lens.len()),
+        ] {
+            if len != bs {
+                return Err(Error::LengthMismatch {
+                    what,
+                    expected: bs,
+                    found: len,
+                });
+            }
+        }
+        Ok(BatchView {
+            req_pool_indices,
+            prefix_lens,
+            extend_seq_lens,
+        })
+    }
+
+    /// Three columns of one length `B`, checked by the compiler.
+    pub fn from_arrays<const B: usize>(
+        req_pool_indices: &'a [T; B],
+        prefix_lens: &'a [T; B],
+        extend_seq_lens: &'a [T; B],
+    ) -> Self {
+        BatchView {
+            req_pool_indices,
+            prefix_lens,
+            extend_seq_lens,
+        }
+    }
+
+    /// The batch size `bs` (padding rows included).
+    pub fn len(&self) -> usize {
+        self.req_pool_indices.len()
+    }
+
+    /// Whether `bs == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.req_pool_indices.is_empty()
+    }
+
+    /// The `req_pool_indices` column.
+    pub fn req_pool_indices(&self) -> &'a [T] {
+        self.req_pool_indices
+    }
+    /// The `prefix_lens` column.
+    pub fn prefix_lens(&self) -> &'a [T] {
+        self.prefix_lens
+    }
+    /// The `extend_seq_lens` column.
+    pub fn extend_seq_lens(&self) -> &'a [T] {
+        self.extend_seq_lens
+    }
+
+    /// Row `r` as the ops read it (`None` past the end); an element past `i64::MAX` is
+    /// [`Error::ElementOutOfRange`] naming its column, row and value.
+    pub fn try_row(&self, r: usize) -> Option<Result<BatchRow, Error>> {
+        let req_pool_index = *self.req_pool_indices.get(r)?;
+        Some((|| {
+            Ok(BatchRow {
+                req_pool_index: read_i64("req_pool_indices", r, req_pool_index)?,
+                prefix_len: read_i64("prefix_lens", r, self.prefix_lens[r])?,
+                extend_len: read_i64("extend_seq_lens", r, self.extend_seq_lens[r])?,
+            })
+        })())
+    }
+}
+
+impl<'a> BatchView<'a, i64> {
+    /// Row `r`.
+    pub fn row(&self, r: usize) -> Option<BatchRow> {
+        Some(BatchRow {
+            req_pool_index: *self.req_pool_indices.get(r)?,
+            prefix_len: self.prefix_lens[r],
+            extend_len: self.extend_seq_lens[r],
+        })
+    }
+
+    /// Every row, in order.
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = BatchRow> + 'a {
+        let v = *self;
+        (0..v.len()).map(move |r| BatchRow {
+            req_pool_index: v.req_pool_indices[r],
+            prefix_len: v.prefix_lens[r],
+            extend_len: v.extend_seq_lens[r],
+        })
+    }
+}
+
+impl<'a> From<&'a Batch> for BatchView<'a, i64> {
+    fn from(batch: &'a Batch) -> Self {
+        batch.view()
+    }
 }
 
 impl FromIterator<BatchRow> for Batch {
@@ -201,6 +345,37 @@ mod tests {
         );
         assert!(Batch::try_with_capacity(1 << 50).is_err());
         assert!(Batch::try_with_capacity(4).unwrap().is_empty());
+    }
+
+    #[test]
+    fn views_check_lengths_and_name_values_past_i64() {
+        let err = BatchView::new(&[1u32, 2], &[0, 0], &[1]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kv-canary: extend_seq_lens length must be 2, got 1"
+        );
+        let v = BatchView::from_arrays(&[3usize, usize::MAX], &[1, 2], &[4, 5]);
+        assert_eq!(
+            v.try_row(0),
+            Some(Ok(BatchRow {
+                req_pool_index: 3,
+                prefix_len: 1,
+                extend_len: 4
+            }))
+        );
+        assert_eq!(
+            v.try_row(1).unwrap().unwrap_err().to_string(),
+            format!(
+                "kv-canary: req_pool_indices[1] = {} (usize) is past i64::MAX, the largest value the ops read",
+                usize::MAX
+            )
+        );
+        assert_eq!(v.try_row(2), None);
+        let owned = Batch::from_columns([1, 0], [2, 0], [3, 0]);
+        assert_eq!(
+            owned.view().rows().collect::<Vec<_>>(),
+            owned.rows().collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! KV pool groups: [`Full`], or [`Swa`] with its window and full-to-SWA lookup table.
 
+use super::element::IndexElement;
+
 mod sealed {
     pub trait Sealed {}
 }
@@ -15,10 +17,12 @@ mod sealed {
     note = "call `.with_lut(&full_to_swa_index_mapping)` on the window, or plan a `Full` group"
 )]
 pub trait Group: Copy + sealed::Sealed {
+    /// The element type of the lookup table (`i64` for [`Full`], which has none).
+    type Lut: IndexElement;
     /// The sliding window (`swa_window_size`); 0 = no window.
     fn window(&self) -> u64;
     /// The full-to-SWA lookup table, if any.
-    fn lut(&self) -> Option<&[i64]>;
+    fn lut(&self) -> Option<&[Self::Lut]>;
 }
 
 /// The FULL group: positions `[0, prefix_len)` are verified in full-pool slot space; no window,
@@ -28,6 +32,7 @@ pub struct Full;
 
 impl sealed::Sealed for Full {}
 impl Group for Full {
+    type Lut = i64;
     fn window(&self) -> u64 {
         0
     }
@@ -50,8 +55,10 @@ impl SwaWindow {
     }
 
     /// Attaches `full_to_swa_index_mapping` (length = full pool size + 1 in production, its last
-    /// element -1), making a plannable [`Swa`] group.
-    pub fn with_lut(self, lut: &[i64]) -> Swa<'_> {
+    /// element -1), making a plannable [`Swa`] group. The table is borrowed as the engine keeps
+    /// it, of any [`IndexElement`] type (SGLang: `int64`); an entry the plan reads that is past
+    /// `i64::MAX` is [`Error::ElementOutOfRange`](crate::Error::ElementOutOfRange).
+    pub fn with_lut<L: IndexElement>(self, lut: &[L]) -> Swa<'_, L> {
         Swa {
             window: self.window,
             lut,
@@ -65,9 +72,9 @@ impl SwaWindow {
 /// A window of 0 keeps every position but still translates (SGLang applies a supplied LUT even
 /// when the window is 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Swa<'a> {
+pub struct Swa<'a, L: IndexElement = i64> {
     window: u64,
-    lut: &'a [i64],
+    lut: &'a [L],
 }
 
 impl Swa<'_> {
@@ -77,12 +84,13 @@ impl Swa<'_> {
     }
 }
 
-impl sealed::Sealed for Swa<'_> {}
-impl Group for Swa<'_> {
+impl<L: IndexElement> sealed::Sealed for Swa<'_, L> {}
+impl<L: IndexElement> Group for Swa<'_, L> {
+    type Lut = L;
     fn window(&self) -> u64 {
         self.window
     }
-    fn lut(&self) -> Option<&[i64]> {
+    fn lut(&self) -> Option<&[L]> {
         Some(self.lut)
     }
 }

@@ -1,22 +1,33 @@
 //! Plan inputs as types (spec §3.1): the batch's per-request columns, the `req_to_token` table,
 //! the KV group (FULL, or SWA with its window and LUT), the optional expected-token pool with its
 //! valid lengths, and the position offset; and the write op's per-token [`WriteInputs`] (spec §4).
+//!
+//! Every input the ops read is owned by this crate ([`Batch`], [`ReqToToken`], [`WriteInputs`])
+//! or borrowed from the engine's own slices ([`BatchView`], [`ReqToTokenView`],
+//! [`WriteInputsView`]) of the engine's element type ([`IndexElement`]: `i32`, `i64`, `u32`,
+//! `u64`, `usize`); the ops read both alike, with no copy and no cast on the engine's side.
 
 mod batch;
 mod choice;
+mod element;
 mod expected;
 mod group;
 mod table;
 mod write_inputs;
 
-pub use batch::{Batch, BatchRow};
+pub use batch::{Batch, BatchRow, BatchView};
 pub use choice::RuntimePlanInputs;
+pub use element::IndexElement;
+pub(crate) use element::{check_fits, read_i64};
 pub use expected::{ExpectedTokenPool, ExpectedTokens, NoExpectedTokens};
 pub use group::{Full, Group, Swa, SwaWindow};
-pub use table::{ExpectedTokenTable, ReqTable, ReqToToken, SlotIds, TableKind, TokenIds};
+pub use table::{
+    ExpectedTokenTable, ExpectedTokenTableView, ReqTable, ReqTableView, ReqToToken, ReqToTokenView,
+    SlotIds, TableKind, TokenIds,
+};
 pub use write_inputs::{
-    ExpectedWriteInputs, ExpectedWriteInputsMut, InputAssertOff, InputAssertOn, WriteInputAssert,
-    WriteInputs, WriteInputsMut,
+    ExpectedWriteInputs, ExpectedWriteInputsMut, HostWriteInputs, InputAssertOff, InputAssertOn,
+    WriteInputAssert, WriteInputSource, WriteInputs, WriteInputsMut, WriteInputsView,
 };
 
 use crate::Error;
@@ -58,12 +69,17 @@ impl TryFrom<i64> for PositionOffset {
 }
 
 /// Everything the plan op reads besides its output buffers.
+///
+/// The batch columns and `req_to_token` are views: of the owned [`Batch`] and [`ReqToToken`]
+/// ([`PlanInputs::full`]) or of the engine's own slices ([`PlanInputs::from_views`]), with
+/// element types `B` (columns) and `T` (table cells).
 #[derive(Clone, Copy, Debug)]
-pub struct PlanInputs<'a, G: Group, X: ExpectedTokens> {
+pub struct PlanInputs<'a, G: Group, X: ExpectedTokens, B: IndexElement = i64, T: IndexElement = i32>
+{
     /// Per-request columns.
-    pub batch: &'a Batch,
+    pub batch: BatchView<'a, B>,
     /// Full-pool slot of every (request, position).
-    pub req_to_token: &'a ReqToToken,
+    pub req_to_token: ReqToTokenView<'a, T>,
     /// FULL or SWA.
     pub group: G,
     /// The expected-token pool with its valid lengths, or [`NoExpectedTokens`].
@@ -75,6 +91,14 @@ pub struct PlanInputs<'a, G: Group, X: ExpectedTokens> {
 impl<'a> PlanInputs<'a, Full, NoExpectedTokens> {
     /// Inputs for a FULL group without an expected-token pool, offset 0.
     pub fn full(batch: &'a Batch, req_to_token: &'a ReqToToken) -> Self {
+        PlanInputs::from_views(batch.view(), req_to_token.view())
+    }
+}
+
+impl<'a, B: IndexElement, T: IndexElement> PlanInputs<'a, Full, NoExpectedTokens, B, T> {
+    /// Inputs for a FULL group without an expected-token pool, offset 0, over views of the
+    /// engine's own slices.
+    pub fn from_views(batch: BatchView<'a, B>, req_to_token: ReqToTokenView<'a, T>) -> Self {
         PlanInputs {
             batch,
             req_to_token,
@@ -85,9 +109,9 @@ impl<'a> PlanInputs<'a, Full, NoExpectedTokens> {
     }
 }
 
-impl<'a, G: Group, X: ExpectedTokens> PlanInputs<'a, G, X> {
+impl<'a, G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement> PlanInputs<'a, G, X, B, T> {
     /// The same inputs with another group.
-    pub fn with_group<G2: Group>(self, group: G2) -> PlanInputs<'a, G2, X> {
+    pub fn with_group<G2: Group>(self, group: G2) -> PlanInputs<'a, G2, X, B, T> {
         PlanInputs {
             batch: self.batch,
             req_to_token: self.req_to_token,
@@ -98,7 +122,7 @@ impl<'a, G: Group, X: ExpectedTokens> PlanInputs<'a, G, X> {
     }
 
     /// The same inputs with an expected-token pool (or [`NoExpectedTokens`]).
-    pub fn with_expected<X2: ExpectedTokens>(self, expected: X2) -> PlanInputs<'a, G, X2> {
+    pub fn with_expected<X2: ExpectedTokens>(self, expected: X2) -> PlanInputs<'a, G, X2, B, T> {
         PlanInputs {
             batch: self.batch,
             req_to_token: self.req_to_token,

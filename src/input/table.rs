@@ -3,7 +3,11 @@
 //! Two tables share this shape (spec §3.1): `req_to_token` ([`ReqToToken`], full-pool slot ids)
 //! and the expected-token pool `req_to_verify_expected_tokens` ([`ExpectedTokenTable`], token ids).
 //! A marker type keeps them apart, so one cannot be passed where the other is read.
+//!
+//! [`ReqTableView`] is the same table borrowed from an engine's own slice, of any
+//! [`IndexElement`] type: the plan op reads both.
 
+use super::element::IndexElement;
 use crate::memory::host_table;
 use crate::Error;
 use core::fmt;
@@ -122,6 +126,15 @@ impl<K: TableKind> ReqTable<K> {
         }
         self.row(r).map(|row| row[c])
     }
+    /// The table as a view (what the ops read).
+    pub fn view(&self) -> ReqTableView<'_, K, i32> {
+        ReqTableView {
+            data: &self.data,
+            rows: self.rows,
+            width: self.width,
+            kind: PhantomData,
+        }
+    }
     /// Sets cell `[r][c]`; out of range is an error naming the cell.
     pub fn set(&mut self, r: usize, c: usize, value: i32) -> Result<(), Error> {
         let (rows, width) = (self.rows, self.width);
@@ -147,6 +160,100 @@ impl<K: TableKind> fmt::Debug for ReqTable<K> {
         f.debug_struct(K::NAME)
             .field("rows", &self.rows)
             .field("width", &self.width)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `req_to_token` borrowed from an engine's own slice: `[rows, width]` row-major cells of the
+/// engine's element type `T`, no copy.
+///
+/// ```
+/// use kv_canary::{cpu, Batch, Cap, PlanInputs, ReqToTokenView, Shape};
+/// let cells: Vec<u32> = (0..32).collect(); // the engine's own table, 4 rows of 8
+/// let table = ReqToTokenView::new(4, 8, &cells)?;
+/// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
+/// let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+/// let batch = Batch::from_columns([2], [3], [1]);
+/// cpu::plan(&shape, &PlanInputs::from_views(batch.view(), table), &mut verify, &mut write)?;
+/// assert_eq!(&verify.slot_indices()[..3], &[16, 17, 18]);
+/// # Ok::<(), kv_canary::Error>(())
+/// ```
+pub struct ReqTableView<'a, K: TableKind, T: IndexElement = i32> {
+    data: &'a [T],
+    rows: usize,
+    width: usize,
+    kind: PhantomData<K>,
+}
+
+/// `req_to_token` borrowed from the engine's slice ([`ReqTableView`] of [`SlotIds`]).
+pub type ReqToTokenView<'a, T = i32> = ReqTableView<'a, SlotIds, T>;
+/// The expected-token pool borrowed from the engine's slice ([`ReqTableView`] of [`TokenIds`]).
+pub type ExpectedTokenTableView<'a, T = i32> = ReqTableView<'a, TokenIds, T>;
+
+impl<K: TableKind, T: IndexElement> Clone for ReqTableView<'_, K, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K: TableKind, T: IndexElement> Copy for ReqTableView<'_, K, T> {}
+
+impl<'a, K: TableKind, T: IndexElement> ReqTableView<'a, K, T> {
+    /// A view of row-major `data` of exactly `rows x width` cells; `width` must be positive
+    /// (the checks of [`ReqTable::from_vec`]).
+    pub fn new(rows: usize, width: usize, data: &'a [T]) -> Result<Self, Error> {
+        if width == 0 || rows.checked_mul(width) != Some(data.len()) {
+            return Err(Error::TableShape {
+                what: K::NAME,
+                rows,
+                cols: width,
+                len: data.len(),
+            });
+        }
+        Ok(ReqTableView {
+            data,
+            rows,
+            width,
+            kind: PhantomData,
+        })
+    }
+    /// Number of rows (`max_reqs`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Row width (`max_seq_len` or `max_context_len`).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+    /// All cells, row-major.
+    pub fn as_slice(&self) -> &'a [T] {
+        self.data
+    }
+    /// Row `r`, if it exists.
+    pub fn row(&self, r: usize) -> Option<&'a [T]> {
+        let start = r.checked_mul(self.width)?;
+        self.data.get(start..start.checked_add(self.width)?)
+    }
+    /// Cell `[r][c]`, if it exists.
+    pub fn get(&self, r: usize, c: usize) -> Option<T> {
+        if c >= self.width {
+            return None;
+        }
+        self.row(r).map(|row| row[c])
+    }
+}
+
+impl<'a, K: TableKind> From<&'a ReqTable<K>> for ReqTableView<'a, K, i32> {
+    fn from(table: &'a ReqTable<K>) -> Self {
+        table.view()
+    }
+}
+
+impl<K: TableKind, T: IndexElement> fmt::Debug for ReqTableView<'_, K, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(K::NAME)
+            .field("rows", &self.rows)
+            .field("width", &self.width)
+            .field("element", &T::NAME)
             .finish_non_exhaustive()
     }
 }
@@ -202,6 +309,25 @@ mod tests {
             "kv-canary: req_to_token must hold rows x cols = 2 x 3 = 6 elements, got 5"
         );
         assert!(ReqToToken::zeros(4, 0).is_err());
+    }
+
+    #[test]
+    fn views_check_the_shape_and_read_the_engine_cells() {
+        let cells = [1u64, 2, 3, 4, 5, 6];
+        let v = ReqToTokenView::new(2, 3, &cells).unwrap();
+        assert_eq!(
+            (v.row(1), v.get(0, 2), v.get(0, 3)),
+            (Some(&cells[3..]), Some(3), None)
+        );
+        assert_eq!(v.row(2), None);
+        let err = ReqToTokenView::new(2, 4, &cells).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kv-canary: req_to_token must hold rows x cols = 2 x 4 = 8 elements, got 6"
+        );
+        assert!(ReqToTokenView::<u64>::new(0, 0, &[]).is_err());
+        let owned = ReqToToken::from_vec(1, 2, vec![7, 8]).unwrap();
+        assert_eq!(owned.view().as_slice(), &[7, 8]);
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! [`WriteInputs`]: the per-token inputs of the write op (spec §4), typed by the write-entry
-//! capacity and by whether the write input assert is on.
+//! capacity and by whether the write input assert is on; [`WriteInputsView`]: the same inputs
+//! borrowed from an engine's own slices, of any [`IndexElement`] type.
 
+use super::element::IndexElement;
 use crate::capacity::{Cap, Capacity};
 use crate::memory::{host_array, static_size, Host, Memory};
 use crate::Error;
 use core::fmt;
+use core::marker::PhantomData;
 use derive_where::derive_where;
 
 mod sealed {
@@ -333,6 +336,253 @@ impl<E: Capacity, A: WriteInputAssert, M: Memory> WriteInputs<E, A, M> {
     }
 }
 
+/// The per-token inputs of one write borrowed from an engine's own slices: `input_ids`,
+/// `positions` and `out_cache_loc` (and, with the input assert `A` on, the expected tensors) of
+/// element type `T`, `E` entries each, no copy. The write op and the step API read a view
+/// exactly as the owned [`WriteInputs`] it describes; the capacity is in the type, so a view of
+/// another shape's capacity does not compile where the owned inputs would not.
+///
+/// ```
+/// use kv_canary::{Cap, WriteInputsView};
+/// // The engine's own i32 arrays of 4 entries; entries 2 and 3 skip (slot -1).
+/// let (ids, positions, slots) = ([7i32, 8, 0, 0], [0i32, 1, 0, 0], [8i32, 9, -1, -1]);
+/// let view = WriteInputsView::from_arrays(&ids, &positions, &slots);
+/// assert_eq!(view.capacity(), Cap::<4>);
+/// ```
+///
+/// A view goes wherever the owned inputs of its capacity go:
+///
+/// ```
+/// use kv_canary::{cpu, CanaryBuffer, Cap, HealthCounters, LaunchSettings, LaunchTag, Shape,
+///                 ViolationRing, WriteInputsView};
+/// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
+/// let a = [0u32; 8];
+/// let view = WriteInputsView::from_arrays(&a, &a, &a);
+/// let (mut canary, mut ring) = (CanaryBuffer::<Cap<32>>::new(), ViolationRing::<Cap<4>>::new());
+/// cpu::write(&shape, &shape.write_plan(), &view, &LaunchSettings::new(LaunchTag::HeadKFull),
+///            &mut canary, &mut ring, &mut HealthCounters::new())?;
+/// # Ok::<(), kv_canary::Error>(())
+/// ```
+///
+/// and a view of another capacity does not compile:
+///
+/// ```compile_fail
+/// use kv_canary::{cpu, CanaryBuffer, Cap, HealthCounters, LaunchSettings, LaunchTag, Shape,
+///                 ViolationRing, WriteInputsView};
+/// let shape = Shape::<Cap<8>, Cap<4>, Cap<8>>::new();
+/// let a = [0u32; 4]; // 4 entries, not 8
+/// let view = WriteInputsView::from_arrays(&a, &a, &a);
+/// let (mut canary, mut ring) = (CanaryBuffer::<Cap<32>>::new(), ViolationRing::<Cap<4>>::new());
+/// cpu::write(&shape, &shape.write_plan(), &view, &LaunchSettings::new(LaunchTag::HeadKFull),
+///            &mut canary, &mut ring, &mut HealthCounters::new())?;
+/// # Ok::<(), kv_canary::Error>(())
+/// ```
+pub struct WriteInputsView<
+    'a,
+    E: Capacity,
+    A: WriteInputAssert = InputAssertOff,
+    T: IndexElement = i64,
+> {
+    capacity: E,
+    input_ids: &'a [T],
+    positions: &'a [T],
+    out_cache_loc: &'a [T],
+    /// The expected tensors; empty while the assert is off (the type says which, so the write
+    /// op's per-entry branch on them is decided at compile time).
+    expected: (&'a [T], &'a [T]),
+    assert: PhantomData<A>,
+}
+
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement> Clone for WriteInputsView<'_, E, A, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement> Copy for WriteInputsView<'_, E, A, T> {}
+
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement> fmt::Debug
+    for WriteInputsView<'_, E, A, T>
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteInputsView")
+            .field("capacity", &self.capacity)
+            .field("element", &T::NAME)
+            .field("input_ids", &self.input_ids)
+            .field("positions", &self.positions)
+            .field("out_cache_loc", &self.out_cache_loc)
+            .field("expected", &self.input_assert_tensors())
+            .finish()
+    }
+}
+
+impl<'a, const N: usize, T: IndexElement> WriteInputsView<'a, Cap<N>, InputAssertOff, T> {
+    /// A view of three arrays of the static capacity `N`, input assert off.
+    pub fn from_arrays(
+        input_ids: &'a [T; N],
+        positions: &'a [T; N],
+        out_cache_loc: &'a [T; N],
+    ) -> Self {
+        WriteInputsView {
+            capacity: Cap,
+            input_ids,
+            positions,
+            out_cache_loc,
+            expected: (&[], &[]),
+            assert: PhantomData,
+        }
+    }
+}
+
+fn check_view_len<T>(what: &'static str, expected: usize, v: &[T]) -> Result<(), Error> {
+    if v.len() == expected {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            found: v.len(),
+        })
+    }
+}
+
+impl<'a, E: Capacity, T: IndexElement> WriteInputsView<'a, E, InputAssertOff, T> {
+    /// A view of three slices of exactly `capacity` entries each (the checks of
+    /// [`WriteInputs::from_parts`]), input assert off.
+    pub fn new(
+        capacity: E,
+        input_ids: &'a [T],
+        positions: &'a [T],
+        out_cache_loc: &'a [T],
+    ) -> Result<Self, Error> {
+        let n = capacity.get();
+        check_view_len("input_ids", n, input_ids)?;
+        check_view_len("positions", n, positions)?;
+        check_view_len("out_cache_loc", n, out_cache_loc)?;
+        Ok(WriteInputsView {
+            capacity,
+            input_ids,
+            positions,
+            out_cache_loc,
+            expected: (&[], &[]),
+            assert: PhantomData,
+        })
+    }
+
+    /// Turns the input assert on with the engine's expected tensors, `capacity` entries each.
+    pub fn with_expected(
+        self,
+        expected_input_tokens: &'a [T],
+        expected_input_positions: &'a [T],
+    ) -> Result<WriteInputsView<'a, E, InputAssertOn, T>, Error> {
+        let n = self.capacity.get();
+        check_view_len("expected_input_tokens", n, expected_input_tokens)?;
+        check_view_len("expected_input_positions", n, expected_input_positions)?;
+        Ok(WriteInputsView {
+            capacity: self.capacity,
+            input_ids: self.input_ids,
+            positions: self.positions,
+            out_cache_loc: self.out_cache_loc,
+            expected: (expected_input_tokens, expected_input_positions),
+            assert: PhantomData,
+        })
+    }
+}
+
+impl<'a, E: Capacity, A: WriteInputAssert, T: IndexElement> WriteInputsView<'a, E, A, T> {
+    /// The write-entry capacity (the length of every array).
+    pub fn capacity(&self) -> E {
+        self.capacity
+    }
+    /// `input_ids`.
+    pub fn input_ids(&self) -> &'a [T] {
+        self.input_ids
+    }
+    /// `positions`.
+    pub fn positions(&self) -> &'a [T] {
+        self.positions
+    }
+    /// `out_cache_loc`.
+    pub fn out_cache_loc(&self) -> &'a [T] {
+        self.out_cache_loc
+    }
+    /// `(expected_input_tokens, expected_input_positions)` when the assert is on.
+    #[inline(always)]
+    pub fn input_assert_tensors(&self) -> Option<(&'a [T], &'a [T])> {
+        A::ENABLED.then_some(self.expected)
+    }
+}
+
+impl<E: Capacity, A: WriteInputAssert> WriteInputs<E, A> {
+    /// The inputs as a view (what the write op reads).
+    pub fn view(&self) -> WriteInputsView<'_, E, A, i64> {
+        WriteInputsView {
+            capacity: self.capacity,
+            input_ids: &self.input_ids,
+            positions: &self.positions,
+            out_cache_loc: &self.out_cache_loc,
+            expected: A::host_expected(&self.expected).unwrap_or((&[], &[])),
+            assert: PhantomData,
+        }
+    }
+}
+
+/// Per-token write inputs in any memory, owned ([`WriteInputs`]) or borrowed
+/// ([`WriteInputsView`]): what the step API's write stage holds, with the capacity and the input
+/// assert as types.
+pub trait WriteInputSource {
+    /// The write-entry capacity.
+    type Capacity: Capacity;
+    /// Whether the input assert is on.
+    type Assert: WriteInputAssert;
+    /// The write-entry capacity (the length of every array).
+    fn entries(&self) -> Self::Capacity;
+}
+
+impl<E: Capacity, A: WriteInputAssert, M: Memory> WriteInputSource for WriteInputs<E, A, M> {
+    type Capacity = E;
+    type Assert = A;
+    fn entries(&self) -> E {
+        self.capacity
+    }
+}
+
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement> WriteInputSource
+    for WriteInputsView<'_, E, A, T>
+{
+    type Capacity = E;
+    type Assert = A;
+    fn entries(&self) -> E {
+        self.capacity
+    }
+}
+
+/// Host write inputs the CPU write op reads: the owned [`WriteInputs`] and any
+/// [`WriteInputsView`], read through a view of element type [`Element`](Self::Element).
+pub trait HostWriteInputs: WriteInputSource {
+    /// The element type of the arrays.
+    type Element: IndexElement;
+    /// The inputs as a view.
+    fn host_view(&self) -> WriteInputsView<'_, Self::Capacity, Self::Assert, Self::Element>;
+}
+
+impl<E: Capacity, A: WriteInputAssert> HostWriteInputs for WriteInputs<E, A> {
+    type Element = i64;
+    #[inline]
+    fn host_view(&self) -> WriteInputsView<'_, E, A, i64> {
+        self.view()
+    }
+}
+
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement> HostWriteInputs
+    for WriteInputsView<'_, E, A, T>
+{
+    type Element = T;
+    #[inline]
+    fn host_view(&self) -> WriteInputsView<'_, E, A, T> {
+        *self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +618,31 @@ mod tests {
             .try_with_input_assert()
             .unwrap();
         assert_eq!(on.expected_tokens(), &[0, 0]);
+    }
+
+    #[test]
+    fn views_check_lengths_and_carry_the_expected_tensors() {
+        let cap = UncheckedCapacity::new("write_entry_capacity", 2).unwrap();
+        let (a, b, c) = ([1u64, 2], [3u64, 4], [5u64, 6]);
+        let off = WriteInputsView::new(cap, &a, &b, &c).unwrap();
+        assert_eq!(
+            (off.input_assert_tensors(), off.out_cache_loc()),
+            (None, &c[..])
+        );
+        let on = off.with_expected(&b, &a).unwrap();
+        assert_eq!(on.input_assert_tensors(), Some((&b[..], &a[..])));
+        let err = WriteInputsView::new(cap, &a, &b, &c[..1]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kv-canary: out_cache_loc length must be 2, got 1"
+        );
+        assert!(off.with_expected(&b, &a[..1]).is_err());
+        let owned = WriteInputs::<Cap<3>>::new().with_input_assert();
+        let v = owned.view();
+        assert_eq!(
+            (v.out_cache_loc(), v.input_assert_tensors()),
+            (&[-1; 3][..], Some((&[0; 3][..], &[0; 3][..])))
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use super::KvPair;
 use crate::canary::LaunchTag;
-use crate::input::{Full, Group, Swa};
+use crate::input::{Full, Group, IndexElement, Swa};
 use core::marker::PhantomData;
 
 mod sealed {
@@ -156,3 +156,9 @@ impl GroupKind for KOnly<SwaGroup> {
         (sources, None)
     }
 }
+
+/// The plan-input groups a canary of kind `K` plans with: [`Full`] for a FULL canary, an
+/// [`Swa`] group with a lookup table of any element type for an SWA canary.
+pub trait GroupOf<K: GroupKind>: Group {}
+impl GroupOf<Full> for Full {}
+impl<L: IndexElement> GroupOf<SwaGroup> for Swa<'_, L> {}

@@ -185,7 +185,7 @@ mod report;
 mod stage;
 mod sweep;
 
-pub use group::{GroupKind, KOnly, SwaGroup};
+pub use group::{GroupKind, GroupOf, KOnly, SwaGroup};
 pub use head_findings::{HeadFindings, HeadVerifyDone, ReadsHeadFindings};
 pub use report::{KvPair, PlanOverflow, StepReport, StepStatus, TailKv, Unverified};
 pub use stage::{
@@ -776,8 +776,13 @@ pub trait PlanInputsOf<G: GroupKind> {
     fn checks_tokens(&self) -> bool;
 }
 
-impl<'a, G: GroupKind, X: crate::input::ExpectedTokens> PlanInputsOf<G>
-    for crate::input::PlanInputs<'a, G::Plan<'a>, X>
+impl<'a, G, P, X, BE, TE> PlanInputsOf<G> for crate::input::PlanInputs<'a, P, X, BE, TE>
+where
+    G: GroupKind,
+    P: GroupOf<G>,
+    X: crate::input::ExpectedTokens,
+    BE: crate::input::IndexElement,
+    TE: crate::input::IndexElement,
 {
     fn checks_tokens(&self) -> bool {
         self.expected.pool().is_some()

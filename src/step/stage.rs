@@ -4,14 +4,13 @@
 
 use super::head_findings::{HeadVerifyDone, ReadsHeadFindings};
 use super::{Canary, GroupKind, KvPair, StepReport};
-use crate::backend::{Backend, Cpu, Writes};
+use crate::backend::{Backend, Cpu, WritesFrom};
 use crate::canary::{
     CanaryBuffer, HealthCounters, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
 };
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use crate::error::Error;
-use crate::input::{WriteInputAssert, WriteInputs};
-use crate::memory::{Host, Memory};
+use crate::input::{WriteInputAssert, WriteInputSource};
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::shape::Shape;
 use core::fmt;
@@ -30,22 +29,26 @@ pub struct HeadVerified;
 
 /// Stage of a step whose tokens are stamped into the head buffers: next, the engine's forward
 /// pass, then [`Step::verify_tail`], which stamps the same inputs into the tail buffers.
-pub struct Written<'w, EB: Capacity, A: WriteInputAssert, M: Memory = Host> {
-    inputs: &'w WriteInputs<EB, A, M>,
+///
+/// `I` is what the step writes from: the owned [`WriteInputs`](crate::WriteInputs) in the
+/// backend's memory, or (on the CPU) a [`WriteInputsView`](crate::WriteInputsView) of the
+/// engine's own slices.
+pub struct Written<'w, I: WriteInputSource + ?Sized> {
+    inputs: &'w I,
 }
 
-impl<EB: Capacity, A: WriteInputAssert, M: Memory> fmt::Debug for Written<'_, EB, A, M> {
+impl<I: WriteInputSource + ?Sized> fmt::Debug for Written<'_, I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Written")
-            .field("write_entry_capacity", &self.inputs.capacity())
-            .field("input_assert", &A::ENABLED)
+            .field("write_entry_capacity", &self.inputs.entries())
+            .field("input_assert", &<I::Assert as WriteInputAssert>::ENABLED)
             .finish()
     }
 }
 
 impl sealed::Sealed for Planned {}
 impl sealed::Sealed for HeadVerified {}
-impl<EB: Capacity, A: WriteInputAssert, M: Memory> sealed::Sealed for Written<'_, EB, A, M> {}
+impl<I: WriteInputSource + ?Sized> sealed::Sealed for Written<'_, I> {}
 
 /// The stage a step must be at to verify its head buffers: [`Planned`].
 #[diagnostic::on_unimplemented(
@@ -88,12 +91,11 @@ pub trait ReadyForTailVerify<E: Capacity, B: Backend>: sealed::Sealed {
     ) -> Result<B::WriteDone, Error>;
 }
 
-impl<E, EB, A, B> ReadyForTailVerify<E, B> for Written<'_, EB, A, B::Memory>
+impl<E, I, B> ReadyForTailVerify<E, B> for Written<'_, I>
 where
-    E: SameWriteEntryCapacity<EB>,
-    EB: Capacity,
-    A: WriteInputAssert,
-    B: Writes<A>,
+    I: WriteInputSource + ?Sized,
+    E: SameWriteEntryCapacity<I::Capacity>,
+    B: WritesFrom<I>,
 {
     fn stamp<V: Capacity, W: SameWriteReqCapacity<W>, S: Capacity, R: Capacity>(
         &self,
@@ -105,7 +107,7 @@ where
         ring: &mut ViolationRing<R, B::Memory>,
         counters: &mut HealthCounters<B::Memory>,
     ) -> Result<B::WriteDone, Error> {
-        backend.write(shape, plan, self.inputs, settings, buffer, ring, counters)
+        backend.write_from(shape, plan, self.inputs, settings, buffer, ring, counters)
     }
 }
 
@@ -406,22 +408,23 @@ where
     /// `HEAD_V_*`, no real-KV fold. The step keeps `inputs` to stamp them into the tail buffers
     /// after the forward pass.
     ///
-    /// `inputs` must be allocated from the canary's shape ([`Canary::write_inputs`]): the
-    /// write-entry capacities are compared as in [`cpu::write`](crate::cpu::write).
+    /// `inputs` must be allocated from the canary's shape ([`Canary::write_inputs`]), or be a
+    /// [`WriteInputsView`](crate::WriteInputsView) of its write-entry capacity over the engine's
+    /// own slices (CPU canaries): the write-entry capacities are compared as in
+    /// [`cpu::write`](crate::cpu::write).
     #[allow(
         clippy::type_complexity,
         reason = "the next stage's type spells out the canary's seven parameters"
     )]
-    pub fn write<'w, EB, A>(
+    pub fn write<'w, I>(
         self,
-        inputs: &'w WriteInputs<EB, A, B::Memory>,
-    ) -> Result<Step<'c, Written<'w, EB, A, B::Memory>, CanaryOf<V, W, E, S, R, G, B>>, Error>
+        inputs: &'w I,
+    ) -> Result<Step<'c, Written<'w, I>, CanaryOf<V, W, E, S, R, G, B>>, Error>
     where
         St: ReadyToWrite,
-        E: SameWriteEntryCapacity<EB>,
-        EB: Capacity,
-        A: WriteInputAssert,
-        B: Writes<A>,
+        I: WriteInputSource + ?Sized,
+        E: SameWriteEntryCapacity<I::Capacity>,
+        B: WritesFrom<I>,
     {
         let Step {
             canary: c,

@@ -15,11 +15,13 @@ use kv_canary::cuda::{
     DeviceRealKv, DeviceRealKvSource, DeviceReqToToken, DeviceSettings, DeviceValidLens, Gpu,
     Stream,
 };
+use kv_canary::{
+    Batch, ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, ReqToToken, WriteInputs,
+};
 use kv_canary::{CanaryBuffer, HealthCounters, LaunchSettings, TokenCheck, ViolationRing};
 use kv_canary::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use kv_canary::{ChainPositionAssert, Host, LaunchTag, RealKv, WriteInputAssert};
 use kv_canary::{Error, Shape};
-use kv_canary::{ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, WriteInputs};
 use kv_canary::{RealKvParams, RowLayout};
 use kv_canary::{VerifyPlan, WritePlan};
 
@@ -253,8 +255,8 @@ impl<A: WriteInputAssert> Writes<A> for Offload {
 /// "has a LUT?"/"has a pool?" to types.
 impl<'a, G, X, V, W, E> PlanWith<PlanInputs<'a, G, X>, V, W, E> for Offload
 where
-    G: Group,
-    X: ExpectedTokens,
+    G: Group<Lut = i64>,
+    X: ExpectedTokens<Token = i32, Len = i64>,
     V: Capacity,
     W: Capacity,
     E: Capacity,
@@ -277,8 +279,17 @@ where
         shape.write_req_capacity().check(write.capacity())?;
         let bs = inputs.batch.len();
         let batch = DeviceBatch::new(gpu, write.capacity())?;
-        batch.upload(inputs.batch)?;
-        let table = DeviceReqToToken::from_host(gpu, inputs.req_to_token)?;
+        // The device twins upload from owned host inputs: the harness copies the views.
+        let b = inputs.batch;
+        let host_batch = Batch::try_from_columns(
+            b.req_pool_indices().to_vec(),
+            b.prefix_lens().to_vec(),
+            b.extend_seq_lens().to_vec(),
+        )?;
+        batch.upload(&host_batch)?;
+        let t = inputs.req_to_token;
+        let host_table = ReqToToken::from_vec(t.rows(), t.width(), t.as_slice().to_vec())?;
+        let table = DeviceReqToToken::from_host(gpu, &host_table)?;
         let lut = inputs
             .group
             .lut()
@@ -296,7 +307,10 @@ where
                 }
                 let lens = DeviceValidLens::new(gpu, write.capacity())?;
                 lens.upload(p.valid_lens())?;
-                Some((DeviceExpectedTable::from_host(gpu, p.table())?, lens))
+                let t = p.table();
+                let host =
+                    ExpectedTokenTable::from_vec(t.rows(), t.width(), t.as_slice().to_vec())?;
+                Some((DeviceExpectedTable::from_host(gpu, &host)?, lens))
             }
         };
         let (dv, dw) = (verify.to_device(gpu)?, write.to_device(gpu)?);

@@ -6,7 +6,7 @@ use crate::canary::{ChainPositionAssert, LaunchTag, Violation};
 use crate::capacity::{Cap, UncheckedCapacity};
 use crate::cpu::plan;
 use crate::cpu::testing::*;
-use crate::input::{Batch, InputAssertOn, PlanInputs, ReqToToken};
+use crate::input::{Batch, InputAssertOn, PlanInputs, ReqToToken, WriteInputs};
 use crate::real_kv::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
 
 fn slot(state: &State, s: usize) -> (i64, i64, i64, i64) {
