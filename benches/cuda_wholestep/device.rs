@@ -1,13 +1,13 @@
 //! The device side: one workload on one GPU, through the device step API (`step::Canary` on a
 //! `Stream`: eager steps timed with events, the host timeline) and through the raw ops of the
 //! same step with the same tags on the canary's own buffers (eager launches timed one by one,
-//! and the whole step captured into one CUDA graph and replayed).
+//! and the whole step captured into one CUDA graph and replayed), and through the library's own
+//! whole-step graph ([`StepGraph`]: the step API captured, report copies included).
 //!
-//! The graph: the step API cannot be captured yet (its canary owns its stream, and
-//! `Stream::capture` needs the stream by `&mut`; branch `streams` adds an owned whole-step
-//! graph). [`queue_step`] queues the launches of one step exactly as the step API does (plan;
-//! HEAD_K, HEAD_V verify; HEAD_K, HEAD_V write; TAIL_K, TAIL_V verify; TAIL_K, TAIL_V write) on
-//! the canary's buffers; [`capture_step`] is the one place to switch to the owned step graph.
+//! "ours" is the raw graph: [`queue_step`] queues the launches of one step exactly as the step
+//! API does (plan; HEAD_K, HEAD_V verify; HEAD_K, HEAD_V write; TAIL_K, TAIL_V verify; TAIL_K,
+//! TAIL_V write) on the canary's buffers, without the report's copies, as SGLang's graph has
+//! none; [`step_graph_run`] times the same step with them.
 
 use crate::timing::{self, Lead, Stats};
 use crate::workload::{cap, Mode, Workload, RING_ROWS};
@@ -15,7 +15,7 @@ use crate::Options;
 use cust::memory::DeviceBuffer;
 use kv_canary::cuda::{
     self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, DeviceReqToToken, DeviceSettings,
-    DeviceStepReport, Gpu, Polled, Queue, Stream, TailKvOnDevice,
+    DeviceStepReport, Gpu, Polled, Queue, StepGraph, Stream, TailKvOnDevice,
 };
 use kv_canary::step::{Canary, KvPair};
 use kv_canary::{
@@ -129,6 +129,10 @@ pub struct RowResult {
     pub graph: Stats,
     /// Graph replay queued behind a spin kernel (the device's time alone).
     pub queued: Option<Stats>,
+    /// The library's own whole-step graph ([`cuda::StepGraph`]: the step API captured, report
+    /// copies into pinned memory included), each replay's report taken and checked; one-device
+    /// full run, K+V modes only.
+    pub step_graph: Option<Stats>,
     /// Eager steps through the step API, events around each step (report copies included);
     /// `None` for K only (the step API has no K-only canary yet).
     pub step_api: Option<Stats>,
@@ -373,6 +377,117 @@ fn step_api_run(
         .collect::<Result<_, Error>>()
         .map_err(ctx("elapsed"))?;
     Ok((times, host))
+}
+
+/// The engine's inputs of a [`StepGraph`] run, owned by the graph.
+struct GraphInputs {
+    table: DeviceReqToToken,
+    batch: DeviceBatch<Uc>,
+    write: DeviceInputs,
+    k_pool: DeviceBuffer<u8>,
+    v_pool: DeviceBuffer<u8>,
+}
+
+/// The library's whole-step graph ([`StepGraph`]) of `w` in `mode`: a fresh canary and inputs,
+/// the setup step run eagerly, then the step API captured (plan, head verify, write, tail
+/// verify with the report's copies) and replayed `reps` times, each replay timed by events
+/// around it and every replay's report taken (at most one unread while the next replays) and
+/// checked clean with the step's numbers. Returns the timing and the replays checked.
+fn step_graph_run(
+    gpu: &Gpu,
+    w: &Workload,
+    mode: Mode,
+    reps: usize,
+) -> Result<(Stats, usize), String> {
+    gpu.make_current().map_err(ctx("context"))?;
+    let mut canary = Canary::full_on(
+        Stream::new(gpu).map_err(ctx("stream"))?,
+        w.shape,
+        cap("slots", w.slots).map_err(ctx("slots"))?,
+        cap("ring rows", RING_ROWS).map_err(ctx("ring"))?,
+    )
+    .map_err(ctx("device canary"))?;
+    let upload = |batch: &kv_canary::Batch, inputs: &WriteInputs<Uc>| {
+        let b = w.shape.device_batch(gpu)?;
+        b.upload(batch)?;
+        let i = canary.try_write_inputs()?;
+        i.upload(inputs)?;
+        Ok::<_, Error>((b, i))
+    };
+    let table = DeviceReqToToken::from_host(gpu, &w.table).map_err(ctx("table"))?;
+    let k_pool = floors::filled(w.kv_pool_bytes(), 0x5A).map_err(ctx("K pool"))?;
+    let v_pool = floors::filled(w.kv_pool_bytes(), 0xA5).map_err(ctx("V pool"))?;
+    let setup = match &w.setup {
+        Some((b, i)) => Some(upload(b, i).map_err(ctx("setup inputs"))?),
+        None => None,
+    };
+    let (batch, write) = upload(&w.step.0, &w.step.1).map_err(ctx("step inputs"))?;
+    if let Some((b, i)) = &setup {
+        let kv = tail_kv(w, mode, &k_pool, &v_pool)?;
+        let r = step_and_wait(&mut canary, &cuda::PlanInputs::full(b, &table), i, kv)?;
+        check_report(w, &r, "setup")?;
+    }
+    let (layout, params) = w.kv_layout();
+    let inputs = GraphInputs {
+        table,
+        batch,
+        write,
+        k_pool,
+        v_pool,
+    };
+    let mut graph = StepGraph::new(canary, inputs, move |c, k: &GraphInputs| {
+        let one = |pool| -> Result<DeviceRealKv<'_>, Error> {
+            let s = DeviceRealKvSource::new(pool, layout, params)?;
+            Ok(DeviceRealKv::new(mode.hash_mode(), [s]))
+        };
+        let kv = KvPair {
+            k: one(&k.k_pool)?,
+            v: if mode.halves() == 2 {
+                one(&k.v_pool)?
+            } else {
+                DeviceRealKv::NONE
+            },
+        };
+        c.plan(&cuda::PlanInputs::full(&k.batch, &k.table))?
+            .verify_head()?
+            .write(&k.write)?
+            .verify_tail(kv)
+    });
+    graph.capture().map_err(ctx("step graph capture"))?;
+    let mut checked = 0;
+    // Takes (waiting) the oldest reports until a replay may be queued; checks each.
+    let mut take = |g: &mut StepGraph<Uc, Uc, Uc, Uc, Uc, Full, GraphInputs>, keep: u64| {
+        while g.unread() > keep {
+            let (_, r) = g
+                .wait()
+                .map_err(ctx("step graph wait"))?
+                .ok_or("step graph: an unread replay had no report")?;
+            check_report(w, &r, "step graph")?;
+            checked += 1;
+        }
+        Ok::<_, String>(())
+    };
+    for _ in 0..5 {
+        take(&mut graph, 1)?;
+        graph.replay().map_err(ctx("step graph replay"))?;
+    }
+    let events: Vec<_> = (0..reps)
+        .map(|_| Ok((cuda::Event::new(gpu)?, cuda::Event::new(gpu)?)))
+        .collect::<Result<_, Error>>()
+        .map_err(ctx("events"))?;
+    for (start, stop) in &events {
+        take(&mut graph, 1)?;
+        graph.stream().record(start).map_err(ctx("record"))?;
+        graph.replay().map_err(ctx("step graph replay"))?;
+        graph.stream().record(stop).map_err(ctx("record"))?;
+    }
+    take(&mut graph, 0)?;
+    let times: Vec<f64> = events
+        .iter()
+        .map(|(a, b)| b.elapsed_ms(a).map(|ms| f64::from(ms) * 1e3))
+        .collect::<Result<_, Error>>()
+        .map_err(ctx("elapsed"))?;
+    Ok((stats_of(&times), checked))
 }
 
 /// Median, p10 and p90 of `v`.
@@ -753,6 +868,14 @@ pub fn measure(
             Some(k) => Some(measure_floor(gpu, w, mode, &parts, k)?),
             None => None,
         };
+        let step_graph = if kit.is_some() && mode != Mode::KOnlyPartial {
+            let reps = within_budget(o.reps, graph.median_us, 20);
+            let (t, n) = step_graph_run(gpu, w, mode, reps)?;
+            checked += n;
+            Some(t)
+        } else {
+            None
+        };
         rows.push(RowResult {
             step: w.kind.name,
             mode,
@@ -760,6 +883,7 @@ pub fn measure(
             tokens: w.write_tokens,
             graph,
             queued,
+            step_graph,
             step_api,
             launches,
             host,

@@ -250,14 +250,15 @@ fn sglang(r: &RowResult) -> f64 {
 }
 
 fn print_results(rows: &[RowResult], o: &Options) {
-    println!("\nwhole step, microseconds (median); ours = the step's launches in one CUDA graph, replayed on an idle stream (SGLang's method), warm L2");
+    println!("\nwhole step, microseconds (median); ours = the step's launches in one CUDA graph, replayed on an idle stream (SGLang's method), warm L2; StepGraph = the library's owned whole-step graph (the step API captured, the report's copies into pinned memory included, every replay's report taken and checked)");
     println!("floor: {FLOOR_FORMULA}");
     println!(
-        "\n  {:<27} {:<15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}  {:<8} {:<8}",
+        "\n  {:<27} {:<15} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>9}  {:<8} {:<8}",
         "step",
         "mode",
         "ours",
         "queued",
+        "StepGraph",
         "step API",
         "SGLang",
         "speed-up",
@@ -281,11 +282,12 @@ fn print_results(rows: &[RowResult], o: &Options) {
         misses += usize::from(!fast) + usize::from(floor_target == Some(false));
         let f1 = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
         println!(
-            "  {:<27} {:<15} {:>9.1} {:>9} {:>9} {:>9} {:>8.2}x {:>8} {:>8}x  {:<8} {:<8}",
+            "  {:<27} {:<15} {:>9.1} {:>9} {:>10} {:>9} {:>9} {:>8.2}x {:>8} {:>8}x  {:<8} {:<8}",
             r.step,
             r.mode.name(),
             ours,
             f1(r.queued.map(|q| q.median_us)),
+            f1(r.step_graph.map(|q| q.median_us)),
             f1(r.step_api.map(|q| q.median_us)),
             s,
             speedup,
@@ -371,7 +373,7 @@ fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     let jopt = |v: Option<f64>| v.map_or("null".to_owned(), |v| format!("{v:.3}"));
     let mut csv = String::from(
-        "step,mode,verify_entries,tokens,graph_us,graph_p10_us,graph_p90_us,queued_us,step_api_us,sglang_us,speedup,floor_us,ratio_to_floor,gather_us,traffic_bytes,traffic_us,chain_us,host_stalls\n",
+        "step,mode,verify_entries,tokens,graph_us,graph_p10_us,graph_p90_us,queued_us,step_graph_us,step_api_us,sglang_us,speedup,floor_us,ratio_to_floor,gather_us,traffic_bytes,traffic_us,chain_us,host_stalls\n",
     );
     let mut json = Vec::new();
     for r in rows {
@@ -380,7 +382,7 @@ fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<
         let stalls = r.host.as_ref().map(|h| h.stalls(o.stall_us));
         let _ = writeln!(
             csv,
-            "\"{}\",{},{},{},{:.3},{:.3},{:.3},{},{},{},{:.3},{},{},{},{},{},{},{}",
+            "\"{}\",{},{},{},{:.3},{:.3},{:.3},{},{},{},{},{:.3},{},{},{},{},{},{},{}",
             r.step,
             r.mode.name(),
             r.entries,
@@ -389,6 +391,7 @@ fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<
             r.graph.p10_us,
             r.graph.p90_us,
             opt(r.queued.map(|q| q.median_us)),
+            opt(r.step_graph.map(|q| q.median_us)),
             opt(r.step_api.map(|q| q.median_us)),
             s,
             s / r.graph.median_us,
@@ -406,13 +409,14 @@ fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<
             .map(|(n, us)| format!("{{\"launch\":\"{n}\",\"us\":{us:.3}}}"))
             .collect();
         json.push(format!(
-            "{{\"step\":\"{}\",\"mode\":\"{}\",\"verify_entries\":{},\"tokens\":{},\"graph_us\":{:.3},\"queued_us\":{},\"step_api_us\":{},\"sglang_us\":{s},\"floor_us\":{},\"host_stalls\":{},\"launches\":[{}]}}",
+            "{{\"step\":\"{}\",\"mode\":\"{}\",\"verify_entries\":{},\"tokens\":{},\"graph_us\":{:.3},\"queued_us\":{},\"step_graph_us\":{},\"step_api_us\":{},\"sglang_us\":{s},\"floor_us\":{},\"host_stalls\":{},\"launches\":[{}]}}",
             r.step,
             r.mode.name(),
             r.entries,
             r.tokens,
             r.graph.median_us,
             jopt(r.queued.map(|q| q.median_us)),
+            jopt(r.step_graph.map(|q| q.median_us)),
             jopt(r.step_api.map(|q| q.median_us)),
             jopt(floor),
             stalls.map_or("null".to_owned(), |s| s.to_string()),
