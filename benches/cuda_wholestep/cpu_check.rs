@@ -15,7 +15,7 @@ pub struct CpuCheck {
 }
 
 /// Runs `w`'s setup step and its measured step twice on a CPU canary in `mode` (K+V modes
-/// only: the CPU step API has no K-only canary yet); every report must be clean.
+/// only, as on the device: the bench drives FULL canaries); every report must be clean.
 pub fn run(w: &Workload, mode: Mode) -> Result<CpuCheck, String> {
     let err = |what: &'static str| move |e: Error| format!("{}: {what}: {e}", w.kind.name);
     let mut canary = Canary::try_full(

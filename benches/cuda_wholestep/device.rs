@@ -134,7 +134,7 @@ pub struct RowResult {
     /// full run, K+V modes only.
     pub step_graph: Option<Stats>,
     /// Eager steps through the step API, events around each step (report copies included);
-    /// `None` for K only (the step API has no K-only canary yet).
+    /// `None` for K only (the bench drives a FULL canary, not `Canary::k_only_on`).
     pub step_api: Option<Stats>,
     /// Eager raw launches, events between them: (launch, median µs).
     pub launches: Vec<(&'static str, f64)>,
