@@ -27,7 +27,7 @@ use std::process::{Child, Command, Stdio};
 mod shared_header;
 
 /// Every kernel file of the library; `src/cuda/abi/kernels.rs` lists their entry points.
-const KERNELS: [&str; 4] = ["plan", "verify", "write", "scatter"];
+const KERNELS: [&str; 5] = ["plan", "verify", "write", "scatter", "readback"];
 /// The default targets, oldest first.
 const DEFAULT_ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 /// The newest PTX ISA a CUDA 13.0 driver (the H200 machine's 580) loads.
@@ -110,7 +110,7 @@ fn ptx_table(archs: &[String]) -> String {
     }
     s.push_str(
         "];\n/// Per kernel file (in `ModuleId` order): (compute capability, arch, PTX).\n\
-         pub(crate) const PTX: [&[(u32, &str, &str)]; 4] = [\n",
+         pub(crate) const PTX: [&[(u32, &str, &str)]; 5] = [\n",
     );
     for name in KERNELS {
         s.push_str("    &[");

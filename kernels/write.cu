@@ -23,6 +23,9 @@
 //   competes with the chain's.
 // * Violation rows keep entry order within a request: the workers scan their row counts and
 //   reserve one contiguous range per tile.
+// * Requests of at most 32 entries (decode) run on warp 0 alone, a lane an entry; in ALL mode
+//   the whole block first stages their strips in the (otherwise unused) tile memory, so each
+//   lane folds its 2 KB strip out of shared memory instead of waiting on its own loads.
 #include "common.cuh"
 
 namespace kvc {
@@ -184,12 +187,62 @@ __device__ __forceinline__ void store_kept(const WriteArgs& a, const Ring& ring,
     }
 }
 
+// ALL folds of a decode-sized request (at most 32 entries), staged by the whole block: the
+// strips of every entry (each source's leading read_bytes, sources in order) are copied into
+// shared memory at `smem + i * per_entry` (16-byte pieces, every thread of the block, all loads
+// in flight at once), then each lane of warp 0 folds its own entry out of shared memory. So a
+// decode token's 2 KB strip costs one round of loads instead of a lane's serial round trips.
+// Entries whose slot or rows are not servable are not copied (load_entry skips and records
+// them; their strips are never read).
+__device__ __forceinline__ void stage_small_strips(const WriteArgs& a, i64 start, int count,
+                                                   int pieces_per_entry, ulonglong2* smem) {
+    const int total = count * pieces_per_entry;
+    for (int q = threadIdx.x; q < total; q += blockDim.x) {
+        const int i = q / pieces_per_entry;
+        int r = q - i * pieces_per_entry;
+        const i64 sl = __ldg(a.out_cache_loc + start + i);
+        if (sl < 0 || sl >= a.num_slots) continue;
+        int k = 0;
+        while (k + 1 < a.kv.num_sources && r >= static_cast<int>(a.kv.read_bytes[k] >> 4)) {
+            r -= static_cast<int>(a.kv.read_bytes[k] >> 4);
+            ++k;
+        }
+        const i64 page = a.kv.page_size[k];
+        const i64 row = page == 1 ? sl : sl / page;
+        if (row >= a.kv.num_rows[k]) continue;
+        const ulonglong2* v = reinterpret_cast<const ulonglong2*>(
+            a.kv.base[k] + row * a.kv.row_stride[k] + (sl - row * page) * a.kv.bytes_per_token[k]);
+        smem[q] = __ldg(v + r);
+    }
+}
+
+// real_kv_hash (ALL) of one entry out of its staged strips (stage_small_strips).
+__device__ __forceinline__ u64 fold_staged(const RealKv& kv, const ulonglong2* p) {
+    u64 acc = 0;
+#pragma unroll
+    for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
+        if (k < kv.num_sources) {
+            const int n = static_cast<int>(kv.read_bytes[k] >> 4);
+            u64 h = 0;
+            for (int j = 0; j < n; ++j) {
+                const ulonglong2 w = p[j];
+                h = splitmix64(h ^ w.x);
+                h = splitmix64(h ^ w.y);
+            }
+            p += n;
+            acc = splitmix64(acc ^ h);
+        }
+    }
+    return acc;
+}
+
 // A request of at most 32 entries, in one warp: lane i loads (and folds) entry i; every lane runs
 // the same chain over the entries (shuffled to all lanes), so each knows its entry's hash; rows
 // are reserved in entry order with one atomic. `assert_flag` was read with the offsets.
 template <int KV, bool INPUT_ASSERT>
 __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring, i64 start, int count,
-                                            i64 seed, bool assert_flag) {
+                                            i64 seed, bool assert_flag, const ulonglong2* staged,
+                                            int pieces_per_entry) {
     const int lane = threadIdx.x & 31;
     u64 running = CHAIN_HEAD;
     i64 prev_pos = 0;
@@ -197,7 +250,16 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
     Slot sd = {};
     if (seed >= 0 && lane == 0) sd = load_slot(a.buf, a.stride, seed);
     Entry e = {0, 0, -1, 0, F_SKIP};
-    if (lane < count) e = load_entry<KV, INPUT_ASSERT, true>(a, start + lane);
+    if (lane < count) {
+        if (staged != nullptr) {
+            e = load_entry<KV, INPUT_ASSERT, false>(a, start + lane);
+            if (!(e.f & F_SKIP)) {
+                e.rk = static_cast<i64>(fold_staged(a.kv, staged + lane * pieces_per_entry));
+            }
+        } else {
+            e = load_entry<KV, INPUT_ASSERT, true>(a, start + lane);
+        }
+    }
     if (seed >= 0) {
         sd.token = __shfl_sync(0xffffffffu, sd.token, 0);
         sd.position = __shfl_sync(0xffffffffu, sd.position, 0);
@@ -326,7 +388,7 @@ __device__ __forceinline__ void chain_tile(Tile& tl, int m, u64& running, i64& p
 
 template <int KV, bool INPUT_ASSERT>
 __device__ __forceinline__ void write_body(const WriteArgs& a) {
-    __shared__ Tile s_tiles[WRITE_BUFS];
+    __shared__ __align__(16) Tile s_tiles[WRITE_BUFS];
     __shared__ i64 s_warp[WORKER_WARPS];
     __shared__ i64 s_seq;
 
@@ -360,8 +422,27 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     const i64 ntiles = (count + WRITE_TILE - 1) / WRITE_TILE;
     const Ring ring = {a.ring, a.ring_capacity, a.write_index};
     if (count <= 32) {
-        // Decode-sized requests: warp 0 alone, no block barrier.
-        if (tid < 32) write_small<KV, INPUT_ASSERT>(a, ring, start, static_cast<int>(count), seed, assert_flag);
+        // Decode-sized requests: warp 0 alone (ALL folds staged by the whole block first when
+        // every strip fits in the tiles' shared memory, which this path does not use otherwise).
+        ulonglong2* staged = nullptr;
+        int pieces = 0;
+        if (KV == 2) {
+            i64 bytes = 0;
+            for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
+                if (k < a.kv.num_sources) bytes += a.kv.read_bytes[k];
+            }
+            // Uniform over the block (kernel arguments and the request's count).
+            if (count * bytes <= static_cast<i64>(sizeof(s_tiles))) {
+                pieces = static_cast<int>(bytes >> 4);
+                staged = reinterpret_cast<ulonglong2*>(s_tiles);
+                stage_small_strips(a, start, static_cast<int>(count), pieces, staged);
+                __syncthreads();
+            }
+        }
+        if (tid < 32) {
+            write_small<KV, INPUT_ASSERT>(a, ring, start, static_cast<int>(count), seed, assert_flag,
+                                          staged, pieces);
+        }
         return;
     }
     // The chain-position assert needs a previous position: only a seeded chain has one.

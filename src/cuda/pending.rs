@@ -6,6 +6,7 @@
 //! pending readback owns its staging, so a later copy never overwrites it, and taking it
 //! consumes it, so it is decoded once.
 
+use super::abi::kernels::Kernel;
 use super::abi::status::{decode, STATUS_WORDS};
 use super::device::gpu::Gpu;
 use super::device::readbacks::ReadbackPool;
@@ -103,7 +104,7 @@ impl Staged {
         let pool = Arc::clone(stream.readbacks());
         let mut readback = pool.take(gpu, layout.extra_at() + extra_wide, 1 + extra_narrow)?;
         let queued = (|| {
-            readback.begin();
+            readback.begin(gpu.function(Kernel::Readback)?);
             readback.copy_wide(context, 0, addr(&ring.rows), layout.ring_fields, raw)?;
             let status = stream.status_addr();
             readback.copy_wide(context, layout.ring_fields, status, STATUS_WORDS, raw)?;

@@ -18,6 +18,7 @@
 //! (a pinned allocation, which can stall the host once; [`Stream::report_stagings_allocated`]
 //! counts them).
 
+use super::abi::kernels::Kernel;
 use super::abi::status::{decode, STATUS_WORDS};
 use super::device::gpu::Gpu;
 use super::device::readbacks::ReadbackPool;
@@ -469,7 +470,7 @@ pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
     } else {
         pool.take(gpu, layout.wide(), NARROW_WORDS)?
     };
-    readback.begin();
+    readback.begin(gpu.function(Kernel::Readback)?);
     readback.copy_wide(context, 0, addr(&step.ring.rows), layout.ring_fields, raw)?;
     let counters: [&HealthCounters<Device>; 4] = [
         &step.head_counters.k,
@@ -512,7 +513,7 @@ pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
         readback.copy_narrow(context, at, src, 1, raw)?;
     }
     if captured {
-        readback.captured();
+        readback.captured(context, raw)?;
     } else {
         readback.finish(context, raw)?;
     }

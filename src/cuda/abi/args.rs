@@ -250,12 +250,29 @@ kernel_args! {
     }
 }
 
+kernel_args! {
+    /// `kvc::ReadbackArgs` (kernels/readback.cu): up to 16 pieces copied into a report's
+    /// device-mapped pinned staging.
+    #[derive(Default)]
+    ReadbackArgs {
+        /// Device address of each piece.
+        src: [DevPtr<u8>; 16],
+        /// Device-mapped address of each piece's place in the staging.
+        dst: [DevPtr<u8>; 16],
+        /// Bytes of each piece (a multiple of 4).
+        bytes: [i64; 16],
+        /// Pieces in use.
+        pieces: i64,
+    }
+}
+
 /// Every argument struct, for the generated layout asserts.
 #[allow(dead_code)] // read by build.rs
-pub const LAYOUTS: [Layout; 5] = [
+pub const LAYOUTS: [Layout; 6] = [
     RealKv::LAYOUT,
     PlanArgs::LAYOUT,
     VerifyArgs::LAYOUT,
     WriteArgs::LAYOUT,
     ScatterArgs::LAYOUT,
+    ReadbackArgs::LAYOUT,
 ];

@@ -2,7 +2,7 @@
 //! block size and dynamic shared memory. Ops pick a [`Kernel`]; nothing indexes by arithmetic.
 
 use super::shared::{
-    PLAN_MAX_ROWS, SCATTER_THREADS, STAGED_THREADS, VERIFY_STAGE_BYTES,
+    PLAN_MAX_ROWS, READBACK_THREADS, SCATTER_THREADS, STAGED_THREADS, VERIFY_STAGE_BYTES,
     VERIFY_STREAMED_SHARED_BYTES, VERIFY_THREADS, WRITE_THREADS,
 };
 
@@ -17,15 +17,18 @@ pub(crate) enum ModuleId {
     Write,
     /// `kernels/scatter.cu`.
     Scatter,
+    /// `kernels/readback.cu`.
+    Readback,
 }
 
 impl ModuleId {
     /// Every module, in the order of [`ModuleId::index`].
-    pub(crate) const ALL: [ModuleId; 4] = [
+    pub(crate) const ALL: [ModuleId; 5] = [
         ModuleId::Plan,
         ModuleId::Verify,
         ModuleId::Write,
         ModuleId::Scatter,
+        ModuleId::Readback,
     ];
 
     /// A dense index into per-module tables.
@@ -40,6 +43,7 @@ impl ModuleId {
             ModuleId::Verify => "verify",
             ModuleId::Write => "write",
             ModuleId::Scatter => "scatter",
+            ModuleId::Readback => "readback",
         }
     }
 
@@ -65,6 +69,7 @@ impl ModuleId {
                 .flat_map(|fold| [false, true].map(|assert| Kernel::Write { fold, assert }))
                 .collect(),
             ModuleId::Scatter => vec![Kernel::Scatter],
+            ModuleId::Readback => vec![Kernel::Readback],
         }
     }
 }
@@ -199,6 +204,8 @@ pub(crate) enum Kernel {
     },
     /// `kv_canary_scatter`.
     Scatter,
+    /// `kv_canary_readback`: a report's pieces into its pinned staging.
+    Readback,
 }
 
 /// Dynamic shared memory of a staged ALL verify block: 8 warps x 2 stages x `Stage`.
@@ -214,6 +221,7 @@ impl Kernel {
             }
             Kernel::Write { .. } => ModuleId::Write,
             Kernel::Scatter => ModuleId::Scatter,
+            Kernel::Readback => ModuleId::Readback,
         }
     }
 
@@ -227,7 +235,7 @@ impl Kernel {
             Kernel::VerifyStaged { tokens } => Fold::ALL.len() * 2 + tokens as usize,
             Kernel::VerifyStreamed { tokens } => Fold::ALL.len() * 2 + 2 + tokens as usize,
             Kernel::Write { fold, assert } => fold as usize * 2 + assert as usize,
-            Kernel::Scatter => 0,
+            Kernel::Scatter | Kernel::Readback => 0,
         }
     }
 
@@ -261,6 +269,7 @@ impl Kernel {
                 format!("kv_canary_write{}{}", fold(f), on(assert, "_assert"))
             }
             Kernel::Scatter => "kv_canary_scatter".to_owned(),
+            Kernel::Readback => "kv_canary_readback".to_owned(),
         }
     }
 
@@ -272,6 +281,7 @@ impl Kernel {
             Kernel::VerifyStaged { .. } | Kernel::VerifyStreamed { .. } => STAGED_THREADS,
             Kernel::Write { .. } => WRITE_THREADS,
             Kernel::Scatter => SCATTER_THREADS,
+            Kernel::Readback => READBACK_THREADS,
         }
     }
 

@@ -38,6 +38,10 @@ pub const VERIFY_THREADS: u32 = 512;
 pub const STAGED_THREADS: u32 = 256;
 /// Threads of a scatter block.
 pub const SCATTER_THREADS: u32 = 256;
+/// Threads of a report readback block (one block a piece).
+pub const READBACK_THREADS: u32 = 128;
+/// Pieces one report readback launch copies (`ReadbackArgs`).
+pub const READBACK_PIECES: usize = 16;
 
 /// Threads of a write block: the chain warp, eight worker warps and two idle ones (asserted
 /// against `WRITE_THREADS` in kernels/write.cu).
@@ -59,6 +63,8 @@ pub const SCALARS: &[HeaderConst] = &[
     ("int", "VERIFY_THREADS", VERIFY_THREADS as u64),
     ("int", "STAGED_THREADS", STAGED_THREADS as u64),
     ("int", "SCATTER_THREADS", SCATTER_THREADS as u64),
+    ("int", "READBACK_THREADS", READBACK_THREADS as u64),
+    ("int", "READBACK_PIECES", READBACK_PIECES as u64),
 ];
 
 /// Values the kernels compute themselves and check against Rust's: emitted as

@@ -51,7 +51,7 @@ pub struct Gpu {
 struct SharedGpu {
     info: DeviceInfo,
     // Dropped before the context.
-    modules: [OnceLock<LoadedModule>; 4],
+    modules: [OnceLock<LoadedModule>; ModuleId::ALL.len()],
     context: PrimaryContext,
 }
 

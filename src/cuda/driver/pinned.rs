@@ -1,16 +1,24 @@
 //! Pinned (page-locked) host memory and stream-ordered readbacks into it: the raw calls behind
-//! the asynchronous step reports (`cuMemHostAlloc`, `cuMemFreeHost`, `cuMemcpyDtoHAsync`,
-//! `cuEventRecord`, `cuEventQuery`, `cuEventSynchronize`).
+//! the asynchronous step reports (`cuMemHostAlloc` with `DEVICEMAP`, `cuMemFreeHost`, the
+//! readback kernel's launch, `cuEventRecord`, `cuEventQuery`, `cuEventSynchronize`).
 //!
-//! [`PinnedHost`] owns one allocation. [`Readback`] owns two of them (`i64` and `i32` words)
-//! and an event, and is the only way to copy into them asynchronously: copies are queued on a
-//! stream between [`begin`](Readback::begin) and [`finish`](Readback::finish) (which records
-//! the event), and the words can be read only once that event has completed
+//! [`PinnedHost`] owns one allocation, mapped into the device's address space. [`Readback`] owns
+//! two of them (`i64` and `i32` words) and an event, and is the only way to copy into them
+//! asynchronously: pieces are queued between [`begin`](Readback::begin) and
+//! [`finish`](Readback::finish) and copied by launches of `kv_canary_readback`
+//! (kernels/readback.cu, up to 16 pieces a launch: one launch for a step report, where one
+//! `cuMemcpyDtoHAsync` a piece cost the host about 2 µs each); `finish` records the event after
+//! them, and the words can be read only once that event has completed
 //! ([`read`](Readback::read) returns `None` before), so the host never reads a word the device
 //! may still be writing.
 
 use super::context::PrimaryContext;
 use super::error::check;
+use super::launch::{launch_struct, LaunchDims};
+use super::module::Function;
+use crate::cuda::abi::args::ReadbackArgs;
+use crate::cuda::abi::ptr::DevPtr;
+use crate::cuda::abi::shared::{READBACK_PIECES, READBACK_THREADS};
 use crate::memory::Element;
 use crate::Error;
 use core::ptr::NonNull;
@@ -21,6 +29,9 @@ use cust::sys::{self, CUcontext, CUevent, CUresult, CUstream};
 pub(crate) struct PinnedHost<T: Element> {
     ptr: NonNull<T>,
     len: usize,
+    /// The allocation's address in the device's address space (`DEVICEMAP`): kernels write
+    /// the report pieces there.
+    device: u64,
 }
 
 // SAFETY: the allocation is owned by this value alone (like a `Box<[T]>`); pinned memory may be
@@ -47,7 +58,11 @@ impl<T: Element> PinnedHost<T> {
         // SAFETY: the driver writes the address of a new pinned allocation of `bytes` bytes (or
         // nothing, with an error) into `raw`.
         check("cuMemHostAlloc", unsafe {
-            sys::cuMemHostAlloc(&mut raw, bytes, sys::CU_MEMHOSTALLOC_PORTABLE)
+            sys::cuMemHostAlloc(
+                &mut raw,
+                bytes,
+                sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
+            )
         })?;
         let ptr = NonNull::new(raw.cast::<T>()).ok_or(Error::AllocationFailed {
             what: "pinned host buffer",
@@ -58,7 +73,20 @@ impl<T: Element> PinnedHost<T> {
         // SAFETY: `ptr` is a fresh allocation of `bytes` bytes, suitably aligned (the driver
         // returns page-aligned memory); zero bytes are a valid value of every element type.
         unsafe { core::ptr::write_bytes(ptr.as_ptr().cast::<u8>(), 0, bytes) };
-        Ok(PinnedHost { ptr, len })
+        let host = PinnedHost {
+            ptr,
+            len,
+            device: 0,
+        };
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: `host.ptr` is a live `DEVICEMAP` allocation of the current context; the driver
+        // writes its device address into `device`. (On error `host` frees the allocation.)
+        check("cuMemHostGetDevicePointer", unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host.ptr.as_ptr().cast(), 0)
+        })?;
+        let mut host = host;
+        host.device = device;
+        Ok(host)
     }
 
     /// The elements.
@@ -111,6 +139,11 @@ pub(crate) struct Readback {
     state: State,
     /// The context the copies run in (to wait for them on drop).
     context: CUcontext,
+    /// The pieces queued since [`begin`](Self::begin) and not launched yet.
+    pending: ReadbackArgs,
+    /// The readback kernel (`kv_canary_readback`) of this readback's context, given by
+    /// [`begin`](Self::begin).
+    kernel: Option<Function>,
 }
 
 // SAFETY: the pinned buffers are `Send`; the event and context are handles the driver accepts
@@ -142,6 +175,8 @@ impl Readback {
             event,
             state: State::Idle,
             context: raw,
+            pending: ReadbackArgs::default(),
+            kernel: None,
         })
     }
 
@@ -156,9 +191,13 @@ impl Readback {
     }
 
     /// Starts a new readback: the words are unreadable until the copies queued from now on
-    /// and the event [`finish`](Self::finish) records have run.
-    pub(crate) fn begin(&mut self) {
+    /// and the event [`finish`](Self::finish) records have run. `kernel` is the readback kernel
+    /// (`kv_canary_readback`) of this readback's context: the pieces are copied by launches of
+    /// it (up to 16 pieces a launch), not by one `cuMemcpyDtoHAsync` each.
+    pub(crate) fn begin(&mut self, kernel: Function) {
         self.state = State::Queued;
+        self.pending = ReadbackArgs::default();
+        self.kernel = Some(kernel);
     }
 
     /// Queues a copy of `len` `i64` words from device address `src` into words `[at, at +
@@ -174,8 +213,9 @@ impl Readback {
         len: usize,
         stream: CUstream,
     ) -> Result<(), Error> {
-        let dst = Self::host_range(&self.wide, at, len, self.state)?;
-        Self::copy(context, dst.cast(), src, len * 8, stream)
+        Self::host_range(&self.wide, at, len, self.state)?;
+        let dst = self.wide.device + (at * 8) as u64;
+        self.push(context, dst, src, len * 8, stream)
     }
 
     /// Queues a copy of `len` `i32` words from device address `src` into words `[at, at +
@@ -188,8 +228,9 @@ impl Readback {
         len: usize,
         stream: CUstream,
     ) -> Result<(), Error> {
-        let dst = Self::host_range(&self.narrow, at, len, self.state)?;
-        Self::copy(context, dst.cast(), src, len * 4, stream)
+        Self::host_range(&self.narrow, at, len, self.state)?;
+        let dst = self.narrow.device + (at * 4) as u64;
+        self.push(context, dst, src, len * 4, stream)
     }
 
     /// The host address of `[at, at + len)` of `buffer`, checked against its length; copies
@@ -219,9 +260,12 @@ impl Readback {
         Ok(unsafe { buffer.ptr.as_ptr().add(at) })
     }
 
-    fn copy(
+    /// Adds a piece of `bytes` bytes from device address `src` to device-mapped staging address
+    /// `dst` to the pending launch, launching it first when it is full.
+    fn push(
+        &mut self,
         context: &PrimaryContext,
-        dst: *mut core::ffi::c_void,
+        dst: u64,
         src: u64,
         bytes: usize,
         stream: CUstream,
@@ -229,24 +273,54 @@ impl Readback {
         if bytes == 0 {
             return Ok(());
         }
-        context.make_current()?;
+        if self.pending.pieces as usize == READBACK_PIECES {
+            self.launch(context, stream)?;
+        }
         super::memory::count_download();
-        // SAFETY: `dst` points to `bytes` bytes of a pinned allocation owned by this readback
-        // (bounds checked in `host_range`), which outlives the copy: it is dropped only after
-        // waiting for the copies (`Drop`), and read only once the event recorded after them
-        // completed (`read`). `src` holds `bytes` live device bytes (the caller's
-        // precondition); every bit pattern is a valid `i64`/`i32`.
-        check("cuMemcpyDtoHAsync", unsafe {
-            sys::cuMemcpyDtoHAsync_v2(dst, src, bytes, stream)
-        })
+        let p = self.pending.pieces as usize;
+        self.pending.src[p] = DevPtr::from_addr(src);
+        self.pending.dst[p] = DevPtr::from_addr(dst);
+        self.pending.bytes[p] = bytes as i64;
+        self.pending.pieces += 1;
+        Ok(())
     }
 
-    /// Records the event on `stream` after the queued copies.
+    /// Launches the readback kernel over the pending pieces on `stream` (nothing when none).
+    fn launch(&mut self, context: &PrimaryContext, stream: CUstream) -> Result<(), Error> {
+        let pieces = self.pending.pieces;
+        if pieces == 0 {
+            return Ok(());
+        }
+        let kernel = self.kernel.ok_or(Error::OutOfRange {
+            what: "readback launched before begin",
+            value: 0,
+            allowed: "a readback between begin and finish",
+        })?;
+        let dims = LaunchDims {
+            grid: pieces as u32,
+            block: READBACK_THREADS,
+            shared_bytes: 0,
+            cooperative: false,
+        };
+        // SAFETY: `ReadbackArgs` mirrors `kvc::ReadbackArgs` (layout asserted by the generated
+        // header); each of its `pieces` pieces copies `bytes` bytes (a multiple of 4: whole
+        // `i32`/`i64` words) from live device words of `context` (the callers' precondition of
+        // `copy_wide`/`copy_narrow`) into this readback's pinned staging at its device-mapped
+        // address, inside the allocation (bounds checked in `host_range`). The staging outlives
+        // the launch: it is dropped only after waiting for the event recorded behind it
+        // (`Drop`), and read only once that event completed (`read`).
+        unsafe { launch_struct(context, stream, kernel, dims, &self.pending)? };
+        self.pending = ReadbackArgs::default();
+        Ok(())
+    }
+
+    /// Launches the pending pieces, then records the event on `stream` after them.
     pub(crate) fn finish(
         &mut self,
         context: &PrimaryContext,
         stream: CUstream,
     ) -> Result<(), Error> {
+        self.launch(context, stream)?;
         context.make_current()?;
         // SAFETY: the event is live and owned by `self`; `stream` is the live stream the copies
         // were queued on.
@@ -259,8 +333,14 @@ impl Readback {
 
     /// Ends a readback whose copies were captured into a graph instead of queued: the words
     /// are unreadable until a replay of that graph is followed by [`rearm`](Self::rearm).
-    pub(crate) fn captured(&mut self) {
+    pub(crate) fn captured(
+        &mut self,
+        context: &PrimaryContext,
+        stream: CUstream,
+    ) -> Result<(), Error> {
+        self.launch(context, stream)?;
         self.state = State::Captured;
+        Ok(())
     }
 
     /// Whether the copies of the last replay may still be unread (recorded, not yet read).
