@@ -18,6 +18,7 @@ pub fn two_canaries_two_threads(gpu: &Gpu) -> Result<(), String> {
             seed,
             steps,
             tamper,
+            force_tamper: false,
             recycle_full_rows: true,
             late: false,
         };
@@ -72,6 +73,7 @@ pub fn two_devices_two_threads(gpu: &Gpu) -> Result<(), String> {
         seed,
         steps,
         tamper,
+        force_tamper: false,
         recycle_full_rows: true,
         late: true,
     };
