@@ -442,9 +442,9 @@ fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<
 /// Issue 12 item 2: one canary per device, each on its own thread and stream, the same steps
 /// at once; the per-device times beside the one-device run's.
 fn multi_device(workloads: &[Workload], single: &[RowResult], o: &Options) -> Result<(), String> {
-    let present = (0..o.devices as u32)
-        .take_while(|&i| Gpu::with_ordinal(i).is_ok())
-        .count();
+    // Asked, not probed: no `cuDeviceGet` of a missing ordinal.
+    let count = Gpu::device_count().map_err(|e| format!("device count: {e}"))?;
+    let present = o.devices.min(count as usize);
     if present < o.devices {
         println!(
             "\n!!! --devices {}: this machine has {present} CUDA device(s); running N={present}. \

@@ -22,6 +22,7 @@ pub fn reports_one_step_late(gpu: &Gpu) -> Result<(), String> {
             seed: 0x0057_E9A1,
             steps: 60,
             tamper: true,
+            force_tamper: false,
             recycle_full_rows: false,
             late: true,
         },

@@ -10,6 +10,7 @@ use kv_canary::cuda::{
     Stream,
 };
 use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
+use kv_canary::Capacity as _;
 use kv_canary::{
     Batch, CanarySlot, Cap, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
     RealKvSources, ReqToToken, RowLayout, Shape, Violation,
@@ -70,6 +71,12 @@ pub struct Draw {
     pub steps: usize,
     /// Now and then tamper a stored record (in both canaries).
     pub tamper: bool,
+    /// Tamper for sure, once, at the first step that must show it (whatever the step count,
+    /// e.g. the tenth of it in quick mode): a request row this step decodes with a prefix of
+    /// two records or more, the plan within the verify capacity; its second-to-last prefix
+    /// record goes bad, so this step's head verify reports the chain break at the last one on
+    /// both backends. No generator draw is used for it, so the random steps stay the same.
+    pub force_tamper: bool,
     /// Start a full request row over with a prefill (else it stays idle once full), so that
     /// long runs keep every row busy.
     pub recycle_full_rows: bool,
@@ -104,6 +111,7 @@ pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             seed: 0x0057_E9A1,
             steps: 60,
             tamper: true,
+            force_tamper: false,
             recycle_full_rows: false,
             late: false,
         },
@@ -182,6 +190,7 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
         seed,
         steps,
         tamper,
+        force_tamper,
         recycle_full_rows,
         late,
     } = draw;
@@ -224,6 +233,8 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
     let mut rng = Rng::new(seed);
     let mut cached = [0usize; ROWS];
     let (mut overflows, mut found, mut tampered) = (0, 0, 0);
+    // The record the forced tamper hit (`force_tamper`), once it did.
+    let mut forced: Option<usize> = None;
     // The previous step's CPU report and its device report, still pending (`late`).
     let mut unread: Option<(usize, StepReport, PendingDeviceReport)> = None;
     for step in 0..steps {
@@ -268,24 +279,44 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
         fence_before(dev.backend()).map_err(fail("fence"))?;
         dinputs.upload(&inputs).map_err(fail("inputs"))?;
         dbatch.upload(&batch).map_err(fail("batch"))?;
-        // Now and then a stored record goes bad in both head K buffers.
+        // Flips the token of stored record `s` in both head K buffers.
+        let mut spoil = |s: usize| -> Result<(), String> {
+            let tag = LaunchTag::HeadKFull;
+            let host = cpu.buffer_mut(tag).ok_or("no head K buffer")?;
+            let rec = host.slot(s).ok_or("slot")?;
+            let bad = CanarySlot {
+                token: rec.token ^ 1,
+                ..rec
+            };
+            host.set_slot(s, bad).map_err(fail("tamper"))?;
+            let dbuf = dev.buffer(tag).ok_or("no device head K buffer")?;
+            let mut copy = dbuf.to_host().map_err(fail("download"))?;
+            copy.set_slot(s, bad).map_err(fail("tamper"))?;
+            dbuf.upload(&copy).map_err(fail("upload"))?;
+            tampered += 1;
+            Ok(())
+        };
+        // The forced tamper: a row this step decodes over two stored records or more, the
+        // plan's verify entries (the prefixes) within the capacity, so the head verify checks
+        // the chain link from the spoiled record to the next.
+        let entries: i64 = rows.iter().map(|&(_, p, _)| p).sum();
+        let decoded = rows.iter().find(|&&(_, p, _)| p >= 2);
+        if let (true, None, Some(&(row, prefix, _))) = (force_tamper, forced, decoded) {
+            if entries <= shape.verify_capacity().get() as i64 {
+                let s = slot(row as usize, prefix as usize - 2) as usize;
+                spoil(s)?;
+                forced = Some(s);
+            }
+        }
+        // Now and then a stored record goes bad in both head K buffers (never the forced one
+        // again: a second flip would mend it).
         if tamper && step > 4 && rng.chance(20) {
             let row = 1 + rng.below(ROWS as u64 - 1) as usize;
             if cached[row] > 1 {
                 let s = slot(row, rng.below(cached[row] as u64 - 1) as usize) as usize;
-                let tag = LaunchTag::HeadKFull;
-                let host = cpu.buffer_mut(tag).ok_or("no head K buffer")?;
-                let rec = host.slot(s).ok_or("slot")?;
-                let bad = CanarySlot {
-                    token: rec.token ^ 1,
-                    ..rec
-                };
-                host.set_slot(s, bad).map_err(fail("tamper"))?;
-                let dbuf = dev.buffer(tag).ok_or("no device head K buffer")?;
-                let mut copy = dbuf.to_host().map_err(fail("download"))?;
-                copy.set_slot(s, bad).map_err(fail("tamper"))?;
-                dbuf.upload(&copy).map_err(fail("upload"))?;
-                tampered += 1;
+                if forced != Some(s) {
+                    spoil(s)?;
+                }
             }
         }
         fence_after().map_err(fail("fence"))?;

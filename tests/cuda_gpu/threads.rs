@@ -4,7 +4,7 @@
 //! thread's canaries is reported by that canary alone.
 
 use crate::step::{run_against_cpu, Draw, Run};
-use crate::{ensure, scaled};
+use crate::{ensure, fail, scaled};
 use kv_canary::cuda::Gpu;
 
 /// Steps each thread runs.
@@ -18,6 +18,7 @@ pub fn two_canaries_two_threads(gpu: &Gpu) -> Result<(), String> {
             seed,
             steps,
             tamper,
+            force_tamper: false,
             recycle_full_rows: true,
             late: false,
         };
@@ -56,21 +57,23 @@ fn join(outcome: std::thread::Result<Result<Run, String>>) -> Result<Run, String
 /// 0 is reported by device 0 alone. With fewer than two devices it says so loudly and checks
 /// nothing.
 pub fn two_devices_two_threads(gpu: &Gpu) -> Result<(), String> {
-    let second = match Gpu::with_ordinal(1) {
-        Ok(second) => second,
-        Err(e) => {
-            println!(
-                "    !!! SKIPPED: this machine has fewer than two CUDA devices (device 1: {e}); \
-                 nothing was checked. Run it on nvidia-h200-x2. !!!"
-            );
-            return Ok(());
-        }
-    };
+    // The count first: device 1 is opened only where it exists (no `cuDeviceGet` of a
+    // missing ordinal, which compute-sanitizer reports as an API error).
+    let count = Gpu::device_count().map_err(fail("device count"))?;
+    if count < 2 {
+        println!(
+            "    !!! SKIPPED: this machine has {count} CUDA device(s), fewer than two \
+             (cuDeviceGetCount); nothing was checked. Run it on nvidia-h200-x2. !!!"
+        );
+        return Ok(());
+    }
+    let second = Gpu::with_ordinal(1).map_err(fail("device 1"))?;
     let steps = scaled(STEPS) as usize;
     let draw = |seed, tamper| Draw {
         seed,
         steps,
         tamper,
+        force_tamper: false,
         recycle_full_rows: true,
         late: true,
     };

@@ -3,7 +3,7 @@
 use super::tuning::KernelTuning;
 use crate::cuda::abi::kernels::{Kernel, ModuleId};
 use crate::cuda::abi::ptx;
-use crate::cuda::driver::context::{DeviceInfo, PrimaryContext};
+use crate::cuda::driver::context::{self, DeviceInfo, PrimaryContext};
 use crate::cuda::driver::module::{self, Function, Module};
 use crate::Error;
 use std::sync::{Arc, OnceLock};
@@ -65,7 +65,16 @@ impl Gpu {
         Gpu::with_ordinal(0)
     }
 
-    /// Device `ordinal`.
+    /// The CUDA devices this process sees (`cuInit`, then `cuDeviceGetCount`): the ordinals
+    /// [`with_ordinal`](Self::with_ordinal) accepts are `0..device_count()`. `Ok(0)` where
+    /// `cuInit` reports `CUDA_ERROR_NO_DEVICE` (CI machines); other driver failures are errors.
+    /// Ask it before opening a second device, rather than probing ordinals.
+    pub fn device_count() -> Result<u32, Error> {
+        context::device_count()
+    }
+
+    /// Device `ordinal`. An ordinal past the [`device_count`](Self::device_count) is
+    /// [`Error::NoCudaDevice`] naming both (checked before `cuDeviceGet` is called).
     pub fn with_ordinal(ordinal: u32) -> Result<Gpu, Error> {
         let (context, info) = PrimaryContext::retain(ordinal)?;
         let (major, minor) = info.compute_capability;

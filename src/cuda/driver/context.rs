@@ -25,6 +25,32 @@ pub(crate) struct DeviceInfo {
     pub(crate) shared_bytes_per_block_optin: u32,
 }
 
+/// Initialises the driver (`cuInit`, cheap after the first call); without a device
+/// [`Error::NoCudaDevice`].
+fn init() -> Result<(), Error> {
+    cust::init(CudaFlags::empty()).map_err(|e| match e {
+        CudaError::NoDevice => Error::NoCudaDevice {
+            detail: "cuInit reported CUDA_ERROR_NO_DEVICE".to_owned(),
+        },
+        other => cust_error("cuInit")(other),
+    })
+}
+
+/// `cuDeviceGetCount`, the driver initialised first.
+fn count_devices() -> Result<u32, Error> {
+    Device::num_devices().map_err(cust_error("cuDeviceGetCount"))
+}
+
+/// The CUDA devices present (`cuInit`, then `cuDeviceGetCount`): 0 where `cuInit` reports
+/// `CUDA_ERROR_NO_DEVICE`; other driver failures are errors.
+pub(crate) fn device_count() -> Result<u32, Error> {
+    match init() {
+        Ok(()) => count_devices(),
+        Err(Error::NoCudaDevice { .. }) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
 /// A device's retained primary context: the context every buffer, stream and module of one
 /// `Gpu` lives in. `Send` and `Sync` (cust's `Context` is: a context may be made current on
 /// any thread of the process, and on several at once).
@@ -36,13 +62,19 @@ pub(crate) struct PrimaryContext {
 impl PrimaryContext {
     /// Initialises the driver and retains device `ordinal`'s primary context (current on this
     /// thread afterwards). Without a device: [`Error::NoCudaDevice`].
+    /// Without device `ordinal` (fewer devices present, asked with `cuDeviceGetCount`
+    /// first, so `cuDeviceGet` never sees a missing ordinal): [`Error::NoCudaDevice`] naming
+    /// both.
     pub(crate) fn retain(ordinal: u32) -> Result<(PrimaryContext, DeviceInfo), Error> {
-        cust::init(CudaFlags::empty()).map_err(|e| match e {
-            CudaError::NoDevice => Error::NoCudaDevice {
-                detail: "cuInit reported CUDA_ERROR_NO_DEVICE".to_owned(),
-            },
-            other => cust_error("cuInit")(other),
-        })?;
+        init()?;
+        let count = count_devices()?;
+        if ordinal >= count {
+            return Err(Error::NoCudaDevice {
+                detail: format!(
+                    "no CUDA device {ordinal}: cuDeviceGetCount reports {count} device(s)"
+                ),
+            });
+        }
         let device = Device::get_device(ordinal).map_err(|e| match e {
             CudaError::NoDevice | CudaError::InvalidDevice => Error::NoCudaDevice {
                 detail: format!("no CUDA device {ordinal}: {e}"),

@@ -53,16 +53,23 @@ use crate::Error;
 ///   tiles of a request of more than 32 entries) are stored in entry order: the later entry's
 ///   record is what the slot holds, as on the CPU. Within one round (a request of at most 32
 ///   entries is one warp store; a tile is stored by its 256 worker threads at once) the stores
-///   race, and the slot holds one of the entries' records (CUDA leaves open which thread's
-///   same-address store lands). The chain hashes (`prev_hash`) are the CPU's either way: the
-///   chain runs over the inputs, not over the stored records;
+///   race. A record is stored as two 16-byte stores, `(token, position)` and
+///   `(prev_hash, real_kv_hash)`, and CUDA leaves open which thread's same-address store lands,
+///   for each of the two: so each half of the slot comes from one of the two entries, in any
+///   combination (the later's whole record, the earlier's, or a torn one: one half of each).
+///   Every other slot is the CPU's: the chain runs over the inputs, not over the stored records.
+///   In every combination the next verify of the request's chain flags the slot: it holds the
+///   position of at most one of the two entries, so the other entry's check fails (and a torn
+///   record breaks its own entry's chain check too). Two tokens in one slot in one step is an
+///   engine bug; the device does not say which entry won, the verify says that one did;
 /// * two entries of **different requests** with one slot, and a seed slot that **another request
 ///   of the same launch** writes, are data races as in SGLang (spec §9.8): the blocks run
 ///   concurrently, so the seeded request chains from the old or the new record.
 ///
-/// The GPU tests `nothing_lost_one_slot_twice_in_one_request` and
-/// `nothing_lost_seed_written_in_same_launch` check that the result is one of those outcomes
-/// (never a torn record) and print how often each occurred.
+/// The GPU tests `nothing_lost_one_slot_twice_in_one_request` (with the next verify of the
+/// request, flagging the slot in every combination, equal to the CPU's verify of the same
+/// bytes) and `nothing_lost_seed_written_in_same_launch` check that the result is one of those
+/// outcomes and print how often each occurred.
 #[allow(clippy::too_many_arguments)]
 pub fn write<'a, Q, V, W, E, WB, EB, A, S, R>(
     on: &Q,
