@@ -2,8 +2,10 @@
 // report (ring rows, write index, counters, plan scalars, write offsets, status word) from
 // device memory into the report's pinned host staging, which is mapped into the device's
 // address space, instead of one cuMemcpyDtoHAsync a piece. One block a piece, 4-byte words
-// (every piece is i32 or i64 words, 4-byte aligned at both ends). The host reads the staging
-// only after the event recorded behind this launch completed.
+// (every piece is i32 or i64 words, 4-byte aligned at both ends). A counted piece (the ring
+// rows) copies only the units its device count names. The host reads the staging only after
+// the event recorded behind this launch completed, and reads of a counted piece only the units
+// that count names (it is copied too).
 #include "common.cuh"
 
 namespace kvc {
@@ -12,6 +14,8 @@ struct ReadbackArgs {
     const unsigned char* src[READBACK_PIECES];
     unsigned char* dst[READBACK_PIECES];
     i64 bytes[READBACK_PIECES];
+    const i32* limit[READBACK_PIECES];
+    i64 unit[READBACK_PIECES];
     i64 pieces;
 };
 
@@ -23,7 +27,15 @@ KVC_CHECK_LAYOUT_ReadbackArgs(ReadbackArgs);
 extern "C" __global__ void __launch_bounds__(kvc::READBACK_THREADS) kv_canary_readback(ReadbackArgs a) {
     const int p = blockIdx.x;
     if (p >= a.pieces) return;
-    const i64 words = a.bytes[p] >> 2;
+    i64 bytes = a.bytes[p];
+    if (a.limit[p] != nullptr) {
+        // Only the counted units (the ring rows recorded): a count past the piece is clamped.
+        const i64 units = bytes / a.unit[p];
+        i64 n = *a.limit[p];
+        n = n < 0 ? 0 : (n > units ? units : n);
+        bytes = n * a.unit[p];
+    }
+    const i64 words = bytes >> 2;
     const unsigned* s = reinterpret_cast<const unsigned*>(a.src[p]);
     volatile unsigned* d = reinterpret_cast<volatile unsigned*>(a.dst[p]);
     for (i64 i = threadIdx.x; i < words; i += blockDim.x) d[i] = s[i];

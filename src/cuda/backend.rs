@@ -36,7 +36,7 @@
 //! | `plan` | the plan launch, then the ring clear (two `cuMemsetD32Async`) |
 //! | `verify_head` | `HEAD_K`, `HEAD_V` verify |
 //! | `write` | `HEAD_K`, `HEAD_V` write |
-//! | `verify_tail` | `TAIL_K`, `TAIL_V` verify and write, then the report's copies into pinned host memory (`cuMemcpyDtoHAsync`: ring rows, write index, 8 counters, 3 plan scalars, the write offsets, the status word) and an event |
+//! | `verify_tail` | `TAIL_K`, `TAIL_V` verify and write, then the report's copies into pinned host memory (one `kv_canary_readback` launch writing into the mapped staging: the ring rows the step recorded, write index, 8 counters, 3 plan scalars, the write offsets, the status word) and an event |
 //! | [`PendingDeviceReport::try_take`](super::PendingDeviceReport::try_take) | nothing: queries the event (`cuEventQuery`), decodes if it completed |
 //! | [`PendingDeviceReport::wait`](super::PendingDeviceReport::wait) | nothing: blocks on the event (`cuEventSynchronize`) |
 //!

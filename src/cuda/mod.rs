@@ -41,7 +41,7 @@
 //!   stream, not destroyed by the wrapper) and `Stream::from_cudarc` (feature `cudarc`) make
 //!   streams that are **not** ordered with those transfers. What stays ordered on them: every
 //!   launch, the step stages (the ring clear of `plan` is a `cuMemsetD32Async`, the report
-//!   copies of `verify_tail` are `cuMemcpyDtoHAsync`), [`Stream::clear_status`]
+//!   copies of `verify_tail` are one readback kernel launch into mapped pinned memory), [`Stream::clear_status`]
 //!   (`cuMemsetD32Async`), [`Stream::reset_scratch`] (`cuMemcpyHtoDAsync`),
 //!   [`Stream::record`] and [`Stream::wait_for`] (`cuStreamWaitEvent`), and the stream-ordered
 //!   uploads of the device inputs (`upload_on(&stream, ..)`, `cuMemcpyHtoDAsync`). What is not: every synchronous transfer

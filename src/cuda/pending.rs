@@ -105,7 +105,16 @@ impl Staged {
         let mut readback = pool.take(gpu, layout.extra_at() + extra_wide, 1 + extra_narrow)?;
         let queued = (|| {
             readback.begin(gpu.function(Kernel::Readback)?);
-            readback.copy_wide(context, 0, addr(&ring.rows), layout.ring_fields, raw)?;
+            // Only the recorded rows travel (the write index, clamped to the ring).
+            readback.copy_wide_counted(
+                context,
+                0,
+                addr(&ring.rows),
+                layout.ring_fields,
+                box_ptr(&ring.write_index).addr(),
+                VIOLATION_FIELDS,
+                raw,
+            )?;
             let status = stream.status_addr();
             readback.copy_wide(context, layout.ring_fields, status, STATUS_WORDS, raw)?;
             readback.copy_narrow(context, 0, box_ptr(&ring.write_index).addr(), 1, raw)?;

@@ -471,7 +471,16 @@ pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
         pool.take(gpu, layout.wide(), NARROW_WORDS)?
     };
     readback.begin(gpu.function(Kernel::Readback)?);
-    readback.copy_wide(context, 0, addr(&step.ring.rows), layout.ring_fields, raw)?;
+    // Only the rows the step recorded travel (the write index, clamped to the ring).
+    readback.copy_wide_counted(
+        context,
+        0,
+        addr(&step.ring.rows),
+        layout.ring_fields,
+        box_ptr(&step.ring.write_index).addr(),
+        VIOLATION_FIELDS,
+        raw,
+    )?;
     let counters: [&HealthCounters<Device>; 4] = [
         &step.head_counters.k,
         &step.head_counters.v,

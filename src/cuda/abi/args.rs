@@ -261,6 +261,11 @@ kernel_args! {
         dst: [DevPtr<u8>; 16],
         /// Bytes of each piece (a multiple of 4).
         bytes: [i64; 16],
+        /// Per piece, null or a device `i32` count: only `clamp(count, 0, bytes / unit)` units
+        /// of the piece are copied (the ring rows a step recorded, not the whole ring).
+        limit: [DevPtr<i32>; 16],
+        /// Bytes of one counted unit (a multiple of 4; used with `limit`).
+        unit: [i64; 16],
         /// Pieces in use.
         pieces: i64,
     }

@@ -23,7 +23,9 @@ use cust::sys::{self, CUstream};
 pub struct Transfers {
     /// Host-to-device copies (`cuMemcpyHtoD`, `cuMemcpyHtoDAsync`).
     pub host_to_device: u64,
-    /// Device-to-host copies (`cuMemcpyDtoH`, `cuMemcpyDtoHAsync`).
+    /// Device-to-host copies (`cuMemcpyDtoH`, and each piece of a report readback: the ring
+    /// rows, a counter, a scalar, ...; those pieces are copied into pinned memory by one
+    /// readback kernel launch per report, not one `cuMemcpyDtoHAsync` each).
     pub device_to_host: u64,
 }
 

@@ -139,8 +139,9 @@ pub(crate) struct Readback {
     state: State,
     /// The context the copies run in (to wait for them on drop).
     context: CUcontext,
-    /// The pieces queued since [`begin`](Self::begin) and not launched yet.
-    pending: ReadbackArgs,
+    /// The pieces queued since [`begin`](Self::begin) and not launched yet (boxed: a pending
+    /// report stays small; allocated once with the readback).
+    pending: Box<ReadbackArgs>,
     /// The readback kernel (`kv_canary_readback`) of this readback's context, given by
     /// [`begin`](Self::begin).
     kernel: Option<Function>,
@@ -175,7 +176,7 @@ impl Readback {
             event,
             state: State::Idle,
             context: raw,
-            pending: ReadbackArgs::default(),
+            pending: Box::default(),
             kernel: None,
         })
     }
@@ -196,7 +197,7 @@ impl Readback {
     /// it (up to 16 pieces a launch), not by one `cuMemcpyDtoHAsync` each.
     pub(crate) fn begin(&mut self, kernel: Function) {
         self.state = State::Queued;
-        self.pending = ReadbackArgs::default();
+        *self.pending = ReadbackArgs::default();
         self.kernel = Some(kernel);
     }
 
@@ -215,7 +216,34 @@ impl Readback {
     ) -> Result<(), Error> {
         Self::host_range(&self.wide, at, len, self.state)?;
         let dst = self.wide.device + (at * 8) as u64;
-        self.push(context, dst, src, len * 8, stream)
+        self.push(context, dst, src, len * 8, None, stream)
+    }
+
+    /// As [`copy_wide`](Self::copy_wide), copying only the first `clamp(*count, 0, len / unit)`
+    /// units of `unit` words, `count` the device address of a live `i32` of `context` (the
+    /// ring's write index before its rows: only the recorded rows travel). The words past them
+    /// keep older values: read only the units the count (copied too) names.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn copy_wide_counted(
+        &mut self,
+        context: &PrimaryContext,
+        at: usize,
+        src: u64,
+        len: usize,
+        count: u64,
+        unit: usize,
+        stream: CUstream,
+    ) -> Result<(), Error> {
+        Self::host_range(&self.wide, at, len, self.state)?;
+        if unit == 0 {
+            return Err(Error::OutOfRange {
+                what: "counted readback unit",
+                value: 0,
+                allowed: "at least one word",
+            });
+        }
+        let dst = self.wide.device + (at * 8) as u64;
+        self.push(context, dst, src, len * 8, Some((count, unit * 8)), stream)
     }
 
     /// Queues a copy of `len` `i32` words from device address `src` into words `[at, at +
@@ -230,7 +258,7 @@ impl Readback {
     ) -> Result<(), Error> {
         Self::host_range(&self.narrow, at, len, self.state)?;
         let dst = self.narrow.device + (at * 4) as u64;
-        self.push(context, dst, src, len * 4, stream)
+        self.push(context, dst, src, len * 4, None, stream)
     }
 
     /// The host address of `[at, at + len)` of `buffer`, checked against its length; copies
@@ -261,13 +289,15 @@ impl Readback {
     }
 
     /// Adds a piece of `bytes` bytes from device address `src` to device-mapped staging address
-    /// `dst` to the pending launch, launching it first when it is full.
+    /// `dst` to the pending launch (with `counted`: only as many units of the given bytes as
+    /// the device `i32` at that address names), launching it first when it is full.
     fn push(
         &mut self,
         context: &PrimaryContext,
         dst: u64,
         src: u64,
         bytes: usize,
+        counted: Option<(u64, usize)>,
         stream: CUstream,
     ) -> Result<(), Error> {
         if bytes == 0 {
@@ -281,6 +311,9 @@ impl Readback {
         self.pending.src[p] = DevPtr::from_addr(src);
         self.pending.dst[p] = DevPtr::from_addr(dst);
         self.pending.bytes[p] = bytes as i64;
+        let (limit, unit) = counted.unwrap_or((0, 4));
+        self.pending.limit[p] = DevPtr::from_addr(limit);
+        self.pending.unit[p] = unit as i64;
         self.pending.pieces += 1;
         Ok(())
     }
@@ -309,8 +342,8 @@ impl Readback {
         // address, inside the allocation (bounds checked in `host_range`). The staging outlives
         // the launch: it is dropped only after waiting for the event recorded behind it
         // (`Drop`), and read only once that event completed (`read`).
-        unsafe { launch_struct(context, stream, kernel, dims, &self.pending)? };
-        self.pending = ReadbackArgs::default();
+        unsafe { launch_struct(context, stream, kernel, dims, &*self.pending)? };
+        *self.pending = ReadbackArgs::default();
         Ok(())
     }
 
