@@ -24,8 +24,12 @@
 mod constructors;
 mod gen;
 mod golden;
+mod k_only;
 mod ops;
 mod step;
+mod sweep;
+mod toy;
+mod views;
 
 use arbitrary::Unstructured;
 use rand::{Rng as _, RngExt as _, SeedableRng as _};
@@ -74,6 +78,18 @@ const TARGETS: &[Target] = &[
     Target {
         name: "step",
         run: step::run,
+    },
+    Target {
+        name: "sweep",
+        run: sweep::run,
+    },
+    Target {
+        name: "k_only",
+        run: k_only::run,
+    },
+    Target {
+        name: "views",
+        run: views::run,
     },
     Target {
         name: "golden_parser",
