@@ -19,4 +19,6 @@ pub use fail_reason::FailReason;
 pub use ring::{RingCount, ViolationRing, WRAPPED_WRITE_INDEX};
 pub use settings::{ChainPositionAssert, LaunchSettings, TokenCheck, TokenCheckOff, TokenCheckOn};
 pub use tag::LaunchTag;
+#[cfg(feature = "cuda")]
+pub(crate) use violation::decode_rows;
 pub use violation::Violation;

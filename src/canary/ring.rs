@@ -1,6 +1,6 @@
 //! [`ViolationRing`]: the fill-once violation log and its write index (spec §2.6).
 
-use super::Violation;
+use super::violation::{raw_rows, Violation};
 use crate::capacity::{Cap, Capacity};
 use crate::consts::VIOLATION_FIELDS;
 use crate::memory::{host_table, static_size, Host, Memory};
@@ -167,13 +167,7 @@ impl<R: Capacity> ViolationRing<R> {
 
     /// The stored rows, raw, in recording order.
     pub fn raw_rows(&self) -> impl ExactSizeIterator<Item = [i64; VIOLATION_FIELDS]> + '_ {
-        self.rows[..self.stored_len() * VIOLATION_FIELDS]
-            .chunks_exact(VIOLATION_FIELDS)
-            .map(|row| {
-                let mut out = [0; VIOLATION_FIELDS];
-                out.copy_from_slice(row);
-                out
-            })
+        raw_rows(&self.rows[..self.stored_len() * VIOLATION_FIELDS])
     }
 
     /// The stored rows, decoded, in recording order.

@@ -35,6 +35,26 @@ const WRITE_BITS: FailReason = FailReason::from_bits_retain(
     FailReason::WRITE_TOKEN_MISMATCH.bits() | FailReason::WRITE_POSITION_MISMATCH.bits(),
 );
 
+/// The rows of a ring's words (`VIOLATION_FIELDS` `i64` each, as a ring or its readback holds
+/// them), raw, in order; a trailing partial row is ignored.
+pub(crate) fn raw_rows(
+    words: &[i64],
+) -> impl ExactSizeIterator<Item = [i64; VIOLATION_FIELDS]> + '_ {
+    words.chunks_exact(VIOLATION_FIELDS).map(|row| {
+        let mut out = [0; VIOLATION_FIELDS];
+        out.copy_from_slice(row);
+        out
+    })
+}
+
+/// The first `stored` rows of a ring's words, decoded, in order (the device reports' readback).
+#[cfg(feature = "cuda")]
+pub(crate) fn decode_rows(words: &[i64], stored: usize) -> Vec<Violation> {
+    raw_rows(&words[..stored * VIOLATION_FIELDS])
+        .map(Violation::from_row)
+        .collect()
+}
+
 impl Violation {
     /// Decodes a raw row.
     pub const fn from_row(row: [i64; VIOLATION_FIELDS]) -> Violation {

@@ -13,7 +13,7 @@ use super::device::readbacks::ReadbackPool;
 use super::device::stream::Stream;
 use super::driver::memory::{addr, box_ptr};
 use super::driver::pinned::Readback;
-use crate::canary::{RingCount, Violation, ViolationRing};
+use crate::canary::{decode_rows, RingCount, Violation, ViolationRing};
 use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
 use crate::memory::Device;
@@ -66,15 +66,7 @@ impl RingLayout {
         let write_index = narrow[0];
         // A negative (wrapped) index is an error naming it, never a clean report.
         let RingCount { stored, dropped } = RingCount::decode(write_index, self.ring_rows)?;
-        let violations = wide[..stored * VIOLATION_FIELDS]
-            .chunks_exact(VIOLATION_FIELDS)
-            .map(|row| {
-                let mut out = [0; VIOLATION_FIELDS];
-                out.copy_from_slice(row);
-                Violation::from_row(out)
-            })
-            .collect();
-        Ok((violations, dropped))
+        Ok((decode_rows(wide, stored), dropped))
     }
 }
 

@@ -25,7 +25,7 @@ use super::device::readbacks::ReadbackPool;
 use super::device::stream::Stream;
 use super::driver::memory::{addr, box_ptr};
 use super::driver::pinned::Readback;
-use crate::canary::{HealthCounters, RingCount, Violation};
+use crate::canary::{decode_rows, HealthCounters, RingCount, Violation};
 use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
 use crate::memory::Device;
@@ -380,14 +380,7 @@ fn decode_words(
         [narrow[0], narrow[1], narrow[2], narrow[3]];
     // A negative (wrapped) index is an error naming it, never a clean report.
     let RingCount { stored, dropped } = RingCount::decode(write_index, l.ring_rows)?;
-    let violations = wide[..stored * VIOLATION_FIELDS]
-        .chunks_exact(VIOLATION_FIELDS)
-        .map(|row| {
-            let mut out = [0; VIOLATION_FIELDS];
-            out.copy_from_slice(row);
-            Violation::from_row(out)
-        })
-        .collect();
+    let violations = decode_rows(wide, stored);
     let c = &wide[l.counters_at()..l.counters_at() + COUNTER_WORDS];
     let pair = |at: usize| KvPair {
         k: HealthCounters::from_parts(c[at], c[at + 1]),
