@@ -223,3 +223,17 @@ __device__ __forceinline__ void atomic_add_i64(i64* p, i64 v) {
 }  // namespace kvc
 
 KVC_CHECK_LAYOUT_RealKv(kvc::RealKv);
+
+// NAME_pair: a K+V pair of launches of entry point NAME in one launch of grid y = 2. The blocks
+// of y = 0 run BODY over the K half's arguments (p.k), those of y = 1 over the V half's (p.v):
+// each half is exactly the single launch over its own grid x (BODY reads blockIdx.x and
+// gridDim.x only), so one launch replaces two dependent ones and the halves run side by side.
+// BODY is a parenthesised function (its template arguments hold commas).
+#define KVC_PAIR_ENTRY(NAME, THREADS, MIN_BLOCKS, PAIR_ARGS, BODY)                             \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) NAME##_pair(PAIR_ARGS p) { \
+        if (blockIdx.y == 0) {                                                                  \
+            BODY(p.k);                                                                          \
+        } else {                                                                                \
+            BODY(p.v);                                                                          \
+        }                                                                                       \
+    }

@@ -463,12 +463,22 @@ __device__ __forceinline__ void verify_streamed(const VerifyArgs& a) {
 using kvc::VerifyArgs;
 KVC_CHECK_LAYOUT_VerifyArgs(VerifyArgs);
 
+// The K+V pair launch of a verify (KVC_PAIR_ENTRY in common.cuh).
+struct VerifyPairArgs {
+    VerifyArgs k;
+    VerifyArgs v;
+};
+KVC_CHECK_LAYOUT_VerifyPairArgs(VerifyPairArgs);
+
+// Each entry point NAME comes with NAME_pair, its K+V pair launch.
 #define KVC_VERIFY_ENTRY(NAME, BODY, KV, CHECK, MIN_BLOCKS)                                        \
     extern "C" __global__ void __launch_bounds__(kvc::VERIFY_THREADS, MIN_BLOCKS) NAME(VerifyArgs a) { \
         kvc::BODY<KV, CHECK>(a);                                                                    \
-    }
+    }                                                                                               \
+    KVC_PAIR_ENTRY(NAME, kvc::VERIFY_THREADS, MIN_BLOCKS, VerifyPairArgs, (kvc::BODY<KV, CHECK>))
 
-// Name suffixes: _tokens = expected-token check on; _partial / _all = real-KV fold.
+// Name suffixes: _tokens = expected-token check on; _partial / _all = real-KV fold; _pair = the
+// K+V pair launch.
 KVC_VERIFY_ENTRY(kv_canary_verify, verify_single, kvc::KV_NONE, false, 4)
 KVC_VERIFY_ENTRY(kv_canary_verify_tokens, verify_single, kvc::KV_NONE, true, 4)
 KVC_VERIFY_ENTRY(kv_canary_verify_partial, verify_single, kvc::KV_PARTIAL, false, 2)
@@ -482,7 +492,8 @@ KVC_VERIFY_ENTRY(kv_canary_verify_all_tokens, verify_grouped, 2, true, 1)
 #define KVC_VERIFY_STAGED(NAME, CHECK)                                                            \
     extern "C" __global__ void __launch_bounds__(kvc::STAGED_THREADS, 3) NAME(VerifyArgs a) {     \
         kvc::verify_staged<CHECK>(a);                                                             \
-    }
+    }                                                                                             \
+    KVC_PAIR_ENTRY(NAME, kvc::STAGED_THREADS, 3, VerifyPairArgs, (kvc::verify_staged<CHECK>))
 KVC_VERIFY_STAGED(kv_canary_verify_all_staged, false)
 KVC_VERIFY_STAGED(kv_canary_verify_all_staged_tokens, true)
 // ALL, one source of strips over 128 bytes, streamed through shared memory (64 KB a block: 8
@@ -490,6 +501,7 @@ KVC_VERIFY_STAGED(kv_canary_verify_all_staged_tokens, true)
 #define KVC_VERIFY_STREAMED(NAME, CHECK)                                                          \
     extern "C" __global__ void __launch_bounds__(kvc::STAGED_THREADS, 3) NAME(VerifyArgs a) {     \
         kvc::verify_streamed<CHECK>(a);                                                           \
-    }
+    }                                                                                             \
+    KVC_PAIR_ENTRY(NAME, kvc::STAGED_THREADS, 3, VerifyPairArgs, (kvc::verify_streamed<CHECK>))
 KVC_VERIFY_STREAMED(kv_canary_verify_all_streamed, false)
 KVC_VERIFY_STREAMED(kv_canary_verify_all_streamed_tokens, true)

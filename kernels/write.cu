@@ -505,12 +505,23 @@ using kvc::WriteArgs;
 KVC_CHECK_LAYOUT_WriteArgs(WriteArgs);
 static_assert(kvc::WRITE_THREADS == kvc::RUST_WRITE_THREADS, "WRITE_THREADS (src/cuda/abi/shared.rs)");
 
+// The K+V pair launch of a write (KVC_PAIR_ENTRY in common.cuh): the K and the V chains of
+// every request run side by side.
+struct WritePairArgs {
+    WriteArgs k;
+    WriteArgs v;
+};
+KVC_CHECK_LAYOUT_WritePairArgs(WritePairArgs);
+
+// Each entry point NAME comes with NAME_pair, its K+V pair launch.
 #define KVC_WRITE_ENTRY(NAME, KV, ASSERT)                                                     \
     extern "C" __global__ void __launch_bounds__(kvc::WRITE_THREADS, 2) NAME(WriteArgs a) { \
         kvc::write_body<KV, ASSERT>(a);                                                      \
-    }
+    }                                                                                        \
+    KVC_PAIR_ENTRY(NAME, kvc::WRITE_THREADS, 2, WritePairArgs, (kvc::write_body<KV, ASSERT>))
 
-// Name suffixes: _partial / _all = real-KV fold; _assert = input assert on.
+// Name suffixes: _partial / _all = real-KV fold; _assert = input assert on; _pair = the K+V
+// pair launch.
 KVC_WRITE_ENTRY(kv_canary_write, 0, false)
 KVC_WRITE_ENTRY(kv_canary_write_assert, 0, true)
 KVC_WRITE_ENTRY(kv_canary_write_partial, 1, false)

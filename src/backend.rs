@@ -131,7 +131,51 @@ pub trait Backend {
         K: TokenCheck,
         S: Capacity,
         R: Capacity;
+
+    /// The verify op over a K and a V buffer against one plan (the step API's verify of one
+    /// end): each half with its own settings, buffer and counters (`(K, V)` pairs), into one
+    /// ring. Returns the halves' summaries, K first.
+    ///
+    /// The default runs [`verify`](Backend::verify) on K, then on V. A backend may queue both
+    /// halves as one launch (the CUDA backend does: see
+    /// [`KernelTuning::pair_launches`](crate::cuda::KernelTuning)); each half's rows and
+    /// counters are then those of its own verify, and the two halves' rows may interleave in
+    /// the ring.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the verify op's own arguments, twice"
+    )]
+    fn verify_pair<V, W, E, VB, K, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &VerifyPlan<VB, Self::Memory>,
+        check: K,
+        settings: (&Self::Settings<'_>, &Self::Settings<'_>),
+        canary: BufferPair<'_, S, Self::Memory>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: CountersPairMut<'_, Self::Memory>,
+    ) -> Result<(Self::VerifyDone, Self::VerifyDone), Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: Capacity,
+        E: Capacity,
+        VB: Capacity,
+        K: TokenCheck,
+        S: Capacity,
+        R: Capacity,
+    {
+        let k = self.verify(shape, plan, check, settings.0, canary.0, ring, counters.0)?;
+        let v = self.verify(shape, plan, check, settings.1, canary.1, ring, counters.1)?;
+        Ok((k, v))
+    }
 }
+
+/// The K and the V half's canary buffers of one end, for the pair ops (`(K, V)`).
+pub type BufferPair<'a, S, M> = (&'a CanaryBuffer<S, M>, &'a CanaryBuffer<S, M>);
+/// The K and the V half's canary buffers of one end, writable (`(K, V)`).
+pub type BufferPairMut<'a, S, M> = (&'a mut CanaryBuffer<S, M>, &'a mut CanaryBuffer<S, M>);
+/// The K and the V half's health counters (`(K, V)`).
+pub type CountersPairMut<'a, M> = (&'a mut HealthCounters<M>, &'a mut HealthCounters<M>);
 
 /// A backend that runs the plan op on inputs `I` (spec §3) for a shape of capacities `V`, `W`,
 /// `E`: the CPU on host [`PlanInputs`], a CUDA stream on device plan inputs.
@@ -181,6 +225,40 @@ pub trait Writes<A: WriteInputAssert>: Backend {
         EB: Capacity,
         S: Capacity,
         R: Capacity;
+
+    /// The write op into a K and a V buffer from one plan and one set of inputs (the step
+    /// API's write of one end): each half with its own settings, buffer and counters (`(K, V)`
+    /// pairs), into one ring. Returns the halves' summaries, K first.
+    ///
+    /// The default runs [`write`](Writes::write) into K, then into V; a backend may queue both
+    /// halves as one launch (see [`Backend::verify_pair`]).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the write op's own arguments, twice"
+    )]
+    fn write_pair<V, W, E, WB, EB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Self::Memory>,
+        inputs: &WriteInputs<EB, A, Self::Memory>,
+        settings: (&Self::Settings<'_>, &Self::Settings<'_>),
+        canary: BufferPairMut<'_, S, Self::Memory>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: CountersPairMut<'_, Self::Memory>,
+    ) -> Result<(Self::WriteDone, Self::WriteDone), Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        EB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        let k = self.write(shape, plan, inputs, settings.0, canary.0, ring, counters.0)?;
+        let v = self.write(shape, plan, inputs, settings.1, canary.1, ring, counters.1)?;
+        Ok((k, v))
+    }
 }
 
 /// The write op of a backend on write inputs `I`, owned or borrowed: every backend writes its
@@ -207,6 +285,35 @@ pub trait WritesFrom<I: WriteInputSource + ?Sized>: Backend {
         WB: Capacity,
         S: Capacity,
         R: Capacity;
+
+    /// The write op into a K and a V buffer (see [`Writes::write_pair`]). The default runs
+    /// [`write_from`](WritesFrom::write_from) into K, then into V.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the write op's own arguments, twice"
+    )]
+    fn write_from_pair<V, W, E, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Self::Memory>,
+        inputs: &I,
+        settings: (&Self::Settings<'_>, &Self::Settings<'_>),
+        canary: BufferPairMut<'_, S, Self::Memory>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: CountersPairMut<'_, Self::Memory>,
+    ) -> Result<(Self::WriteDone, Self::WriteDone), Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<I::Capacity>,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        let k = self.write_from(shape, plan, inputs, settings.0, canary.0, ring, counters.0)?;
+        let v = self.write_from(shape, plan, inputs, settings.1, canary.1, ring, counters.1)?;
+        Ok((k, v))
+    }
 }
 
 /// Every backend writes its own [`WriteInputs`] through its [`Writes`] implementation.
@@ -235,6 +342,27 @@ where
         R: Capacity,
     {
         self.write(shape, plan, inputs, settings, canary, ring, counters)
+    }
+
+    fn write_from_pair<V, W, E, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Self::Memory>,
+        inputs: &WriteInputs<EB, A, B::Memory>,
+        settings: (&Self::Settings<'_>, &Self::Settings<'_>),
+        canary: BufferPairMut<'_, S, Self::Memory>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: CountersPairMut<'_, Self::Memory>,
+    ) -> Result<(Self::WriteDone, Self::WriteDone), Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        self.write_pair(shape, plan, inputs, settings, canary, ring, counters)
     }
 }
 

@@ -558,6 +558,8 @@ pub struct StepParts<'a> {
     settings: [DeviceSettings<'a>; 4],
     ring: &'a ViolationRing<Uc, Device>,
     halves: usize,
+    /// K and V of each stage as one pair launch (the step API's choice, from the tuning).
+    pairs: bool,
 }
 
 impl<'a> StepParts<'a> {
@@ -584,6 +586,7 @@ impl<'a> StepParts<'a> {
             settings: [0, 1, 2, 3].map(|i| DeviceSettings::new(tags[i]).with_real_kv(fold[i])),
             ring: c.ring(),
             halves: mode.halves(),
+            pairs: mode.halves() == 2 && c.backend().gpu().kernel_tuning().pair_launches,
         })
     }
 
@@ -596,6 +599,15 @@ impl<'a> StepParts<'a> {
             &["TAIL_K write", "TAIL_V write"],
         ];
         let mut names = vec!["plan"];
+        if self.pairs {
+            names.extend([
+                "HEAD verify (K+V pair)",
+                "HEAD write (K+V pair)",
+                "TAIL verify (K+V pair)",
+                "TAIL write (K+V pair)",
+            ]);
+            return names;
+        }
         for pair in all {
             names.extend(&pair[..self.halves]);
         }
@@ -613,6 +625,37 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
     cuda::plan(on, p.shape, &p.plan_inputs, p.verify, p.write)?;
     let mut i = 0;
     after(i)?;
+    if p.pairs {
+        // The step API's launches: one pair launch per stage and end.
+        for end in [0, 2] {
+            let (k, v) = (end, end + 1);
+            cuda::verify_pair(
+                on,
+                p.shape,
+                p.verify,
+                TokenCheckOff,
+                (&p.settings[k], &p.settings[v]),
+                (p.buffers[k], p.buffers[v]),
+                p.ring,
+                (p.counters[k], p.counters[v]),
+            )?;
+            i += 1;
+            after(i)?;
+            cuda::write_pair(
+                on,
+                p.shape,
+                p.write,
+                p.inputs,
+                (&p.settings[k], &p.settings[v]),
+                (p.buffers[k], p.buffers[v]),
+                p.ring,
+                (p.counters[k], p.counters[v]),
+            )?;
+            i += 1;
+            after(i)?;
+        }
+        return Ok(());
+    }
     for end in [0, 2] {
         for h in 0..p.halves {
             let b = end + h;

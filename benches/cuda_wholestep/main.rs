@@ -6,8 +6,11 @@
 //!
 //! ```text
 //! cargo bench --features cuda --bench cuda_wholestep -- [--out DIR] [--reps N] [--quick]
-//!     [--devices N] [--filter TEXT] [--stall-us US] [--dry-run]
+//!     [--devices N] [--filter TEXT] [--stall-us US] [--no-pairs] [--dry-run]
 //! ```
+//!
+//! `--no-pairs` turns the K+V pair launches off (`KernelTuning::pair_launches`): every half
+//! its own launch, 9 launches a K+V step instead of 5, in the graphs and the step API alike.
 //!
 //! Per row: the whole step captured into one CUDA graph and replayed (stream idle before each
 //! replay, as SGLang measured; and queued behind a spin kernel), eager steps through the step
@@ -61,6 +64,8 @@ pub struct Options {
     pub stall_us: f64,
     /// CPU checks only.
     pub dry_run: bool,
+    /// One launch per half (K+V pair launches off).
+    pub no_pairs: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -75,6 +80,7 @@ fn options() -> Result<Options, String> {
         filter: None,
         stall_us: 50.0,
         dry_run: false,
+        no_pairs: false,
     };
     let mut args = std::env::args().skip(1);
     let number = |v: Option<String>, what: &str| -> Result<usize, String> {
@@ -91,6 +97,7 @@ fn options() -> Result<Options, String> {
             "--filter" => o.filter = args.next(),
             "--quick" => o.quick = true,
             "--dry-run" => o.dry_run = true,
+            "--no-pairs" => o.no_pairs = true,
             _ => {} // cargo bench passes --bench
         }
     }
@@ -106,6 +113,15 @@ fn main() {
     if let Err(e) = result {
         eprintln!("cuda_wholestep benchmark failed: {e}");
         std::process::exit(1);
+    }
+}
+
+/// Turns the K+V pair launches off on `gpu` under `--no-pairs`.
+fn with_pairs(gpu: &mut Gpu, o: &Options) {
+    if o.no_pairs {
+        let mut tuning = gpu.kernel_tuning();
+        tuning.pair_launches = false;
+        gpu.set_kernel_tuning(tuning);
     }
 }
 
@@ -128,7 +144,7 @@ fn run(o: Options) -> Result<(), String> {
             Err(e) => return Err(format!("GPU setup: {e}")),
         }
     };
-    let gpu = match gpu {
+    let mut gpu = match gpu {
         Ok(g) => g,
         Err(why) => {
             println!(
@@ -138,14 +154,17 @@ fn run(o: Options) -> Result<(), String> {
             return dry_run(&workloads);
         }
     };
+    with_pairs(&mut gpu, &o);
     println!(
-        "device: {} ({} SMs); graph replays {}, step-API steps {}, raw steps {}, timeline steps {}",
+        "device: {} ({} SMs); graph replays {}, step-API steps {}, raw steps {}, timeline steps \
+         {}; K+V pair launches {}",
         gpu.name(),
         gpu.sm_count(),
         o.reps,
         o.step_reps,
         o.launch_reps,
-        o.timeline_steps
+        o.timeline_steps,
+        if o.no_pairs { "off (--no-pairs)" } else { "on" }
     );
     std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
     let kit = FloorKit::new(&gpu, &o)?;
@@ -466,7 +485,8 @@ fn multi_device(workloads: &[Workload], single: &[RowResult], o: &Options) -> Re
                 let (barrier, capture) = (&barrier, &capture);
                 scope.spawn(move || {
                     let lineup = Lineup::new(barrier, capture, points);
-                    let gpu = Gpu::with_ordinal(d).map_err(|e| format!("device {d}: {e}"))?;
+                    let mut gpu = Gpu::with_ordinal(d).map_err(|e| format!("device {d}: {e}"))?;
+                    with_pairs(&mut gpu, o);
                     let mut rows = Vec::new();
                     for w in workloads {
                         let r = device::measure(&gpu, w, o, None, Some(&lineup))

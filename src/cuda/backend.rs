@@ -34,9 +34,9 @@
 //! | host call | queued on the stream |
 //! |---|---|
 //! | `plan` | the plan launch, then the ring clear (two `cuMemsetD32Async`) |
-//! | `verify_head` | `HEAD_K`, `HEAD_V` verify |
-//! | `write` | `HEAD_K`, `HEAD_V` write |
-//! | `verify_tail` | `TAIL_K`, `TAIL_V` verify and write, then the report's copies into pinned host memory (one `kv_canary_readback` launch writing into the mapped staging: the ring rows the step recorded, write index, 8 counters, 3 plan scalars, the write offsets, the status word) and an event |
+//! | `verify_head` | `HEAD_K` + `HEAD_V` verify (one pair launch) |
+//! | `write` | `HEAD_K` + `HEAD_V` write (one pair launch) |
+//! | `verify_tail` | `TAIL_K` + `TAIL_V` verify, then write (a pair launch each), then the report's copies into pinned host memory (one `kv_canary_readback` launch writing into the mapped staging: the ring rows the step recorded, write index, 8 counters, 3 plan scalars, the write offsets, the status word) and an event |
 //! | [`PendingDeviceReport::try_take`](super::PendingDeviceReport::try_take) | nothing: queries the event (`cuEventQuery`), decodes if it completed |
 //! | [`PendingDeviceReport::wait`](super::PendingDeviceReport::wait) | nothing: blocks on the event (`cuEventSynchronize`) |
 //!
@@ -80,7 +80,7 @@ use super::device::stream::Stream;
 use super::device::write_inputs::DeviceInputAssert;
 use super::ops;
 use super::report::{self, PendingDeviceReport};
-use crate::backend::{Backend, PlanWith, Writes};
+use crate::backend::{Backend, BufferPair, BufferPairMut, CountersPairMut, PlanWith, Writes};
 use crate::canary::{
     CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, SlotStride, TokenCheck,
     ViolationRing,
@@ -210,6 +210,40 @@ impl Backend for Stream {
     {
         ops::verify::verify(self, shape, plan, check, settings, canary, ring, counters)
     }
+
+    /// One pair launch for both halves when they use the same kernel and grid
+    /// ([`KernelTuning::pair_launches`](super::KernelTuning::pair_launches)), else two.
+    fn verify_pair<V, W, E, VB, K, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &VerifyPlan<VB, Device>,
+        check: K,
+        settings: (&DeviceSettings<'_>, &DeviceSettings<'_>),
+        canary: BufferPair<'_, S, Device>,
+        ring: &mut ViolationRing<R, Device>,
+        counters: CountersPairMut<'_, Device>,
+    ) -> Result<((), ()), Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: Capacity,
+        E: Capacity,
+        VB: Capacity,
+        K: TokenCheck,
+        S: Capacity,
+        R: Capacity,
+    {
+        ops::verify::verify_pair(
+            self,
+            shape,
+            plan,
+            check,
+            settings,
+            canary,
+            ring,
+            (&*counters.0, &*counters.1),
+        )
+        .map(|()| ((), ()))
+    }
 }
 
 impl<V, W, E, S, R, G> crate::step::Canary<V, W, E, S, R, G, Stream>
@@ -265,6 +299,40 @@ impl<A: DeviceInputAssert> Writes<A> for Stream {
         R: Capacity,
     {
         ops::write::write(self, shape, plan, inputs, settings, canary, ring, counters)
+    }
+
+    /// One pair launch for both halves when they use the same kernel
+    /// ([`KernelTuning::pair_launches`](super::KernelTuning::pair_launches)), else two.
+    fn write_pair<V, W, E, WB, EB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Device>,
+        inputs: &WriteInputs<EB, A, Device>,
+        settings: (&DeviceSettings<'_>, &DeviceSettings<'_>),
+        canary: BufferPairMut<'_, S, Device>,
+        ring: &mut ViolationRing<R, Device>,
+        counters: CountersPairMut<'_, Device>,
+    ) -> Result<((), ()), Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        EB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        ops::write::write_pair(
+            self,
+            shape,
+            plan,
+            inputs,
+            settings,
+            (&*canary.0, &*canary.1),
+            ring,
+            (&*counters.0, &*counters.1),
+        )
+        .map(|()| ((), ()))
     }
 }
 

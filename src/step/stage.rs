@@ -4,7 +4,7 @@
 
 use super::head_findings::{HeadVerifyDone, ReadsHeadFindings};
 use super::{Canary, GroupKind, KvPair, StepReport};
-use crate::backend::{Backend, Cpu, WritesFrom};
+use crate::backend::{Backend, BufferPairMut, CountersPairMut, Cpu, WritesFrom};
 use crate::canary::{
     CanaryBuffer, HealthCounters, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
 };
@@ -89,6 +89,24 @@ pub trait ReadyForTailVerify<E: Capacity, B: Backend>: sealed::Sealed {
         ring: &mut ViolationRing<R, B::Memory>,
         counters: &mut HealthCounters<B::Memory>,
     ) -> Result<B::WriteDone, Error>;
+
+    /// Stamps the write inputs of this stage into a K and a V buffer (see
+    /// [`Writes::write_pair`](crate::backend::Writes::write_pair)).
+    #[doc(hidden)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the write op's own arguments, twice"
+    )]
+    fn stamp_pair<V: Capacity, W: SameWriteReqCapacity<W>, S: Capacity, R: Capacity>(
+        &self,
+        backend: &B,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<W, B::Memory>,
+        settings: (&B::Settings<'_>, &B::Settings<'_>),
+        buffers: BufferPairMut<'_, S, B::Memory>,
+        ring: &mut ViolationRing<R, B::Memory>,
+        counters: CountersPairMut<'_, B::Memory>,
+    ) -> Result<(B::WriteDone, B::WriteDone), Error>;
 }
 
 impl<E, I, B> ReadyForTailVerify<E, B> for Written<'_, I>
@@ -108,6 +126,19 @@ where
         counters: &mut HealthCounters<B::Memory>,
     ) -> Result<B::WriteDone, Error> {
         backend.write_from(shape, plan, self.inputs, settings, buffer, ring, counters)
+    }
+
+    fn stamp_pair<V: Capacity, W: SameWriteReqCapacity<W>, S: Capacity, R: Capacity>(
+        &self,
+        backend: &B,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<W, B::Memory>,
+        settings: (&B::Settings<'_>, &B::Settings<'_>),
+        buffers: BufferPairMut<'_, S, B::Memory>,
+        ring: &mut ViolationRing<R, B::Memory>,
+        counters: CountersPairMut<'_, B::Memory>,
+    ) -> Result<(B::WriteDone, B::WriteDone), Error> {
+        backend.write_from_pair(shape, plan, self.inputs, settings, buffers, ring, counters)
     }
 }
 
@@ -525,18 +556,49 @@ where
         Verified::Sweep => (&c.tail, &mut c.sweep_counters),
     };
     let (backend, shape, plan, ring) = (&c.backend, &c.shape, &c.verify_plan, &mut c.ring);
-    let mut one = |settings, buffer, counters| {
-        if token_check {
-            backend.verify(shape, plan, TokenCheckOn, settings, buffer, ring, counters)
+    let Some(v_buffer) = &buffers.v else {
+        let k = if token_check {
+            backend.verify(
+                shape,
+                plan,
+                TokenCheckOn,
+                &settings.k,
+                &buffers.k,
+                ring,
+                &mut counters.k,
+            )
         } else {
-            backend.verify(shape, plan, TokenCheckOff, settings, buffer, ring, counters)
-        }
+            backend.verify(
+                shape,
+                plan,
+                TokenCheckOff,
+                &settings.k,
+                &buffers.k,
+                ring,
+                &mut counters.k,
+            )
+        }?;
+        return Ok(KvPair {
+            k,
+            v: B::VerifyDone::default(),
+        });
     };
-    let k = one(&settings.k, &buffers.k, &mut counters.k)?;
-    let v = match &buffers.v {
-        Some(buffer) => one(&settings.v, buffer, &mut counters.v)?,
-        None => B::VerifyDone::default(),
-    };
+    let halves = (&settings.k, &settings.v);
+    let pair = (&buffers.k, v_buffer);
+    let pair_counters = (&mut counters.k, &mut counters.v);
+    let (k, v) = if token_check {
+        backend.verify_pair(shape, plan, TokenCheckOn, halves, pair, ring, pair_counters)
+    } else {
+        backend.verify_pair(
+            shape,
+            plan,
+            TokenCheckOff,
+            halves,
+            pair,
+            ring,
+            pair_counters,
+        )
+    }?;
     Ok(KvPair { k, v })
 }
 
@@ -563,13 +625,29 @@ where
         End::Tail => (&mut c.tail, &mut c.tail_counters),
     };
     let (backend, shape, plan, ring) = (&c.backend, &c.shape, &c.write_plan, &mut c.ring);
-    let mut one = |settings, buffer, counters| {
-        inputs.stamp(backend, shape, plan, settings, buffer, ring, counters)
+    let Some(v_buffer) = &mut buffers.v else {
+        let k = inputs.stamp(
+            backend,
+            shape,
+            plan,
+            &settings.k,
+            &mut buffers.k,
+            ring,
+            &mut counters.k,
+        )?;
+        return Ok(KvPair {
+            k,
+            v: B::WriteDone::default(),
+        });
     };
-    let k = one(&settings.k, &mut buffers.k, &mut counters.k)?;
-    let v = match &mut buffers.v {
-        Some(buffer) => one(&settings.v, buffer, &mut counters.v)?,
-        None => B::WriteDone::default(),
-    };
+    let (k, v) = inputs.stamp_pair(
+        backend,
+        shape,
+        plan,
+        (&settings.k, &settings.v),
+        (&mut buffers.k, v_buffer),
+        ring,
+        (&mut counters.k, &mut counters.v),
+    )?;
     Ok(KvPair { k, v })
 }

@@ -59,6 +59,10 @@ const TESTS: &[(&str, TestFn)] = &[
         step::step_api_matches_cpu,
     ),
     (
+        "step_api_single_and_pair_launches_match_cpu",
+        step::single_and_pair_launches_match_cpu,
+    ),
+    (
         "step_sweep_and_head_findings_match_cpu",
         sweep::sweep_and_head_findings_match_cpu,
     ),

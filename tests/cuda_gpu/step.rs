@@ -127,6 +127,39 @@ pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
+/// The same random steps with the K+V pair launches off (`KernelTuning::pair_launches`: each
+/// half its own launch, K then V) and on (the default, which every other step test runs):
+/// both agree with the CPU, so both agree with each other.
+pub fn single_and_pair_launches_match_cpu(gpu: &Gpu) -> Result<(), String> {
+    let draw = Draw {
+        seed: 0x0051_4A1E,
+        steps: 40,
+        tamper: true,
+        force_tamper: false,
+        recycle_full_rows: false,
+        late: false,
+    };
+    for pairs in [false, true] {
+        let mut handle = gpu.clone();
+        let mut tuning = handle.kernel_tuning();
+        tuning.pair_launches = pairs;
+        handle.set_kernel_tuning(tuning);
+        let Run {
+            tampered, found, ..
+        } = run_against_cpu(&handle, draw)?;
+        println!(
+            "    pair launches {}: 40 steps, equal reports ({tampered} records tampered, {found} \
+             steps with violations)",
+            if pairs { "on" } else { "off" }
+        );
+        ensure!(
+            tampered > 0 && found > 0,
+            "weak generator: {tampered} tampered, {found} found"
+        );
+    }
+    Ok(())
+}
+
 /// Where the device canary of a [`run_against_cpu_on`] runs, and its forward pass.
 pub enum Setup<'a> {
     /// A new blocking [`Stream`]; the forward pass uploads the KV bytes synchronously.

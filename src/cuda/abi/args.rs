@@ -229,6 +229,27 @@ kernel_args! {
 }
 
 kernel_args! {
+    /// `kvc::VerifyPairArgs` (kernels/verify.cu): the K and the V half of a K+V pair launch
+    /// (grid y = 2; blocks of y 0 run `k`, of y 1 run `v`).
+    VerifyPairArgs {
+        /// The K half's launch.
+        k: VerifyArgs,
+        /// The V half's launch.
+        v: VerifyArgs,
+    }
+}
+
+kernel_args! {
+    /// `kvc::WritePairArgs` (kernels/write.cu): the K and the V half of a K+V pair launch.
+    WritePairArgs {
+        /// The K half's launch.
+        k: WriteArgs,
+        /// The V half's launch.
+        v: WriteArgs,
+    }
+}
+
+kernel_args! {
     /// `kvc::ScatterArgs` (kernels/scatter.cu).
     ScatterArgs {
         /// Flat token ids.
@@ -273,11 +294,13 @@ kernel_args! {
 
 /// Every argument struct, for the generated layout asserts.
 #[allow(dead_code)] // read by build.rs
-pub const LAYOUTS: [Layout; 6] = [
+pub const LAYOUTS: [Layout; 8] = [
     RealKv::LAYOUT,
     PlanArgs::LAYOUT,
     VerifyArgs::LAYOUT,
+    VerifyPairArgs::LAYOUT,
     WriteArgs::LAYOUT,
+    WritePairArgs::LAYOUT,
     ScatterArgs::LAYOUT,
     ReadbackArgs::LAYOUT,
 ];

@@ -60,13 +60,25 @@ impl ModuleId {
                 .collect(),
             ModuleId::Verify => Fold::ALL
                 .into_iter()
-                .flat_map(|fold| [false, true].map(|tokens| Kernel::Verify { fold, tokens }))
-                .chain([false, true].map(|tokens| Kernel::VerifyStaged { tokens }))
-                .chain([false, true].map(|tokens| Kernel::VerifyStreamed { tokens }))
+                .flat_map(|fold| {
+                    [false, true].into_iter().flat_map(move |tokens| {
+                        [false, true].map(|pair| Kernel::Verify { fold, tokens, pair })
+                    })
+                })
+                .chain([false, true].into_iter().flat_map(|tokens| {
+                    [false, true].map(|pair| Kernel::VerifyStaged { tokens, pair })
+                }))
+                .chain([false, true].into_iter().flat_map(|tokens| {
+                    [false, true].map(|pair| Kernel::VerifyStreamed { tokens, pair })
+                }))
                 .collect(),
             ModuleId::Write => Fold::ALL
                 .into_iter()
-                .flat_map(|fold| [false, true].map(|assert| Kernel::Write { fold, assert }))
+                .flat_map(|fold| {
+                    [false, true].into_iter().flat_map(move |assert| {
+                        [false, true].map(|pair| Kernel::Write { fold, assert, pair })
+                    })
+                })
                 .collect(),
             ModuleId::Scatter => vec![Kernel::Scatter],
             ModuleId::Readback => vec![Kernel::Readback],
@@ -177,30 +189,38 @@ pub(crate) enum Kernel {
         /// With an expected-token pool.
         pool: bool,
     },
-    /// `kv_canary_verify[_partial|_all][_tokens]`.
+    /// `kv_canary_verify[_partial|_all][_tokens][_pair]`.
     Verify {
         /// Real-KV fold.
         fold: Fold,
         /// Expected-token check on.
         tokens: bool,
+        /// The K+V pair launch (grid y = 2, [`VerifyPairArgs`](super::args::VerifyPairArgs)).
+        pair: bool,
     },
-    /// `kv_canary_verify_all_staged[_tokens]`: ALL folds staged through shared memory.
+    /// `kv_canary_verify_all_staged[_tokens][_pair]`: ALL folds staged through shared memory.
     VerifyStaged {
         /// Expected-token check on.
         tokens: bool,
+        /// The K+V pair launch.
+        pair: bool,
     },
-    /// `kv_canary_verify_all_streamed[_tokens]`: ALL folds of one source of strips over 128
-    /// bytes, streamed through shared memory a 128-byte chunk at a time.
+    /// `kv_canary_verify_all_streamed[_tokens][_pair]`: ALL folds of one source of strips over
+    /// 128 bytes, streamed through shared memory a 128-byte chunk at a time.
     VerifyStreamed {
         /// Expected-token check on.
         tokens: bool,
+        /// The K+V pair launch.
+        pair: bool,
     },
-    /// `kv_canary_write[_partial|_all][_assert]`.
+    /// `kv_canary_write[_partial|_all][_assert][_pair]`.
     Write {
         /// Real-KV fold.
         fold: Fold,
         /// Input assert on.
         assert: bool,
+        /// The K+V pair launch (grid y = 2, [`WritePairArgs`](super::args::WritePairArgs)).
+        pair: bool,
     },
     /// `kv_canary_scatter`.
     Scatter,
@@ -231,10 +251,18 @@ impl Kernel {
             Kernel::Plan { family, lut, pool } => {
                 (family as usize * LutMode::ALL.len() + lut as usize) * 2 + pool as usize
             }
-            Kernel::Verify { fold, tokens } => fold as usize * 2 + tokens as usize,
-            Kernel::VerifyStaged { tokens } => Fold::ALL.len() * 2 + tokens as usize,
-            Kernel::VerifyStreamed { tokens } => Fold::ALL.len() * 2 + 2 + tokens as usize,
-            Kernel::Write { fold, assert } => fold as usize * 2 + assert as usize,
+            Kernel::Verify { fold, tokens, pair } => {
+                (fold as usize * 2 + tokens as usize) * 2 + pair as usize
+            }
+            Kernel::VerifyStaged { tokens, pair } => {
+                Fold::ALL.len() * 4 + tokens as usize * 2 + pair as usize
+            }
+            Kernel::VerifyStreamed { tokens, pair } => {
+                Fold::ALL.len() * 4 + 4 + tokens as usize * 2 + pair as usize
+            }
+            Kernel::Write { fold, assert, pair } => {
+                (fold as usize * 2 + assert as usize) * 2 + pair as usize
+            }
             Kernel::Scatter | Kernel::Readback => 0,
         }
     }
@@ -256,20 +284,62 @@ impl Kernel {
                 };
                 format!("{}{}{lut}", family.prefix(), on(pool, "_pool"))
             }
-            Kernel::Verify { fold: f, tokens } => {
-                format!("kv_canary_verify{}{}", fold(f), on(tokens, "_tokens"))
-            }
-            Kernel::VerifyStaged { tokens } => {
-                format!("kv_canary_verify_all_staged{}", on(tokens, "_tokens"))
-            }
-            Kernel::VerifyStreamed { tokens } => {
-                format!("kv_canary_verify_all_streamed{}", on(tokens, "_tokens"))
-            }
-            Kernel::Write { fold: f, assert } => {
-                format!("kv_canary_write{}{}", fold(f), on(assert, "_assert"))
-            }
+            Kernel::Verify {
+                fold: f,
+                tokens,
+                pair,
+            } => format!(
+                "kv_canary_verify{}{}{}",
+                fold(f),
+                on(tokens, "_tokens"),
+                on(pair, "_pair")
+            ),
+            Kernel::VerifyStaged { tokens, pair } => format!(
+                "kv_canary_verify_all_staged{}{}",
+                on(tokens, "_tokens"),
+                on(pair, "_pair")
+            ),
+            Kernel::VerifyStreamed { tokens, pair } => format!(
+                "kv_canary_verify_all_streamed{}{}",
+                on(tokens, "_tokens"),
+                on(pair, "_pair")
+            ),
+            Kernel::Write {
+                fold: f,
+                assert,
+                pair,
+            } => format!(
+                "kv_canary_write{}{}{}",
+                fold(f),
+                on(assert, "_assert"),
+                on(pair, "_pair")
+            ),
             Kernel::Scatter => "kv_canary_scatter".to_owned(),
             Kernel::Readback => "kv_canary_readback".to_owned(),
+        }
+    }
+
+    /// The K+V pair launch of a verify or write kernel (the same kernel for two halves in one
+    /// launch, grid y = 2); `None` for a kernel without one.
+    pub(crate) const fn paired(self) -> Option<Kernel> {
+        match self {
+            Kernel::Verify { fold, tokens, .. } => Some(Kernel::Verify {
+                fold,
+                tokens,
+                pair: true,
+            }),
+            Kernel::VerifyStaged { tokens, .. } => {
+                Some(Kernel::VerifyStaged { tokens, pair: true })
+            }
+            Kernel::VerifyStreamed { tokens, .. } => {
+                Some(Kernel::VerifyStreamed { tokens, pair: true })
+            }
+            Kernel::Write { fold, assert, .. } => Some(Kernel::Write {
+                fold,
+                assert,
+                pair: true,
+            }),
+            Kernel::Plan { .. } | Kernel::Scatter | Kernel::Readback => None,
         }
     }
 

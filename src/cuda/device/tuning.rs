@@ -57,6 +57,10 @@ pub struct KernelTuning {
     /// Verify, streamed ALL: blocks of 256 threads per SM (three fit: 64 KB of shared memory
     /// each).
     pub verify_all_streamed_blocks_per_sm: u32,
+    /// The step API's K and V launches of one stage (verify or write) as one pair launch (grid
+    /// y = 2, the halves side by side) whenever both halves use the same kernel and grid: a
+    /// K+V step queues 5 launches instead of 9. Off: one launch per half, K then V.
+    pub pair_launches: bool,
 }
 
 impl Default for KernelTuning {
@@ -73,6 +77,7 @@ impl Default for KernelTuning {
             verify_all_staged_blocks_per_sm: 3,
             verify_all_streamed: true,
             verify_all_streamed_blocks_per_sm: 3,
+            pair_launches: true,
         }
     }
 }
@@ -92,6 +97,7 @@ impl KernelTuning {
             verify_all_staged_blocks_per_sm: self.verify_all_staged_blocks_per_sm.max(1),
             verify_all_streamed: self.verify_all_streamed,
             verify_all_streamed_blocks_per_sm: self.verify_all_streamed_blocks_per_sm.max(1),
+            pair_launches: self.pair_launches,
         }
     }
 }

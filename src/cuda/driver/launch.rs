@@ -8,12 +8,15 @@ use super::module::Function;
 use crate::Error;
 use cust::sys::{self, CUstream};
 
-/// Grid and block of a launch (one-dimensional), its dynamic shared memory and whether it is
-/// cooperative (every block resident at once, or the launch fails).
+/// Grid and block of a launch (a one-dimensional block; a grid of `grid` x `grid_y`), its
+/// dynamic shared memory and whether it is cooperative (every block resident at once, or the
+/// launch fails).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LaunchDims {
-    /// Blocks (0 is launched as 1).
+    /// Blocks along x (0 is launched as 1).
     pub(crate) grid: u32,
+    /// Blocks along y: 1, or 2 for a K+V pair launch (one half a row of blocks).
+    pub(crate) grid_y: u32,
     /// Threads of a block.
     pub(crate) block: u32,
     /// Dynamic shared memory of a block, in bytes.
@@ -48,13 +51,14 @@ pub(crate) unsafe fn launch(
         params.as_mut_ptr()
     };
     let grid = dims.grid.max(1);
+    let grid_y = dims.grid_y.max(1);
     if dims.cooperative {
         // SAFETY: as below; a cooperative launch takes the same parameter array.
         return check("cuLaunchCooperativeKernel", unsafe {
             sys::cuLaunchCooperativeKernel(
                 kernel,
                 grid,
-                1,
+                grid_y,
                 1,
                 dims.block,
                 1,
@@ -71,7 +75,7 @@ pub(crate) unsafe fn launch(
         sys::cuLaunchKernel(
             kernel,
             grid,
-            1,
+            grid_y,
             1,
             dims.block,
             1,

@@ -331,6 +331,7 @@ impl Readback {
         })?;
         let dims = LaunchDims {
             grid: pieces as u32,
+            grid_y: 1,
             block: READBACK_THREADS,
             shared_bytes: 0,
             cooperative: false,

@@ -26,6 +26,7 @@ pub unsafe fn launch_custom<'a, Q: Queue<'a> + ?Sized>(
     let target = on.target();
     let dims = LaunchDims {
         grid,
+        grid_y: 1,
         block: block.max(1),
         shared_bytes,
         cooperative: false,

@@ -9,14 +9,17 @@ pub(crate) mod verify;
 pub(crate) mod write;
 
 use crate::cuda::abi::args::{PlanArgs, VerifyArgs};
+use crate::cuda::abi::kernels::Kernel;
 use crate::cuda::device::stream::Target;
 use crate::cuda::driver::launch::{launch_struct, LaunchDims};
 use crate::cuda::driver::module::Function;
 use crate::Error;
 
-/// One kernel launch, checked and built: the function, its dimensions and argument struct.
+/// One kernel launch, checked and built: the kernel and its function, its dimensions and
+/// argument struct.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Prepared<A> {
+    pub(crate) kernel: Kernel,
     pub(crate) function: Function,
     pub(crate) dims: LaunchDims,
     pub(crate) args: A,
@@ -47,6 +50,51 @@ impl<A: Copy> Prepared<A> {
                 self.dims,
                 &self.args,
             )
+        }
+    }
+}
+
+/// Queues the K and the V launch of one stage of a step (`k`, then `v`, built for `target`):
+/// as one pair launch when the [tuning](crate::cuda::KernelTuning::pair_launches) allows it and
+/// both halves have the same kernel and dimensions (the kernel's `_pair` entry point over a grid
+/// of `grid` x 2 blocks, whose parameter `pair` builds from the two argument structs), else as
+/// two launches, K first.
+///
+/// # Safety
+///
+/// As for [`Prepared::queue`], for `k` and for `v`; and `pair(k.args, v.args)` is the
+/// parameter of the pair entry point of their kernel (`K` then `V` argument struct, laid out
+/// as the kernel's `*PairArgs`).
+pub(crate) unsafe fn queue_pair<A: Copy, P: Copy>(
+    target: &Target<'_>,
+    k: &Prepared<A>,
+    v: &Prepared<A>,
+    pair: impl FnOnce(A, A) -> P,
+) -> Result<(), Error> {
+    let fused =
+        k.kernel == v.kernel && k.dims == v.dims && target.gpu.kernel_tuning().pair_launches;
+    match k.kernel.paired().filter(|_| fused) {
+        Some(kernel) => {
+            let launch = Prepared {
+                kernel,
+                function: target.gpu.function(kernel)?,
+                dims: LaunchDims {
+                    grid_y: 2,
+                    ..k.dims
+                },
+                args: pair(k.args, v.args),
+            };
+            // SAFETY: the pair entry point runs the kernel of `k` and `v` over each half's own
+            // arguments (blocks of y 0: `k.args`, y 1: `v.args`) on the same grid x, so its
+            // accesses are those of the two single launches, which the caller vouches for.
+            unsafe { launch.queue(target) }
+        }
+        None => {
+            // SAFETY: forwarded; the caller's contract covers both launches.
+            unsafe {
+                k.queue(target)?;
+                v.queue(target)
+            }
         }
     }
 }

@@ -251,9 +251,11 @@ where
         pool: pool.is_some(),
     };
     Ok(Prepared {
+        kernel,
         function: target.gpu.function(kernel)?,
         dims: LaunchDims {
             grid,
+            grid_y: 1,
             block: threads,
             shared_bytes: shared,
             cooperative: checked,

@@ -63,9 +63,11 @@ pub fn scatter_req_token_ids<'a, Q: Queue<'a> + ?Sized>(
     // and writes pool row rp only after checking rp < pool_rows, columns < pool_width.
     unsafe {
         Prepared {
+            kernel: Kernel::Scatter,
             function: target.gpu.function(Kernel::Scatter)?,
             dims: LaunchDims {
                 grid,
+                grid_y: 1,
                 block: Kernel::Scatter.threads(),
                 shared_bytes: 0,
                 cooperative: false,

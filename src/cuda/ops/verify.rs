@@ -3,7 +3,7 @@
 use super::{Prepared, VerifyLaunch};
 use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity};
-use crate::cuda::abi::args::VerifyArgs;
+use crate::cuda::abi::args::{VerifyArgs, VerifyPairArgs};
 use crate::cuda::abi::kernels::{Fold, Kernel, STAGED_SHARED_BYTES};
 use crate::cuda::abi::shared::VERIFY_STREAMED_SHARED_BYTES;
 use crate::cuda::device::settings::DeviceSettings;
@@ -66,6 +66,48 @@ where
     // SAFETY: `VerifyArgs` mirrors the kernel's parameter (see `prepare`); every address in it
     // is a live buffer borrowed for 'a, at least the launch (the whole graph for a capture).
     unsafe { prepared.queue(&target) }
+}
+
+/// Queues the verify of a K and a V canary buffer against one plan on `on` (the step API's
+/// verify of one end): [`verify`] of each half, K first, with each half's settings, buffer and
+/// counters, queued as one pair launch whenever both halves use the same kernel and grid (the
+/// halves run side by side; see [`KernelTuning::pair_launches`](crate::cuda::KernelTuning)).
+///
+/// Both halves are checked before anything is queued. Each half's rows, counters and write
+/// index are those of its own launch; the two halves' rows interleave in the ring (as the rows
+/// of one launch do), and the status word keeps the first error of either half.
+#[allow(clippy::too_many_arguments)]
+pub fn verify_pair<'a, Q, V, W, E, VB, K, S, R>(
+    on: &Q,
+    shape: &Shape<V, W, E>,
+    plan: &'a VerifyPlan<VB, Device>,
+    check: K,
+    settings: (&DeviceSettings<'a>, &DeviceSettings<'a>),
+    canary: (&'a CanaryBuffer<S, Device>, &'a CanaryBuffer<S, Device>),
+    ring: &'a ViolationRing<R, Device>,
+    counters: (&'a HealthCounters<Device>, &'a HealthCounters<Device>),
+) -> Result<(), Error>
+where
+    Q: Queue<'a> + ?Sized,
+    V: SameVerifyCapacity<VB>,
+    W: Capacity,
+    E: Capacity,
+    VB: Capacity,
+    K: TokenCheck,
+    S: Capacity,
+    R: Capacity,
+{
+    let target = on.target();
+    let k = prepare(
+        &target, shape, plan, check, settings.0, canary.0, ring, counters.0,
+    )?;
+    let v = prepare(
+        &target, shape, plan, check, settings.1, canary.1, ring, counters.1,
+    )?;
+    // SAFETY: both launches were built by `prepare` for this target (their bounds are stated
+    // there), every buffer they name is borrowed for 'a; the pair kernel's parameter is
+    // `VerifyPairArgs` (K's `VerifyArgs`, then V's).
+    unsafe { super::queue_pair(&target, &k, &v, |k, v| VerifyPairArgs { k, v }) }
 }
 
 /// The launch [`verify`] queues: kernel, grid and arguments, checked and built.
@@ -139,13 +181,19 @@ where
     let tokens = K::ENABLED;
     let (kernel, per_sm, shared_bytes) = if staged {
         (
-            Kernel::VerifyStaged { tokens },
+            Kernel::VerifyStaged {
+                tokens,
+                pair: false,
+            },
             config.verify_all_staged_blocks_per_sm,
             STAGED_SHARED_BYTES,
         )
     } else if streamed {
         (
-            Kernel::VerifyStreamed { tokens },
+            Kernel::VerifyStreamed {
+                tokens,
+                pair: false,
+            },
             config.verify_all_streamed_blocks_per_sm,
             VERIFY_STREAMED_SHARED_BYTES,
         )
@@ -155,12 +203,22 @@ where
             Fold::Partial => config.verify_fold_blocks_per_sm,
             Fold::All => config.verify_all_blocks_per_sm,
         };
-        (Kernel::Verify { fold, tokens }, per_sm, 0)
+        (
+            Kernel::Verify {
+                fold,
+                tokens,
+                pair: false,
+            },
+            per_sm,
+            0,
+        )
     };
     Ok(Prepared {
+        kernel,
         function: target.gpu.function(kernel)?,
         dims: LaunchDims {
             grid: target.gpu.sm_count() * per_sm,
+            grid_y: 1,
             block: kernel.threads(),
             shared_bytes,
             cooperative: false,

@@ -3,11 +3,11 @@
 use super::Prepared;
 use crate::canary::{CanaryBuffer, HealthCounters, ViolationRing};
 use crate::capacity::{Capacity, SameWriteEntryCapacity, SameWriteReqCapacity};
-use crate::cuda::abi::args::WriteArgs;
+use crate::cuda::abi::args::{WriteArgs, WritePairArgs};
 use crate::cuda::abi::kernels::Kernel;
 use crate::cuda::abi::ptr::DevPtr;
 use crate::cuda::device::settings::{ChainAssert, DeviceSettings};
-use crate::cuda::device::stream::Queue;
+use crate::cuda::device::stream::{Queue, Target};
 use crate::cuda::device::write_inputs::DeviceInputAssert;
 use crate::cuda::driver::launch::LaunchDims;
 use crate::cuda::driver::memory as driver;
@@ -92,6 +92,91 @@ where
     S: Capacity,
     R: Capacity,
 {
+    let target = on.target();
+    let launch = prepare(
+        &target, shape, plan, inputs, settings, canary, ring, counters,
+    )?;
+    // SAFETY: built by `prepare` for this target (its bounds are stated there); every buffer it
+    // names is borrowed for 'a.
+    unsafe { launch.queue(&target) }
+}
+
+/// Queues the write of one plan and one set of inputs into a K and a V canary buffer on `on`
+/// (the step API's write of one end): [`write`] of each half, K first, with each half's
+/// settings, buffer and counters, queued as one pair launch whenever both halves use the same
+/// kernel (the K and V chains of every request then run side by side; see
+/// [`KernelTuning::pair_launches`](crate::cuda::KernelTuning)).
+///
+/// Both halves are checked before anything is queued. Each half's bytes, rows and counters are
+/// those of its own launch; the two halves' rows interleave in the ring (rows of one request
+/// and half keep entry order), and the status word keeps the first error of either half.
+#[allow(clippy::too_many_arguments)]
+pub fn write_pair<'a, Q, V, W, E, WB, EB, A, S, R>(
+    on: &Q,
+    shape: &Shape<V, W, E>,
+    plan: &'a WritePlan<WB, Device>,
+    inputs: &'a WriteInputs<EB, A, Device>,
+    settings: (&DeviceSettings<'a>, &DeviceSettings<'a>),
+    canary: (&'a CanaryBuffer<S, Device>, &'a CanaryBuffer<S, Device>),
+    ring: &'a ViolationRing<R, Device>,
+    counters: (&'a HealthCounters<Device>, &'a HealthCounters<Device>),
+) -> Result<(), Error>
+where
+    Q: Queue<'a> + ?Sized,
+    V: Capacity,
+    W: SameWriteReqCapacity<WB>,
+    E: SameWriteEntryCapacity<EB>,
+    WB: Capacity,
+    EB: Capacity,
+    A: DeviceInputAssert,
+    S: Capacity,
+    R: Capacity,
+{
+    let target = on.target();
+    let k = prepare(
+        &target, shape, plan, inputs, settings.0, canary.0, ring, counters.0,
+    )?;
+    let v = prepare(
+        &target, shape, plan, inputs, settings.1, canary.1, ring, counters.1,
+    )?;
+    // SAFETY: both launches were built by `prepare` for this target (their bounds are stated
+    // there), every buffer they name is borrowed for 'a; the pair kernel's parameter is
+    // `WritePairArgs` (K's `WriteArgs`, then V's).
+    unsafe { super::queue_pair(&target, &k, &v, |k, v| WritePairArgs { k, v }) }
+}
+
+/// The launch [`write`] queues: kernel, grid and arguments, checked and built.
+///
+/// `WriteArgs` mirrors the kernel's parameter and the kernel's accesses stay inside the buffers
+/// it names: offsets hold req_capacity + 1 entries and seeds req_capacity (the kernel runs one
+/// block per row < req_capacity and reads offsets[r + 1]); the per-token arrays (and the
+/// expected ones when the assert is on) hold entry_capacity entries and the kernel reads only
+/// [start, end) after checking 0 <= start <= end <= entry_capacity; the canary buffer holds
+/// num_slots x stride bytes and every slot is checked against num_slots; the ring holds
+/// ring_capacity rows and rows past it are dropped; real-KV sources hold num_rows rows of
+/// row_stride bytes (validated layout) and every row is checked; the chain-assert flag,
+/// counters and write index are live scalars.
+#[allow(clippy::too_many_arguments)]
+fn prepare<'a, V, W, E, WB, EB, A, S, R>(
+    target: &Target<'_>,
+    shape: &Shape<V, W, E>,
+    plan: &'a WritePlan<WB, Device>,
+    inputs: &'a WriteInputs<EB, A, Device>,
+    settings: &DeviceSettings<'a>,
+    canary: &'a CanaryBuffer<S, Device>,
+    ring: &'a ViolationRing<R, Device>,
+    counters: &'a HealthCounters<Device>,
+) -> Result<Prepared<WriteArgs>, Error>
+where
+    V: Capacity,
+    W: SameWriteReqCapacity<WB>,
+    E: SameWriteEntryCapacity<EB>,
+    WB: Capacity,
+    EB: Capacity,
+    A: DeviceInputAssert,
+    S: Capacity,
+    R: Capacity,
+{
     shape.write_req_capacity().check(plan.capacity())?;
     shape.write_entry_capacity().check(inputs.capacity())?;
     let req_capacity = plan.capacity().get();
@@ -105,7 +190,6 @@ where
         ChainAssert::Fixed(v) => (DevPtr::NULL, i64::from(v.flag())),
         ChainAssert::Flag(f) => (driver::box_ptr(&f.flag), 0),
     };
-    let target = on.target();
     let kv = settings.real_kv;
     let args = WriteArgs {
         offsets: driver::ptr(&plan.offsets),
@@ -135,25 +219,18 @@ where
     let kernel = Kernel::Write {
         fold: kv.fold(),
         assert: A::ENABLED,
+        pair: false,
     };
-    let launch = Prepared {
+    Ok(Prepared {
+        kernel,
         function: target.gpu.function(kernel)?,
         dims: LaunchDims {
             grid,
+            grid_y: 1,
             block: kernel.threads(),
             shared_bytes: 0,
             cooperative: false,
         },
         args,
-    };
-    // SAFETY: `WriteArgs` mirrors the kernel's parameter. Every address is a live buffer
-    // borrowed for 'a: offsets hold req_capacity + 1 entries and seeds req_capacity (the kernel
-    // runs one block per row < req_capacity and reads offsets[r + 1]); the per-token arrays
-    // (and the expected ones when the assert is on) hold entry_capacity entries and the kernel
-    // reads only [start, end) after checking 0 <= start <= end <= entry_capacity; the canary
-    // buffer holds num_slots x stride bytes and every slot is checked against num_slots; the
-    // ring holds ring_capacity rows and rows past it are dropped; real-KV sources hold
-    // num_rows rows of row_stride bytes (validated layout) and every row is checked; the
-    // chain-assert flag, counters and write index are live scalars.
-    unsafe { launch.queue(&target) }
+    })
 }
