@@ -37,16 +37,17 @@ struct VerifyArgs {
     RealKv kv;
 };
 
-// Checks one entry against its expected token `et` and position `ep`; `fold` is this entry's
-// real-KV hash (0 in NONE mode). Returns nothing: a mismatch is appended to the ring.
+// Checks one entry against its expected token `et` and position `ep`; `pv_hash` is the
+// predecessor's chain hash (slot_hash of its record; read only when prev > 0), `fold` this
+// entry's real-KV hash (0 in NONE mode). Returns nothing: a mismatch is appended to the ring.
 template <bool CHECK_TOKEN>
-__device__ __forceinline__ void check_values(const VerifyArgs& a, const Ring& ring, i64 e, i64 s,
-                                             i64 prev, const Slot& st, const Slot& pv, u64 fold,
+__device__ __forceinline__ void check_hashed(const VerifyArgs& a, const Ring& ring, i64 e, i64 s,
+                                             i64 prev, const Slot& st, u64 pv_hash, u64 fold,
                                              i64 et, i64 ep) {
     const bool reachable = prev != 0;
     const i64 ech = !reachable ? st.prev_hash
                    : prev < 0  ? static_cast<i64>(CHAIN_HEAD)
-                               : static_cast<i64>(slot_hash(pv));
+                               : static_cast<i64>(pv_hash);
     i64 bits = 0;
     if (reachable && st.prev_hash != ech) bits |= VERIFY_CHAIN_HASH_MISMATCH;
     if (CHECK_TOKEN && et != -1 && st.token != et) bits |= VERIFY_TOKEN_MISMATCH;
@@ -58,13 +59,31 @@ __device__ __forceinline__ void check_values(const VerifyArgs& a, const Ring& ri
     }
 }
 
+// check_hashed of the predecessor's record `pv` (loaded when prev > 0).
+template <bool CHECK_TOKEN>
+__device__ __forceinline__ void check_values(const VerifyArgs& a, const Ring& ring, i64 e, i64 s,
+                                             i64 prev, const Slot& st, const Slot& pv, u64 fold,
+                                             i64 et, i64 ep) {
+    const u64 pv_hash = prev > 0 ? slot_hash(pv) : 0;
+    check_hashed<CHECK_TOKEN>(a, ring, e, s, prev, st, pv_hash, fold, et, ep);
+}
+
+// check_hashed with the expected token and position loaded from the plan.
+template <bool CHECK_TOKEN>
+__device__ __forceinline__ void check_entry_hashed(const VerifyArgs& a, const Ring& ring, i64 e,
+                                                   i64 s, i64 prev, const Slot& st, u64 pv_hash,
+                                                   u64 fold) {
+    const i64 et = CHECK_TOKEN ? __ldg(a.tokens + e) : -1;
+    const i64 ep = __ldg(a.positions + e);
+    check_hashed<CHECK_TOKEN>(a, ring, e, s, prev, st, pv_hash, fold, et, ep);
+}
+
 // check_values with the expected token and position loaded from the plan.
 template <bool CHECK_TOKEN>
 __device__ __forceinline__ void check_entry(const VerifyArgs& a, const Ring& ring, i64 e, i64 s,
                                             i64 prev, const Slot& st, const Slot& pv, u64 fold) {
-    const i64 et = CHECK_TOKEN ? __ldg(a.tokens + e) : -1;
-    const i64 ep = __ldg(a.positions + e);
-    check_values<CHECK_TOKEN>(a, ring, e, s, prev, st, pv, fold, et, ep);
+    const u64 pv_hash = prev > 0 ? slot_hash(pv) : 0;
+    check_entry_hashed<CHECK_TOKEN>(a, ring, e, s, prev, st, pv_hash, fold);
 }
 
 // Whether entry e can be served; records why not in the status word. Slot 0 is skipped silently.
@@ -99,21 +118,44 @@ __device__ __forceinline__ i64 active_entries(const VerifyArgs& a, bool& enabled
 enum KvKind { KV_NONE = 0, KV_PARTIAL = 1 };
 
 // One thread per entry: no real-KV fold (NONE mode or no sources), or PARTIAL (16 bytes a source).
+//
+// A warp takes 32 consecutive entries. An entry's predecessor is most often the entry before's
+// slot (consecutive positions of one request): that record is the one the lane before loads as
+// its own, so such a lane takes its chain hash from that lane (one shuffle) instead of a second
+// gather, which halves the random canary loads of a long prefix. Whether it can is known from
+// the indices alone (before any record is loaded), so every load a lane does still goes out at
+// once. The values are the same either way (a verify writes no canary byte).
 template <int KV, bool CHECK_TOKEN>
 __device__ __forceinline__ void verify_single(const VerifyArgs& a) {
     bool enabled;
     const i64 n = active_entries(a, enabled);
     const Ring ring = {a.ring, a.ring_capacity, a.write_index};
+    const int lane = threadIdx.x & 31;
     const i64 step = static_cast<i64>(gridDim.x) * blockDim.x;
-    for (i64 e = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step) {
-        const i64 s = __ldg(a.slots + e);
-        const i64 prev = __ldg(a.prevs + e);
-        if (!entry_in_range<KV != KV_NONE>(a, e, s, prev)) continue;
-        const Slot st = load_slot(a.buf, a.stride, s);
-        Slot pv = {};
-        if (prev > 0) pv = load_slot(a.buf, a.stride, prev);
+    // Warp-uniform bounds: every lane of a warp runs every round (the shuffles need them all).
+    const i64 first = static_cast<i64>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31u);
+    for (i64 base = first; base < n; base += step) {
+        const i64 e = base + lane;
+        i64 s = 0, prev = 0;
+        bool ok = false;
+        if (e < n) {
+            s = __ldg(a.slots + e);
+            prev = __ldg(a.prevs + e);
+            ok = entry_in_range<KV != KV_NONE>(a, e, s, prev);
+        }
+        const i64 s_before = __shfl_up_sync(0xffffffffu, s, 1);
+        const bool ok_before = __shfl_up_sync(0xffffffffu, ok, 1);
+        const bool from_before = lane > 0 && ok_before && prev > 0 && prev == s_before;
+        Slot st = {}, pv = {};
+        if (ok) {
+            st = load_slot(a.buf, a.stride, s);
+            if (prev > 0 && !from_before) pv = load_slot(a.buf, a.stride, prev);
+        }
+        const u64 hash_before = __shfl_up_sync(0xffffffffu, ok ? slot_hash(st) : 0ull, 1);
+        if (!ok) continue;
+        const u64 pv_hash = from_before ? hash_before : prev > 0 ? slot_hash(pv) : 0;
         const u64 fold = KV == KV_NONE ? 0 : real_kv_hash<true>(a.kv, s);
-        check_entry<CHECK_TOKEN>(a, ring, e, s, prev, st, pv, fold);
+        check_entry_hashed<CHECK_TOKEN>(a, ring, e, s, prev, st, pv_hash, fold);
     }
 }
 

@@ -1,6 +1,8 @@
 // Hardware floors the benchmark measures in the same run as the ops (issue #5):
-//  * gather floor: the verify op's memory traffic alone (index loads plus random 32-byte
-//    self + predecessor gathers), full grid, no hashing and no compares;
+//  * gather floor: the verify op's memory traffic alone (index loads plus the random 32-byte
+//    gathers of each entry's slot and of its predecessor's, the predecessor taken from the lane
+//    before when it is that lane's slot, as the verify kernel does), full grid, no hashing and
+//    no compares;
 //  * chain floor: n dependent mix3 steps in one thread, no memory: the write op's serial part.
 #include "common.cuh"
 
@@ -9,13 +11,20 @@ extern "C" __global__ void __launch_bounds__(512, 4)
     kv_canary_gather_floor(const i64* slots, const i64* prevs, i64 n, const unsigned char* buf,
                            i64 stride, i64* sink) {
     u64 acc = 0;
+    const int lane = threadIdx.x & 31;
     const i64 step = static_cast<i64>(gridDim.x) * blockDim.x;
-    for (i64 e = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step) {
-        const i64 s = __ldg(slots + e);
-        const i64 p = __ldg(prevs + e);
-        const kvc::Slot a = kvc::load_slot(buf, stride, s);
-        acc ^= static_cast<u64>(a.token ^ a.position ^ a.prev_hash ^ a.real_kv_hash);
-        if (p > 0) {
+    const i64 first = static_cast<i64>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31u);
+    for (i64 base = first; base < n; base += step) {
+        const i64 e = base + lane;
+        const i64 s = e < n ? __ldg(slots + e) : 0;
+        const i64 p = e < n ? __ldg(prevs + e) : 0;
+        const i64 s_before = __shfl_up_sync(0xffffffffu, s, 1);
+        const bool shared = lane > 0 && s_before > 0 && p == s_before;
+        if (s > 0) {
+            const kvc::Slot a = kvc::load_slot(buf, stride, s);
+            acc ^= static_cast<u64>(a.token ^ a.position ^ a.prev_hash ^ a.real_kv_hash);
+        }
+        if (p > 0 && !shared) {
             const kvc::Slot b = kvc::load_slot(buf, stride, p);
             acc ^= static_cast<u64>(b.token ^ b.position ^ b.prev_hash);
         }
