@@ -242,7 +242,7 @@ fn bench_one(
     gpu: &Gpu,
     wl: &Workload,
     o: &Options,
-    floors: &Floors<'_>,
+    floors: &Floors,
     flush: &L2Flush,
     rows: &mut Vec<Row>,
     alternatives: &[(&str, Gpu)],
@@ -413,12 +413,7 @@ pub fn run(gpu: &mut Gpu, o: &Options) -> Result<Vec<Row>, Error> {
 
 /// The SWA workload's memory traffic alone (`floors::LutFloor`): 1 Mi random indices into a
 /// LUT of `POOL_SLOTS + 1` elements, as the SWA plan gathers them, with and without the stores.
-fn lut_floor(
-    gpu: &Gpu,
-    floors: &Floors<'_>,
-    o: &Options,
-    rows: &mut Vec<Row>,
-) -> Result<(), Error> {
+fn lut_floor(gpu: &Gpu, floors: &Floors, o: &Options, rows: &mut Vec<Row>) -> Result<(), Error> {
     use cust::memory::DeviceBuffer;
     use kv_canary_testkit::floors::{LutFloor, LutFloorMode};
     let n = 1usize << 20;

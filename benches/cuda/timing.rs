@@ -20,7 +20,7 @@ pub enum Lead<'f> {
     Idle,
     /// A kernel spinning for [`SPIN_NS`]: the host has queued the whole repetition before the
     /// GPU reaches its start event, so the region times the device's work alone ("queued").
-    Spin(&'f Floors<'f>),
+    Spin(&'f Floors),
     /// A write of a buffer larger than the L2 (cold L2); it also keeps the GPU busy.
     Flush(&'f L2Flush),
 }
@@ -79,7 +79,7 @@ pub struct Replays {
 /// ([`Lead::Flush`] with `flush`, at most 100 repetitions).
 pub fn replays(
     stream: &Stream,
-    floors: &Floors<'_>,
+    floors: &Floors,
     flush: &L2Flush,
     warmup: usize,
     reps: usize,

@@ -147,16 +147,16 @@ pub struct RowResult {
 }
 
 /// What the full run adds on device 0: the floor kernels and the copy bandwidth.
-pub struct FloorKit<'g> {
+pub struct FloorKit {
     /// The bench kernels.
-    pub floors: Floors<'g>,
+    pub floors: Floors,
     /// Device-to-device copy bandwidth, bytes per µs (read + written).
     pub copy_bytes_per_us: f64,
 }
 
-impl<'g> FloorKit<'g> {
+impl FloorKit {
     /// Loads the floor kernels and measures the copy bandwidth (512 MiB, median of 10).
-    pub fn new(gpu: &'g Gpu, o: &Options) -> Result<Self, String> {
+    pub fn new(gpu: &Gpu, o: &Options) -> Result<Self, String> {
         let floors = Floors::new(gpu).map_err(ctx("floor kernels"))?;
         let stream = Stream::new(gpu).map_err(ctx("stream"))?;
         let n = 512usize << 20;
@@ -698,7 +698,7 @@ fn capture_step(
     stream: &mut Stream,
     parts: &StepParts<'_>,
     o: &Options,
-    floors: Option<&Floors<'_>>,
+    floors: Option<&Floors>,
     lineup: Option<&Lineup<'_>>,
 ) -> Result<(Stats, Option<Stats>, usize), String> {
     if let Some(l) = lineup {
@@ -803,7 +803,7 @@ fn measure_floor(
     w: &Workload,
     mode: Mode,
     parts: &StepParts<'_>,
-    kit: &FloorKit<'_>,
+    kit: &FloorKit,
 ) -> Result<Floor, String> {
     let stream = Stream::new(gpu).map_err(ctx("stream"))?;
     let host = parts.verify.to_host().map_err(ctx("verify plan"))?;
@@ -851,7 +851,7 @@ pub fn measure(
     gpu: &Gpu,
     w: &Workload,
     o: &Options,
-    kit: Option<&FloorKit<'_>>,
+    kit: Option<&FloorKit>,
     lineup: Option<&Lineup<'_>>,
 ) -> Result<Vec<RowResult>, String> {
     let mut d = DeviceWorkload::new(gpu, w)?;

@@ -85,8 +85,9 @@
 //! # Threads and contexts
 //!
 //! [`Gpu`] is `Send + Sync` and cheap to clone (one context and kernel table behind an `Arc`);
-//! [`Stream`], [`Event`] and [`PendingDeviceReport`] hold a clone and borrow nothing, so a
-//! device canary is `Send + 'static` and an engine can store it. [`Stream`], [`Event`],
+//! [`Stream`], [`Event`], [`PendingDeviceReport`] and [`CustomModule`] hold a clone and borrow
+//! nothing, so a device canary is `Send + 'static` and an engine can store it (a module too).
+//! [`Stream`], [`Event`],
 //! [`CustomModule`] and every device buffer are
 //! `Send + Sync` (the device buffers as cust's are: Rust never borrows device memory). Every call
 //! of this module that reaches the driver makes the right context current on the calling thread

@@ -25,6 +25,7 @@ mod streams;
 mod sweep;
 mod threads;
 mod views;
+mod views_graph;
 
 use kv_canary::cuda::Gpu;
 use kv_canary::Error;
@@ -134,6 +135,7 @@ const TESTS: &[(&str, TestFn)] = &[
     ),
     #[cfg(feature = "cudarc")]
     ("views_cudarc_slices_plan", views::cudarc_views_plan),
+    ("step_graph_over_views", views_graph::step_graph_over_views),
     ("racecheck_probe_named_barrier", probe::named_barrier),
 ];
 

@@ -178,7 +178,7 @@ pub enum Setup<'a> {
         /// Recorded on `other` after the KV copies.
         event: &'a Event,
         /// The spin kernel.
-        floors: &'a Floors<'a>,
+        floors: &'a Floors,
     },
 }
 

@@ -21,47 +21,48 @@ use kv_canary::{
 };
 
 /// Request rows (row 0 is the padding row) and positions per row.
-const ROWS: usize = 8;
-const WIDTH: usize = 32;
+pub const ROWS: usize = 8;
+pub const WIDTH: usize = 32;
 /// Slots: row r, position p is slot r * WIDTH + p + 1; slot 0 stays the padding slot.
-const SLOTS: usize = ROWS * WIDTH + 1;
+pub const SLOTS: usize = ROWS * WIDTH + 1;
 /// Write entries a step.
-const ENTRIES: usize = 64;
+pub const ENTRIES: usize = 64;
 /// Tokens a page of the paged KV pool, bytes a token, bytes between page rows (a hole of 64
 /// bytes after each page's 512).
-const PAGE: usize = 16;
-const TOKEN_BYTES: usize = 32;
+pub const PAGE: usize = 16;
+pub const TOKEN_BYTES: usize = 32;
 const ROW_STRIDE: usize = PAGE * TOKEN_BYTES + 64;
 /// Pages covering every slot.
 const PAGES: usize = SLOTS.div_ceil(PAGE);
 /// Where K and V start in the one KV allocation (16-byte multiples, not page multiples).
-const K_AT: usize = 256;
-const V_AT: usize = K_AT + PAGES * ROW_STRIDE + 128;
-const KV_BYTES: usize = V_AT + PAGES * ROW_STRIDE + 48;
+pub const K_AT: usize = 256;
+pub const V_AT: usize = K_AT + PAGES * ROW_STRIDE + 128;
+pub const KV_BYTES: usize = V_AT + PAGES * ROW_STRIDE + 48;
 /// Copies of the step's report readback into pinned memory (ring rows, 8 counters, the write
 /// offsets, the status word, 4 scalars): the only transfers of a step over views.
 const REPORT_COPIES: u64 = 15;
 
 type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<ENTRIES>>;
 
-fn slot(row: usize, pos: usize) -> i64 {
+pub fn slot(row: usize, pos: usize) -> i64 {
     (row * WIDTH + pos + 1) as i64
 }
 
 /// Where slot `s`'s strip starts in a pool whose page 0 is at `base`.
-fn strip(base: usize, s: usize) -> usize {
+pub fn strip(base: usize, s: usize) -> usize {
     base + (s / PAGE) * ROW_STRIDE + (s % PAGE) * TOKEN_BYTES
 }
 
-const LAYOUT: RowLayout = RowLayout {
+pub const LAYOUT: RowLayout = RowLayout {
     num_rows: PAGES,
     row_bytes: PAGE * TOKEN_BYTES,
     row_stride_bytes: ROW_STRIDE,
 };
-const PARAMS: RealKvParams = RealKvParams::new(PAGE as i64, TOKEN_BYTES as i64, TOKEN_BYTES as i64);
+pub const PARAMS: RealKvParams =
+    RealKvParams::new(PAGE as i64, TOKEN_BYTES as i64, TOKEN_BYTES as i64);
 
 /// The host fingerprint of the half starting at `at` of the host KV image.
-fn host_kv(kv: &[u8], at: usize) -> Result<RealKv<'_>, String> {
+pub fn host_kv(kv: &[u8], at: usize) -> Result<RealKv<'_>, String> {
     let src = RealKvSource::strided(&kv[at..], LAYOUT, PARAMS).map_err(fail("host source"))?;
     Ok(RealKv::new(
         RealKvHashMode::All,
@@ -70,7 +71,7 @@ fn host_kv(kv: &[u8], at: usize) -> Result<RealKv<'_>, String> {
 }
 
 /// A `cust` allocation of `n` copies of `value`: the engine's tensor.
-fn engine<T: cust::memory::DeviceCopy + Copy>(
+pub fn engine<T: cust::memory::DeviceCopy + Copy>(
     n: usize,
     value: T,
 ) -> Result<DeviceBuffer<T>, String> {
@@ -78,12 +79,15 @@ fn engine<T: cust::memory::DeviceCopy + Copy>(
 }
 
 /// Writes `host` into the engine's tensor (the engine's own copy, not the crate's).
-fn fill<T: cust::memory::DeviceCopy>(dst: &mut DeviceBuffer<T>, host: &[T]) -> Result<(), String> {
+pub fn fill<T: cust::memory::DeviceCopy>(
+    dst: &mut DeviceBuffer<T>,
+    host: &[T],
+) -> Result<(), String> {
     dst.copy_from(host).map_err(|e| format!("engine copy: {e}"))
 }
 
 /// The engine's device address of a tensor.
-fn addr<T: cust::memory::DeviceCopy>(b: &DeviceBuffer<T>) -> u64 {
+pub fn addr<T: cust::memory::DeviceCopy>(b: &DeviceBuffer<T>) -> u64 {
     b.as_device_ptr().as_raw()
 }
 

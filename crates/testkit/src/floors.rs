@@ -70,17 +70,26 @@ const BENCH_KERNELS: [&str; 7] = [
     "kv_canary_dependent_loads",
 ];
 
-/// The bench kernels of `kernels/bench.cu`, loaded into one [`Gpu`]'s context.
+/// The bench kernels of `kernels/bench.cu`, loaded into one [`Gpu`]'s context. It owns its
+/// module, which keeps a clone of the [`Gpu`], so it borrows nothing. `Send` and `Sync` like
+/// the module.
 #[derive(Debug)]
-pub struct Floors<'g> {
+pub struct Floors {
     // Before the module: its functions are valid while it is loaded.
     kernels: [CustomKernel; BENCH_KERNELS.len()],
-    module: CustomModule<'g>,
+    module: CustomModule,
 }
 
-impl<'g> Floors<'g> {
-    /// Loads the bench kernels on `gpu` and looks up every entry point.
-    pub fn new(gpu: &'g Gpu) -> Result<Self, Error> {
+// `Send + Sync`: a `CustomModule` and its `CustomKernel`s are (asserted in kv-canary), and
+// nothing else is held.
+const _: fn() = || {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Floors>();
+};
+
+impl Floors {
+    /// Loads the bench kernels on `gpu` (keeping a clone of it) and looks up every entry point.
+    pub fn new(gpu: &Gpu) -> Result<Self, Error> {
         let module = CustomModule::from_ptx(gpu, BENCH_PTX)?;
         let mut kernels = Vec::with_capacity(BENCH_KERNELS.len());
         for name in BENCH_KERNELS {
@@ -175,7 +184,7 @@ pub fn device_copy(
 /// op's memory traffic alone, on a full grid like the verify launch. The indices are checked
 /// once, when it is built (the kernel trusts them).
 pub struct GatherFloor<'a> {
-    floors: &'a Floors<'a>,
+    floors: &'a Floors,
     slots: &'a DeviceBuffer<i64>,
     prevs: &'a DeviceBuffer<i64>,
     n: usize,
@@ -187,7 +196,7 @@ pub struct GatherFloor<'a> {
 impl<'a> GatherFloor<'a> {
     /// Checks every index against the buffer (synchronous downloads) and keeps the buffers.
     pub fn new(
-        floors: &'a Floors<'a>,
+        floors: &'a Floors,
         slots: &'a DeviceBuffer<i64>,
         prevs: &'a DeviceBuffer<i64>,
         n: usize,
@@ -283,7 +292,7 @@ pub enum LutFloorMode {
 /// [`LutFloorMode`]), on a full grid. The indices are checked against the LUT once, when it is
 /// built (the kernel trusts them).
 pub struct LutFloor<'a> {
-    floors: &'a Floors<'a>,
+    floors: &'a Floors,
     idx: &'a DeviceBuffer<i32>,
     lut: &'a DeviceBuffer<i64>,
     out: [&'a DeviceBuffer<i64>; 4],
@@ -293,7 +302,7 @@ pub struct LutFloor<'a> {
 impl<'a> LutFloor<'a> {
     /// Checks every index against the LUT and every output's length (synchronous download).
     pub fn new(
-        floors: &'a Floors<'a>,
+        floors: &'a Floors,
         idx: &'a DeviceBuffer<i32>,
         lut: &'a DeviceBuffer<i64>,
         out: [&'a DeviceBuffer<i64>; 4],
@@ -344,7 +353,7 @@ impl<'a> LutFloor<'a> {
 /// store to `out[0]`, in one warp: the least a kernel whose work is a chain of round trips to
 /// memory costs.
 pub struct DependentLoads<'a> {
-    floors: &'a Floors<'a>,
+    floors: &'a Floors,
     next: &'a DeviceBuffer<i64>,
     out: &'a DeviceBuffer<i64>,
 }
@@ -353,7 +362,7 @@ impl<'a> DependentLoads<'a> {
     /// Checks that every element of `next` is an index inside it (synchronous download) and
     /// that `out` holds an element.
     pub fn new(
-        floors: &'a Floors<'a>,
+        floors: &'a Floors,
         next: &'a DeviceBuffer<i64>,
         out: &'a DeviceBuffer<i64>,
     ) -> Result<Self, Error> {
@@ -385,7 +394,7 @@ impl<'a> DependentLoads<'a> {
     }
 }
 
-impl Floors<'_> {
+impl Floors {
     /// Queues the chain floor: `n` dependent `mix3` steps in one thread, no memory traffic; the
     /// result lands in `out[0]`. With `vector`, the chain starts from the thread index, so nvcc
     /// cannot run it on the uniform datapath (as it does for the plain floor, whose every value

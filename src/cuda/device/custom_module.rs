@@ -9,28 +9,31 @@ use crate::cuda::driver::module::{Function, Module};
 use crate::Error;
 use cust::sys::CUfunction;
 
-/// A module loaded from caller-supplied PTX into `gpu`'s context; unloaded on drop. `Send` and
-/// `Sync` like its [`Gpu`].
+/// A module loaded from caller-supplied PTX into `gpu`'s context; unloaded on drop. It keeps a
+/// clone of its [`Gpu`] (as a [`Stream`](crate::cuda::Stream) does), so it borrows nothing and an
+/// engine can store it in its own structs. `Send` and `Sync` like its [`Gpu`].
 #[derive(Debug)]
-pub struct CustomModule<'g> {
-    gpu: &'g Gpu,
+pub struct CustomModule {
+    // Before the `Gpu`: the module unloads while the context is alive (its `Gpu` may hold the
+    // last handle of it).
     module: Module,
+    gpu: Gpu,
 }
 
-impl<'g> CustomModule<'g> {
-    /// Loads `ptx` (the driver JIT-compiles it for the device; PTX newer than the driver is
-    /// [`Error::Cuda`] of `cuModuleLoadData`).
-    pub fn from_ptx(gpu: &'g Gpu, ptx: &str) -> Result<Self, Error> {
+impl CustomModule {
+    /// Loads `ptx` into `gpu`'s context (the driver JIT-compiles it for the device; PTX newer
+    /// than the driver is [`Error::Cuda`] of `cuModuleLoadData`). Keeps a clone of `gpu`.
+    pub fn from_ptx(gpu: &Gpu, ptx: &str) -> Result<Self, Error> {
         gpu.make_current()?;
         Ok(CustomModule {
-            gpu,
             module: Module::from_ptx(ptx)?,
+            gpu: gpu.clone(),
         })
     }
 
     /// The device it is loaded on.
-    pub fn gpu(&self) -> &'g Gpu {
-        self.gpu
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
     }
 
     /// The entry point `name` (`extern "C" __global__`). Look kernels up before a capture:
@@ -61,7 +64,7 @@ impl CustomKernel {
     }
 }
 
-impl Drop for CustomModule<'_> {
+impl Drop for CustomModule {
     fn drop(&mut self) {
         // The module unloads in the current context: make its `Gpu`'s current first, also when
         // it is dropped on another thread.
@@ -69,5 +72,5 @@ impl Drop for CustomModule<'_> {
     }
 }
 
-static_assertions::assert_impl_all!(CustomModule<'static>: Send, Sync);
+static_assertions::assert_impl_all!(CustomModule: Send, Sync);
 static_assertions::assert_impl_all!(CustomKernel: Send, Sync);
