@@ -216,6 +216,21 @@ __device__ __forceinline__ i64 reserve_violations(const Ring& ring, int n) {
     return static_cast<i64>(static_cast<u32>(atomicAdd(ring.write_index, n)));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Programmatic dependent launch (compute capability 9.0 and later). The host may launch a
+// kernel of this library early (LaunchDims::early_start): its blocks then start while the kernel
+// ahead of it in the stream is still running. So every entry point begins with grid_prologue():
+// it first waits until the grid ahead has completed and its memory is visible (a no-op when the
+// launch was not early, or nothing is ahead), before any load or store, and then lets the
+// kernel behind it launch early in turn. What overlaps is only the launch and the blocks' start.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ void grid_prologue() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void atomic_add_i64(i64* p, i64 v) {
     atomicAdd(reinterpret_cast<u64*>(p), static_cast<u64>(v));
 }
@@ -231,6 +246,7 @@ KVC_CHECK_LAYOUT_RealKv(kvc::RealKv);
 // BODY is a parenthesised function (its template arguments hold commas).
 #define KVC_PAIR_ENTRY(NAME, THREADS, MIN_BLOCKS, PAIR_ARGS, BODY)                             \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) NAME##_pair(PAIR_ARGS p) { \
+        kvc::grid_prologue();                                                                   \
         if (blockIdx.y == 0) {                                                                  \
             BODY(p.k);                                                                          \
         } else {                                                                                \

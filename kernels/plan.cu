@@ -764,6 +764,7 @@ KVC_CHECK_LAYOUT_PlanArgs(PlanArgs);
 //    semantics (an index past the end is clamped and recorded, the outputs written).
 #define KVC_PLAN_ENTRY(NAME, THREADS, MINB, U, RPT, PIPE, POOL, MODE)                      \
     extern "C" __global__ void __launch_bounds__(THREADS, MINB) NAME(PlanArgs a) {           \
+        kvc::grid_prologue();                                                                \
         kvc::plan_body<THREADS, U, POOL, MODE, RPT, PIPE>(a);                                \
     }
 #define KVC_PLAN_FAMILY(NAME, THREADS, MINB, U, RPT, PIPE)                                   \

@@ -25,6 +25,7 @@ using kvc::ReadbackArgs;
 KVC_CHECK_LAYOUT_ReadbackArgs(ReadbackArgs);
 
 extern "C" __global__ void __launch_bounds__(kvc::READBACK_THREADS) kv_canary_readback(ReadbackArgs a) {
+    kvc::grid_prologue();
     const int p = blockIdx.x;
     if (p >= a.pieces) return;
     i64 bytes = a.bytes[p];

@@ -48,5 +48,6 @@ using kvc::ScatterArgs;
 KVC_CHECK_LAYOUT_ScatterArgs(ScatterArgs);
 
 extern "C" __global__ void __launch_bounds__(kvc::SCATTER_THREADS) kv_canary_scatter(ScatterArgs a) {
+    kvc::grid_prologue();
     kvc::scatter_body(a);
 }

@@ -515,6 +515,7 @@ KVC_CHECK_LAYOUT_VerifyPairArgs(VerifyPairArgs);
 // Each entry point NAME comes with NAME_pair, its K+V pair launch.
 #define KVC_VERIFY_ENTRY(NAME, BODY, KV, CHECK, MIN_BLOCKS)                                        \
     extern "C" __global__ void __launch_bounds__(kvc::VERIFY_THREADS, MIN_BLOCKS) NAME(VerifyArgs a) { \
+        kvc::grid_prologue();                                                                       \
         kvc::BODY<KV, CHECK>(a);                                                                    \
     }                                                                                               \
     KVC_PAIR_ENTRY(NAME, kvc::VERIFY_THREADS, MIN_BLOCKS, VerifyPairArgs, (kvc::BODY<KV, CHECK>))
@@ -533,6 +534,7 @@ KVC_VERIFY_ENTRY(kv_canary_verify_all_tokens, verify_grouped, 2, true, 1)
 // multiprocessor.
 #define KVC_VERIFY_STAGED(NAME, CHECK)                                                            \
     extern "C" __global__ void __launch_bounds__(kvc::STAGED_THREADS, 3) NAME(VerifyArgs a) {     \
+        kvc::grid_prologue();                                                                     \
         kvc::verify_staged<CHECK>(a);                                                             \
     }                                                                                             \
     KVC_PAIR_ENTRY(NAME, kvc::STAGED_THREADS, 3, VerifyPairArgs, (kvc::verify_staged<CHECK>))
@@ -542,6 +544,7 @@ KVC_VERIFY_STAGED(kv_canary_verify_all_staged_tokens, true)
 // warps x 2 chunks of 32 entries x 128 bytes); three blocks a multiprocessor.
 #define KVC_VERIFY_STREAMED(NAME, CHECK)                                                          \
     extern "C" __global__ void __launch_bounds__(kvc::STAGED_THREADS, 3) NAME(VerifyArgs a) {     \
+        kvc::grid_prologue();                                                                     \
         kvc::verify_streamed<CHECK>(a);                                                           \
     }                                                                                             \
     KVC_PAIR_ENTRY(NAME, kvc::STAGED_THREADS, 3, VerifyPairArgs, (kvc::verify_streamed<CHECK>))

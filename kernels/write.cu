@@ -516,6 +516,7 @@ KVC_CHECK_LAYOUT_WritePairArgs(WritePairArgs);
 // Each entry point NAME comes with NAME_pair, its K+V pair launch.
 #define KVC_WRITE_ENTRY(NAME, KV, ASSERT)                                                     \
     extern "C" __global__ void __launch_bounds__(kvc::WRITE_THREADS, 2) NAME(WriteArgs a) { \
+        kvc::grid_prologue();                                                                \
         kvc::write_body<KV, ASSERT>(a);                                                      \
     }                                                                                        \
     KVC_PAIR_ENTRY(NAME, kvc::WRITE_THREADS, 2, WritePairArgs, (kvc::write_body<KV, ASSERT>))

@@ -6,11 +6,13 @@
 //!
 //! ```text
 //! cargo bench --features cuda --bench cuda_wholestep -- [--out DIR] [--reps N] [--quick]
-//!     [--devices N] [--filter TEXT] [--stall-us US] [--no-pairs] [--dry-run]
+//!     [--devices N] [--filter TEXT] [--stall-us US] [--no-pairs] [--no-overlap] [--dry-run]
 //! ```
 //!
 //! `--no-pairs` turns the K+V pair launches off (`KernelTuning::pair_launches`): every half
 //! its own launch, 9 launches a K+V step instead of 5, in the graphs and the step API alike.
+//! `--no-overlap` turns the programmatic dependent launches off (`KernelTuning::overlap_launches`):
+//! every launch starts after the kernel ahead of it has finished.
 //!
 //! Per row: the whole step captured into one CUDA graph and replayed (stream idle before each
 //! replay, as SGLang measured; and queued behind a spin kernel), eager steps through the step
@@ -66,6 +68,8 @@ pub struct Options {
     pub dry_run: bool,
     /// One launch per half (K+V pair launches off).
     pub no_pairs: bool,
+    /// No programmatic dependent launches.
+    pub no_overlap: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -81,6 +85,7 @@ fn options() -> Result<Options, String> {
         stall_us: 50.0,
         dry_run: false,
         no_pairs: false,
+        no_overlap: false,
     };
     let mut args = std::env::args().skip(1);
     let number = |v: Option<String>, what: &str| -> Result<usize, String> {
@@ -98,6 +103,7 @@ fn options() -> Result<Options, String> {
             "--quick" => o.quick = true,
             "--dry-run" => o.dry_run = true,
             "--no-pairs" => o.no_pairs = true,
+            "--no-overlap" => o.no_overlap = true,
             _ => {} // cargo bench passes --bench
         }
     }
@@ -116,13 +122,13 @@ fn main() {
     }
 }
 
-/// Turns the K+V pair launches off on `gpu` under `--no-pairs`.
+/// Turns the K+V pair launches off on `gpu` under `--no-pairs`, the programmatic dependent
+/// launches under `--no-overlap`.
 fn with_pairs(gpu: &mut Gpu, o: &Options) {
-    if o.no_pairs {
-        let mut tuning = gpu.kernel_tuning();
-        tuning.pair_launches = false;
-        gpu.set_kernel_tuning(tuning);
-    }
+    let mut tuning = gpu.kernel_tuning();
+    tuning.pair_launches &= !o.no_pairs;
+    tuning.overlap_launches &= !o.no_overlap;
+    gpu.set_kernel_tuning(tuning);
 }
 
 fn run(o: Options) -> Result<(), String> {
@@ -157,14 +163,19 @@ fn run(o: Options) -> Result<(), String> {
     with_pairs(&mut gpu, &o);
     println!(
         "device: {} ({} SMs); graph replays {}, step-API steps {}, raw steps {}, timeline steps \
-         {}; K+V pair launches {}",
+         {}; K+V pair launches {}, overlapped launches {}",
         gpu.name(),
         gpu.sm_count(),
         o.reps,
         o.step_reps,
         o.launch_reps,
         o.timeline_steps,
-        if o.no_pairs { "off (--no-pairs)" } else { "on" }
+        if o.no_pairs { "off (--no-pairs)" } else { "on" },
+        if o.no_overlap {
+            "off (--no-overlap)"
+        } else {
+            "on (compute capability 9.0+)"
+        }
     );
     std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
     let kit = FloorKit::new(&gpu, &o)?;

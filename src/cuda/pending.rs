@@ -96,7 +96,7 @@ impl Staged {
         let pool = Arc::clone(stream.readbacks());
         let mut readback = pool.take(gpu, layout.extra_at() + extra_wide, 1 + extra_narrow)?;
         let queued = (|| {
-            readback.begin(gpu.function(Kernel::Readback)?);
+            readback.begin(gpu.function(Kernel::Readback)?, gpu.early_start());
             // Only the recorded rows travel (the write index, clamped to the ring).
             readback.copy_wide_counted(
                 context,

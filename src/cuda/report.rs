@@ -463,7 +463,7 @@ pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
     } else {
         pool.take(gpu, layout.wide(), NARROW_WORDS)?
     };
-    readback.begin(gpu.function(Kernel::Readback)?);
+    readback.begin(gpu.function(Kernel::Readback)?, gpu.early_start());
     // Only the rows the step recorded travel (the write index, clamped to the ring).
     readback.copy_wide_counted(
         context,

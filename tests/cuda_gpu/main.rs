@@ -60,8 +60,8 @@ const TESTS: &[(&str, TestFn)] = &[
         step::step_api_matches_cpu,
     ),
     (
-        "step_api_single_and_pair_launches_match_cpu",
-        step::single_and_pair_launches_match_cpu,
+        "step_api_launch_modes_match_cpu",
+        step::launch_modes_match_cpu,
     ),
     (
         "step_sweep_and_head_findings_match_cpu",

@@ -127,10 +127,11 @@ pub fn step_api_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
-/// The same random steps with the K+V pair launches off (`KernelTuning::pair_launches`: each
-/// half its own launch, K then V) and on (the default, which every other step test runs):
-/// both agree with the CPU, so both agree with each other.
-pub fn single_and_pair_launches_match_cpu(gpu: &Gpu) -> Result<(), String> {
+/// The same random steps in every launch mode of the tuning: the K+V pair launches off (each
+/// half its own launch, K then V) and on, programmatic dependent launches (each launch may start
+/// while the kernel ahead is running, waiting for it on the device) off and on; the default (both
+/// on) is what every other step test runs. Each mode agrees with the CPU, so all agree.
+pub fn launch_modes_match_cpu(gpu: &Gpu) -> Result<(), String> {
     let draw = Draw {
         seed: 0x0051_4A1E,
         steps: 40,
@@ -139,18 +140,21 @@ pub fn single_and_pair_launches_match_cpu(gpu: &Gpu) -> Result<(), String> {
         recycle_full_rows: false,
         late: false,
     };
-    for pairs in [false, true] {
+    for (pairs, overlap) in [(false, false), (true, false), (false, true), (true, true)] {
         let mut handle = gpu.clone();
         let mut tuning = handle.kernel_tuning();
         tuning.pair_launches = pairs;
+        tuning.overlap_launches = overlap;
         handle.set_kernel_tuning(tuning);
         let Run {
             tampered, found, ..
         } = run_against_cpu(&handle, draw)?;
+        let on = |b: bool| if b { "on" } else { "off" };
         println!(
-            "    pair launches {}: 40 steps, equal reports ({tampered} records tampered, {found} \
-             steps with violations)",
-            if pairs { "on" } else { "off" }
+            "    pair launches {}, overlapped launches {}: 40 steps, equal reports ({tampered} \
+             records tampered, {found} steps with violations)",
+            on(pairs),
+            on(overlap)
         );
         ensure!(
             tampered > 0 && found > 0,

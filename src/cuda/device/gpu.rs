@@ -133,6 +133,12 @@ impl Gpu {
         self.tuning
     }
 
+    /// Whether the library's launches through this handle are programmatic dependent launches
+    /// ([`KernelTuning::overlap_launches`], on a device of compute capability 9.0 or later).
+    pub(crate) fn early_start(&self) -> bool {
+        self.tuning.overlap_launches && self.compute_capability().0 >= 9
+    }
+
     /// Changes the tuning of later launches through this handle and the clones made from it
     /// afterwards (each count is clamped to at least 1); streams made before keep theirs.
     pub fn set_kernel_tuning(&mut self, tuning: KernelTuning) {

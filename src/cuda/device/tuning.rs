@@ -61,6 +61,13 @@ pub struct KernelTuning {
     /// y = 2, the halves side by side) whenever both halves use the same kernel and grid: a
     /// K+V step queues 5 launches instead of 9. Off: one launch per half, K then V.
     pub pair_launches: bool,
+    /// Programmatic dependent launches (compute capability 9.0 and later; ignored before): each
+    /// of the library's launches may start while the kernel ahead of it in the stream is still
+    /// running, and waits for that grid (`griddepcontrol.wait`) before it touches memory. So the
+    /// launch and the blocks' start overlap the kernel ahead, and a step's dependent launches
+    /// follow each other without the gap between them. Off: every launch starts after the
+    /// kernel ahead has finished. Never for cooperative launches or custom kernels.
+    pub overlap_launches: bool,
 }
 
 impl Default for KernelTuning {
@@ -78,6 +85,7 @@ impl Default for KernelTuning {
             verify_all_streamed: true,
             verify_all_streamed_blocks_per_sm: 3,
             pair_launches: true,
+            overlap_launches: true,
         }
     }
 }
@@ -98,6 +106,7 @@ impl KernelTuning {
             verify_all_streamed: self.verify_all_streamed,
             verify_all_streamed_blocks_per_sm: self.verify_all_streamed_blocks_per_sm.max(1),
             pair_launches: self.pair_launches,
+            overlap_launches: self.overlap_launches,
         }
     }
 }

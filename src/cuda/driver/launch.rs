@@ -23,6 +23,53 @@ pub(crate) struct LaunchDims {
     pub(crate) shared_bytes: u32,
     /// `cuLaunchCooperativeKernel` instead of `cuLaunchKernel`.
     pub(crate) cooperative: bool,
+    /// A programmatic dependent launch (compute capability 9.0 and later, not with
+    /// `cooperative`): the launch may start while the kernel ahead of it in the stream is still
+    /// running. Only for the library's own kernels, which wait for the grid ahead of them
+    /// (`griddepcontrol.wait`, `KVC_GRID_PROLOGUE` in kernels/common.cuh) before they touch any
+    /// memory, so what overlaps is the launch and the blocks' start, never a memory access.
+    pub(crate) early_start: bool,
+}
+
+/// `CUlaunchAttribute` (cuda.h): an attribute id, padding to 8 bytes, a 64-byte value union.
+#[repr(C)]
+struct LaunchAttribute {
+    id: u32,
+    pad: [u8; 4],
+    value: [u64; 8],
+}
+
+/// `CUlaunchConfig` (cuda.h).
+#[repr(C)]
+struct LaunchConfig {
+    grid_dim_x: u32,
+    grid_dim_y: u32,
+    grid_dim_z: u32,
+    block_dim_x: u32,
+    block_dim_y: u32,
+    block_dim_z: u32,
+    shared_mem_bytes: u32,
+    stream: CUstream,
+    attrs: *mut LaunchAttribute,
+    num_attrs: u32,
+}
+
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` (cuda.h): its value,
+/// `programmaticStreamSerializationAllowed`, is the union's first `int`.
+const PROGRAMMATIC_STREAM_SERIALIZATION: u32 = 6;
+
+const _: () = assert!(core::mem::size_of::<LaunchAttribute>() == 72);
+const _: () = assert!(core::mem::size_of::<LaunchConfig>() == 56);
+
+// `cuLaunchKernelEx` (CUDA 12.0 and later drivers), which cust's bindings do not have; libcuda
+// is linked by cust.
+unsafe extern "C" {
+    fn cuLaunchKernelEx(
+        config: *const LaunchConfig,
+        f: sys::CUfunction,
+        kernel_params: *mut *mut core::ffi::c_void,
+        extra: *mut *mut core::ffi::c_void,
+    ) -> sys::CUresult;
 }
 
 /// Makes `context` current on the calling thread, then queues `kernel<<<dims>>>(params...)` on
@@ -52,6 +99,31 @@ pub(crate) unsafe fn launch(
     };
     let grid = dims.grid.max(1);
     let grid_y = dims.grid_y.max(1);
+    if dims.early_start && !dims.cooperative {
+        let mut attribute = LaunchAttribute {
+            id: PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: [1, 0, 0, 0, 0, 0, 0, 0],
+        };
+        let config = LaunchConfig {
+            grid_dim_x: grid,
+            grid_dim_y: grid_y,
+            grid_dim_z: 1,
+            block_dim_x: dims.block,
+            block_dim_y: 1,
+            block_dim_z: 1,
+            shared_mem_bytes: dims.shared_bytes,
+            stream,
+            attrs: &mut attribute,
+            num_attrs: 1,
+        };
+        // SAFETY: as below; `config` and its one attribute are laid out as cuda.h's
+        // `CUlaunchConfig` and `CUlaunchAttribute` (sizes asserted above) and live through the
+        // call, which reads them and `params` during the call only.
+        return check("cuLaunchKernelEx", unsafe {
+            cuLaunchKernelEx(&config, kernel, params_ptr, core::ptr::null_mut())
+        });
+    }
     if dims.cooperative {
         // SAFETY: as below; a cooperative launch takes the same parameter array.
         return check("cuLaunchCooperativeKernel", unsafe {

@@ -145,6 +145,9 @@ pub(crate) struct Readback {
     /// The readback kernel (`kv_canary_readback`) of this readback's context, given by
     /// [`begin`](Self::begin).
     kernel: Option<Function>,
+    /// Its launches are programmatic dependent launches ([`LaunchDims::early_start`]), given
+    /// by [`begin`](Self::begin).
+    early_start: bool,
 }
 
 // SAFETY: the pinned buffers are `Send`; the event and context are handles the driver accepts
@@ -178,6 +181,7 @@ impl Readback {
             context: raw,
             pending: Box::default(),
             kernel: None,
+            early_start: false,
         })
     }
 
@@ -194,11 +198,13 @@ impl Readback {
     /// Starts a new readback: the words are unreadable until the copies queued from now on
     /// and the event [`finish`](Self::finish) records have run. `kernel` is the readback kernel
     /// (`kv_canary_readback`) of this readback's context: the pieces are copied by launches of
-    /// it (up to 16 pieces a launch), not by one `cuMemcpyDtoHAsync` each.
-    pub(crate) fn begin(&mut self, kernel: Function) {
+    /// it (up to 16 pieces a launch), not by one `cuMemcpyDtoHAsync` each, launched early
+    /// ([`LaunchDims::early_start`]) when `early_start` says so.
+    pub(crate) fn begin(&mut self, kernel: Function, early_start: bool) {
         self.state = State::Queued;
         *self.pending = ReadbackArgs::default();
         self.kernel = Some(kernel);
+        self.early_start = early_start;
     }
 
     /// Queues a copy of `len` `i64` words from device address `src` into words `[at, at +
@@ -335,6 +341,7 @@ impl Readback {
             block: READBACK_THREADS,
             shared_bytes: 0,
             cooperative: false,
+            early_start: self.early_start,
         };
         // SAFETY: `ReadbackArgs` mirrors `kvc::ReadbackArgs` (layout asserted by the generated
         // header); each of its `pieces` pieces copies `bytes` bytes (a multiple of 4: whole

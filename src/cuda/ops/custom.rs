@@ -30,6 +30,7 @@ pub unsafe fn launch_custom<'a, Q: Queue<'a> + ?Sized>(
         block: block.max(1),
         shared_bytes,
         cooperative: false,
+        early_start: false,
     };
     // SAFETY: forwarded; the caller's contract is `launch`'s.
     unsafe {

@@ -71,6 +71,7 @@ pub fn scatter_req_token_ids<'a, Q: Queue<'a> + ?Sized>(
                 block: Kernel::Scatter.threads(),
                 shared_bytes: 0,
                 cooperative: false,
+                early_start: target.gpu.early_start(),
             },
             args,
         }

@@ -222,6 +222,7 @@ where
             block: kernel.threads(),
             shared_bytes,
             cooperative: false,
+            early_start: target.gpu.early_start(),
         },
         args,
     })

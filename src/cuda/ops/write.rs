@@ -230,6 +230,7 @@ where
             block: kernel.threads(),
             shared_bytes: 0,
             cooperative: false,
+            early_start: target.gpu.early_start(),
         },
         args,
     })
