@@ -102,7 +102,7 @@ where
 }
 
 /// Queues the write of one plan and one set of inputs into a K and a V canary buffer on `on`
-/// (the step API's write of one end): [`write`] of each half, K first, with each half's
+/// (the step API's write of one end): [`write`](fn@write) of each half, K first, with each half's
 /// settings, buffer and counters, queued as one pair launch whenever both halves use the same
 /// kernel (the K and V chains of every request then run side by side; see
 /// [`KernelTuning::pair_launches`](crate::cuda::KernelTuning)).
