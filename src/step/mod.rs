@@ -184,6 +184,7 @@ mod head_findings;
 mod report;
 mod stage;
 mod sweep;
+mod sweep_entries;
 
 pub use group::{GroupKind, GroupOf, KOnly, SwaGroup};
 pub use head_findings::{HeadFindings, HeadVerifyDone, ReadsHeadFindings};
@@ -195,6 +196,7 @@ pub use stage::{
 #[cfg(feature = "cuda")]
 pub(crate) use sweep::sweep_gaps;
 pub use sweep::{FinishedSweep, SweepReport, Sweeps};
+pub use sweep_entries::SweepEntries;
 
 use crate::backend::{Backend, Cpu, PlanWith};
 use crate::canary::{CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, ViolationRing};
