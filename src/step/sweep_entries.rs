@@ -29,6 +29,10 @@ const LUT: &str = "full_to_swa_index_mapping";
 /// * [`through_lut`](Self::through_lut): for an SWA group, every slot and predecessor
 ///   translated through `full_to_swa_index_mapping`, negative values kept.
 ///
+/// Which nodes to push is the walker's choice (SGLang's: every node, or `unlocked_only`, nodes
+/// no running request holds, or `swa_resident_only`); slots that running requests hold too are
+/// swept as well, harmlessly.
+///
 /// Slots are read in the engine's own [`IndexElement`] type; a value past `i64::MAX` is
 /// [`Error::ElementOutOfRange`] naming it. A push or a translation that fails appends or
 /// changes nothing. [`clear`](Self::clear) keeps the allocation, so an engine that keeps one

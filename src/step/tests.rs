@@ -1138,3 +1138,32 @@ fn a_sweep_built_from_finished_rows_is_clean_until_one_cached_slot_changes() {
     );
     assert_eq!((canary.sweeps(), canary.total_violations()), (3, 2));
 }
+
+#[test]
+fn a_slot_the_lut_maps_to_minus_one_makes_the_sweep_an_error_naming_it() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let mut entries = SweepEntries::new();
+    entries.push_table_row(&engine.table, 1, 3).unwrap();
+    let mut lut: Vec<i64> = (0..33).collect();
+    lut[9] = -1; // slot 9 is not resident in the SWA pool
+    entries.through_lut(&lut).unwrap();
+    assert_eq!(
+        (entries[1].slot, entries[2].prev_slot),
+        (-1, -1),
+        "kept as translated"
+    );
+    let err = canary.sweep(&entries, engine.tail_kv()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::SlotOutOfRange {
+                index: 1,
+                slot: -1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(canary.sweeps(), 0);
+}
