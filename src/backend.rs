@@ -137,8 +137,8 @@ pub trait Backend {
     /// ring. Returns the halves' summaries, K first.
     ///
     /// The default runs [`verify`](Backend::verify) on K, then on V. A backend may queue both
-    /// halves as one launch (the CUDA backend does: see
-    /// [`KernelTuning::pair_launches`](crate::cuda::KernelTuning)); each half's rows and
+    /// halves as one launch (the CUDA backend does: see `cuda::KernelTuning::pair_launches`,
+    /// feature `cuda`); each half's rows and
     /// counters are then those of its own verify, and the two halves' rows may interleave in
     /// the ring.
     #[allow(

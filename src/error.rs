@@ -167,6 +167,24 @@ pub enum Error {
         /// The plan's verify capacity.
         verify_capacity: usize,
     },
+    /// A sweep asked for more cached tokens of a request-table row than the row holds
+    /// ([`SweepEntries::push_row`](crate::step::SweepEntries::push_row)).
+    CachedBeyondRow {
+        /// The `req_to_token` row, when the sweep read it from a table.
+        row: Option<usize>,
+        /// The cached tokens asked for.
+        cached: usize,
+        /// Cells in the row.
+        width: usize,
+    },
+    /// A sweep named a `req_to_token` row the table does not have
+    /// ([`SweepEntries::push_table_row`](crate::step::SweepEntries::push_table_row)).
+    SweepRowOutOfRange {
+        /// The row asked for.
+        row: usize,
+        /// Rows in the table.
+        rows: usize,
+    },
     /// A canary slot stride that is below 32 bytes or not a multiple of 8.
     InvalidSlotStride {
         /// The stride given, in bytes.
@@ -449,6 +467,20 @@ impl fmt::Display for Error {
                 f,
                 "a sweep of {entries} entries exceeds the verify plan: at most verify_capacity={verify_capacity} entries (and at most i32::MAX = {}, verify_num_valid's type)",
                 i32::MAX
+            ),
+            CachedBeyondRow { row, cached, width } => {
+                match row {
+                    Some(row) => write!(f, "req_to_token row {row}")?,
+                    None => f.write_str("a request-table row")?,
+                }
+                write!(
+                    f,
+                    " has {width} cells, fewer than the {cached} cached tokens the sweep reads"
+                )
+            }
+            SweepRowOutOfRange { row, rows } => write!(
+                f,
+                "the sweep reads req_to_token row {row}, outside the table's {rows} rows"
             ),
             InvalidSlotStride { bytes } => write!(
                 f,

@@ -35,9 +35,10 @@
 //! # Sweeps and head findings
 //!
 //! Between steps the engine can [`sweep`](Canary::sweep) idle cached slots (SGLang's radix-cache
-//! sweep): a verify-only pass over the entries it hands in (slot, position, predecessor), on the
-//! tail buffers with the group's real-KV sources, tags `SWEEP_K_*` / `SWEEP_V_*`, in the canary's
-//! own verify plan. It finds KV bytes of finished, still cached requests that changed, which no
+//! sweep): a verify-only pass over the entries it hands in (slot, position, predecessor; built
+//! while it walks its cache with [`SweepEntries`], translated into SWA slots for an SWA group),
+//! on the tail buffers with the group's real-KV sources, tags `SWEEP_K_*` / `SWEEP_V_*`, in the
+//! canary's own verify plan. It finds KV bytes of finished, still cached requests that changed, which no
 //! step attends to. A sweep borrows the canary mutably, so it cannot start while a step is in
 //! flight (it does not compile), and its [`SweepReport`] follows the rules below (more entries
 //! than the verify capacity: unverified, with the numbers). On a device its report is read back
@@ -48,8 +49,8 @@
 //! overflow (on a device a queued readback). The step's final report still holds them, once.
 //!
 //! ```
-//! use kv_canary::step::{Canary, TailKv};
-//! use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape, VerifyEntry};
+//! use kv_canary::step::{Canary, SweepEntries, TailKv};
+//! use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape};
 //!
 //! let mut canary = Canary::full(Shape::<Cap<32>, Cap<4>, Cap<16>>::new(), Cap::<64>, Cap::<16>);
 //! let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;
@@ -64,16 +65,9 @@
 //! step.write(&inputs)?.verify_tail(TailKv::NONE)?;
 //!
 //! // The request finishes; slots 8, 9, 10 stay in the radix cache. Between steps, sweep them:
-//! let entries: Vec<VerifyEntry> = [(8, -1), (9, 8), (10, 9)]
-//!     .into_iter()
-//!     .zip(0..)
-//!     .map(|((slot, prev_slot), expected_position)| VerifyEntry {
-//!         slot,
-//!         expected_token: 0, // sweeps do not check tokens
-//!         expected_position,
-//!         prev_slot,
-//!     })
-//!     .collect();
+//! // entries (slot, position, predecessor) (8, 0, -1), (9, 1, 8), (10, 2, 9), token check off.
+//! let mut entries = SweepEntries::new();
+//! entries.push_table_row(&table, 1, 3)?; // or push_node(..) per radix node while walking
 //! let sweep = canary.sweep(&entries, TailKv::NONE)?;
 //! assert_eq!((sweep.entries_checked(), sweep.recorded()), (2 * 3, 0));
 //! assert!(sweep.is_clean());
@@ -184,6 +178,7 @@ mod head_findings;
 mod report;
 mod stage;
 mod sweep;
+mod sweep_entries;
 
 pub use group::{GroupKind, GroupOf, KOnly, SwaGroup};
 pub use head_findings::{HeadFindings, HeadVerifyDone, ReadsHeadFindings};
@@ -195,6 +190,7 @@ pub use stage::{
 #[cfg(feature = "cuda")]
 pub(crate) use sweep::sweep_gaps;
 pub use sweep::{FinishedSweep, SweepReport, Sweeps};
+pub use sweep_entries::SweepEntries;
 
 use crate::backend::{Backend, Cpu, PlanWith};
 use crate::canary::{CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, ViolationRing};

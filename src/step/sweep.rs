@@ -196,7 +196,8 @@ where
     B: Sweeps,
 {
     /// Sweeps idle cached slots between steps: re-verifies `entries` (the radix cache's slots,
-    /// each with its position and predecessor slot, as SGLang's walker emits them) against the
+    /// each with its position and predecessor slot, as SGLang's walker emits them: a
+    /// [`SweepEntries`](super::SweepEntries) the engine filled while walking) against the
     /// tail buffers, folding `real_kv` (the group's sources, as for
     /// [`Step::verify_tail`](super::Step::verify_tail); the K half's alone for a
     /// [`KOnly`](super::KOnly) canary), token check off. Tags `SWEEP_K_*` and `SWEEP_V_*`.

@@ -1034,6 +1034,21 @@ fn a_k_only_swa_canary_launches_the_swa_k_tags_only() {
         "the record, then its successor's chain link"
     );
     assert_eq!(sweep.entries_checked(), 7);
+    // The same entries from the table row, translated through the LUT by the builder.
+    let mut built = SweepEntries::new();
+    built.push_table_row(&table, 1, 7).unwrap();
+    built.through_lut(&lut).unwrap();
+    let slot_chain = |e: &[VerifyEntry]| -> Vec<_> {
+        e.iter()
+            .map(|e| (e.slot, e.expected_position, e.prev_slot))
+            .collect()
+    };
+    assert_eq!(slot_chain(&built), slot_chain(&entries));
+    let rebuilt = canary.sweep(&built, RealKv::NONE).unwrap();
+    assert_eq!(
+        (rebuilt.entries_checked(), rebuilt.violations),
+        (7, sweep.violations)
+    );
     assert!(canary.buffer(LaunchTag::HeadVSwa).is_none());
     assert!(canary.counters(LaunchTag::SweepVSwa).is_none());
 }
@@ -1051,4 +1066,104 @@ fn a_sweep_entry_outside_the_canary_is_an_error_naming_it() {
         "{message}"
     );
     assert_eq!((canary.sweeps(), canary.total_violations()), (0, 0));
+}
+
+#[test]
+fn a_sweep_built_from_finished_rows_is_clean_until_one_cached_slot_changes() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    for pos in 3..5 {
+        assert!(decode(&mut engine, &mut canary, pos).is_clean());
+    }
+    let batch = Batch::from_columns([2], [0], [2]);
+    let report = engine.step(&mut canary, &batch, &[(16, 200, 0), (17, 201, 1)]);
+    assert!(report.is_clean(), "{report}");
+    // Both requests finish: row 1 caches 5 tokens (slots 8..=12), row 2 caches 2 (16, 17).
+    let mut entries = SweepEntries::with_capacity(64).unwrap();
+    let walk = |entries: &mut SweepEntries, table: &ReqToToken| {
+        entries.clear();
+        entries.push_table_row(table, 1, 5).unwrap();
+        entries.push_table_row(table, 2, 2).unwrap();
+    };
+    walk(&mut entries, &engine.table);
+    let clean = canary.sweep(&entries, engine.tail_kv()).unwrap();
+    assert!(clean.is_clean(), "{clean}");
+    assert_eq!((clean.entries, clean.entries_checked()), (7, 2 * 7));
+
+    // A stray write into the idle K bytes of slot 16 (the first of its chain): that slot alone.
+    engine.k[16 * STRIP + 3] ^= 0x40;
+    walk(&mut entries, &engine.table);
+    let sweep = canary.sweep(&entries, engine.tail_kv()).unwrap();
+    let found: Vec<_> = sweep
+        .violations
+        .iter()
+        .map(|v| (v.launch_tag().unwrap(), v.slot, v.reasons))
+        .collect();
+    assert_eq!(
+        found,
+        [(
+            LaunchTag::SweepKFull,
+            16,
+            FailReason::VERIFY_REAL_KV_HASH_MISMATCH
+        )]
+    );
+    engine.k[16 * STRIP + 3] ^= 0x40;
+
+    // A corrupted V tail record of slot 12 (the last of its chain, so no successor's link
+    // breaks): that slot alone.
+    let buf = canary.buffer_mut(LaunchTag::TailVFull).unwrap();
+    let slot = buf.slot(12).unwrap();
+    buf.set_slot(
+        12,
+        CanarySlot {
+            position: 9,
+            ..slot
+        },
+    )
+    .unwrap();
+    walk(&mut entries, &engine.table);
+    let sweep = canary.sweep(&entries, engine.tail_kv()).unwrap();
+    let found: Vec<_> = sweep
+        .violations
+        .iter()
+        .map(|v| (v.launch_tag().unwrap(), v.slot, v.reasons))
+        .collect();
+    assert_eq!(
+        found,
+        [(
+            LaunchTag::SweepVFull,
+            12,
+            FailReason::VERIFY_POSITION_MISMATCH
+        )]
+    );
+    assert_eq!((canary.sweeps(), canary.total_violations()), (3, 2));
+}
+
+#[test]
+fn a_slot_the_lut_maps_to_minus_one_makes_the_sweep_an_error_naming_it() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let mut entries = SweepEntries::new();
+    entries.push_table_row(&engine.table, 1, 3).unwrap();
+    let mut lut: Vec<i64> = (0..33).collect();
+    lut[9] = -1; // slot 9 is not resident in the SWA pool
+    entries.through_lut(&lut).unwrap();
+    assert_eq!(
+        (entries[1].slot, entries[2].prev_slot),
+        (-1, -1),
+        "kept as translated"
+    );
+    let err = canary.sweep(&entries, engine.tail_kv()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::SlotOutOfRange {
+                index: 1,
+                slot: -1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(canary.sweeps(), 0);
 }

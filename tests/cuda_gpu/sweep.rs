@@ -6,7 +6,7 @@ use crate::step::{compare, dev_kv, host_kv, slot, sorted, token, Spec, SLOTS, ST
 use crate::{ensure, fail};
 use cust::memory::{CopyDestination, DeviceBuffer};
 use kv_canary::cuda::{self, Gpu, Stream};
-use kv_canary::step::{Canary, HeadFindings, KOnly, KvPair, SweepReport, TailKv};
+use kv_canary::step::{Canary, HeadFindings, KOnly, KvPair, SweepEntries, SweepReport, TailKv};
 use kv_canary::{
     Batch, CanarySlot, Cap, Full, LaunchTag, RealKvParams, RowLayout, VerifyEntry, WriteInputs,
 };
@@ -77,16 +77,13 @@ fn tokens(row: usize, range: core::ops::Range<usize>) -> Vec<Token> {
         .collect()
 }
 
-/// The sweep entries of row `row`'s first `n` positions (what a radix-cache walk emits).
-fn entries(row: usize, n: usize) -> Vec<VerifyEntry> {
-    (0..n)
-        .map(|p| VerifyEntry {
-            slot: slot(row, p),
-            expected_token: 0,
-            expected_position: p as i64,
-            prev_slot: if p == 0 { -1 } else { slot(row, p - 1) },
-        })
-        .collect()
+/// The sweep entries of row `row`'s first `n` positions, built as an engine builds them from
+/// its request table (`SweepEntries::push_row`: what a radix-cache walk of the row emits).
+fn entries(row: usize, n: usize) -> Result<SweepEntries, String> {
+    let cells: Vec<i64> = (0..n).map(|p| slot(row, p)).collect();
+    let mut entries = SweepEntries::new();
+    entries.push_row(&cells, n).map_err(fail("sweep entries"))?;
+    Ok(entries)
 }
 
 fn fill(inputs: &mut WriteInputs<Cap<64>>, tokens: &[Token]) {
@@ -220,7 +217,7 @@ pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
     );
 
     // The sweep over idle row 1 finds the stray K write; the steps did not.
-    let es = entries(1, 4);
+    let es = entries(1, 4)?;
     let c = cpu
         .sweep(&es, TailKv::new(host_kv(&pool.k, p)?, host_kv(&pool.v, p)?))
         .map_err(fail("cpu sweep"))?;
@@ -244,7 +241,7 @@ pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
         slot(1, 2)
     );
     // A sweep over the verify capacity (48) checks nothing: unverified with the numbers.
-    let many: Vec<VerifyEntry> = (0..49).map(|i| entries(1, 4)[i % 4]).collect();
+    let many: Vec<VerifyEntry> = (0..49).map(|i| es[i % 4]).collect();
     let c = cpu
         .sweep(
             &many,
@@ -359,7 +356,7 @@ pub fn k_only_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             "step {n}: V launches ran: {d:?}"
         );
     }
-    let es = entries(1, 6);
+    let es = entries(1, 6)?;
     let c = cpu
         .sweep(&es, host_kv(&pool.k, p)?)
         .map_err(fail("cpu sweep"))?;

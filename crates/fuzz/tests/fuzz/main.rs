@@ -28,6 +28,7 @@ mod k_only;
 mod ops;
 mod step;
 mod sweep;
+mod sweep_entries;
 mod toy;
 mod views;
 
@@ -82,6 +83,10 @@ const TARGETS: &[Target] = &[
     Target {
         name: "sweep",
         run: sweep::run,
+    },
+    Target {
+        name: "sweep_entries",
+        run: sweep_entries::run,
     },
     Target {
         name: "k_only",
