@@ -55,6 +55,11 @@
 //!   forward pass on its compute stream, [`Stream::wait_for`] it on the canary's stream between
 //!   `write` and `verify_tail` ([`Step::backend`](crate::step::Step::backend) gives the stream),
 //!   and the tail verify reads the pass's KV bytes with no host sync.
+//! * The step API queues the K and V launches of a stage as one pair launch
+//!   ([`KernelTuning::pair_launches`]; also [`verify_pair`], [`write_pair`] for raw ops), and on
+//!   compute capability 9.0+ every launch of the library may start while the kernel ahead of it
+//!   is running, waiting for it on the device before it touches memory
+//!   ([`KernelTuning::overlap_launches`]): neither changes what is ordered after what.
 //! * Launches are stream-ordered, allocate nothing and never synchronise the host. They read
 //!   the batch size, `verify_num_valid`, `enable` and `write_num_valid_reqs` from device memory,
 //!   as SGLang does, so one sequence of launches serves every batch.

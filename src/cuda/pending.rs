@@ -7,7 +7,7 @@
 //! consumes it, so it is decoded once.
 
 use super::abi::kernels::Kernel;
-use super::abi::status::{decode, STATUS_WORDS};
+use super::abi::status::{decode_at, STATUS_WORDS};
 use super::device::gpu::Gpu;
 use super::device::readbacks::ReadbackPool;
 use super::device::stream::Stream;
@@ -60,9 +60,7 @@ impl RingLayout {
         wide: &[i64],
         narrow: &[i32],
     ) -> Result<(Vec<Violation>, u64), Error> {
-        let mut status = [0i64; STATUS_WORDS];
-        status.copy_from_slice(&wide[self.ring_fields..self.ring_fields + STATUS_WORDS]);
-        decode(&status)?;
+        decode_at(wide, self.ring_fields)?;
         let write_index = narrow[0];
         // A negative (wrapped) index is an error naming it, never a clean report.
         let RingCount { stored, dropped } = RingCount::decode(write_index, self.ring_rows)?;

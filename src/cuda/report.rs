@@ -19,7 +19,7 @@
 //! counts them).
 
 use super::abi::kernels::Kernel;
-use super::abi::status::{decode, STATUS_WORDS};
+use super::abi::status::{decode_at, STATUS_WORDS};
 use super::device::gpu::Gpu;
 use super::device::readbacks::ReadbackPool;
 use super::device::stream::Stream;
@@ -373,9 +373,7 @@ fn decode_words(
     wide: &[i64],
     narrow: &[i32],
 ) -> Result<DeviceStepReport, Error> {
-    let mut status = [0i64; STATUS_WORDS];
-    status.copy_from_slice(&wide[l.status_at()..l.status_at() + STATUS_WORDS]);
-    decode(&status)?;
+    decode_at(wide, l.status_at())?;
     let [write_index, verify_num_valid, enable, num_valid_reqs] =
         [narrow[0], narrow[1], narrow[2], narrow[3]];
     // A negative (wrapped) index is an error naming it, never a clean report.

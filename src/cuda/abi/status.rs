@@ -113,9 +113,38 @@ pub(crate) fn decode(w: &[i64; STATUS_WORDS]) -> Result<(), Error> {
     })
 }
 
+/// [`decode`] of the status word stored at `words[at..at + STATUS_WORDS]` (in a report's
+/// staging); a staging too short to hold it is an error naming the offset.
+pub(crate) fn decode_at(words: &[i64], at: usize) -> Result<(), Error> {
+    let word: &[i64; STATUS_WORDS] = at
+        .checked_add(STATUS_WORDS)
+        .and_then(|end| words.get(at..end))
+        .and_then(|w| w.try_into().ok())
+        .ok_or(Error::OutOfRange {
+            what: "status word offset in a report staging",
+            value: i64::try_from(at).unwrap_or(i64::MAX),
+            allowed: "an offset with the status word's 8 i64 inside the staging",
+        })?;
+    decode(word)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_word_inside_a_staging_decodes_and_one_past_it_is_an_error() {
+        let mut words = vec![0i64; 3 + STATUS_WORDS];
+        assert_eq!(decode_at(&words, 3), Ok(()));
+        words[3..3 + STATUS_WORDS].copy_from_slice(&[ST_SLOT_OUT_OF_RANGE, 2, 7, 99, 64, 0, 0, 0]);
+        assert_eq!(
+            decode_at(&words, 3).unwrap_err().to_string(),
+            "kv-canary: out_cache_loc[7] = 99 is outside the canary buffer's 64 slots"
+        );
+        let err = decode_at(&words, 4).unwrap_err().to_string();
+        assert!(err.starts_with("kv-canary:") && err.contains('4'), "{err}");
+        assert!(decode_at(&words, usize::MAX).is_err());
+    }
 
     #[test]
     fn clear_word_is_ok_and_codes_name_values() {
