@@ -271,7 +271,6 @@ fn write_request<EB: Capacity, A: WriteInputAssert, T: IndexElement, S: Capacity
     real_kv: &mut [i64; BLOCK],
 ) -> (u64, u64) {
     let tag = launch.tag.value();
-    let expected = inputs.input_assert_tensors();
     let mut running = canary.slot_hash(seed);
     let chain_assert = seed >= 0 && launch.chain_position_assert.is_on();
     let mut prev_pos = if chain_assert {
@@ -281,25 +280,43 @@ fn write_request<EB: Capacity, A: WriteInputAssert, T: IndexElement, S: Capacity
     };
     let (mut written, mut violations) = (0u64, 0u64);
     let hashing = launch.real_kv.is_active();
-    for start in tokens.clone().step_by(BLOCK) {
-        let block = start..tokens.end.min(start + BLOCK);
+    // The request's entries of every array, sliced once: the loops below index nothing else.
+    // Without the input assert the expected tensors are the inputs themselves, never read (the
+    // type decides `A::ENABLED`), so one loop serves both.
+    let (ids, positions) = (inputs.input_ids(), inputs.positions());
+    let (expected_ids, expected_positions) =
+        inputs.input_assert_tensors().unwrap_or((ids, positions));
+    let entries = inputs.out_cache_loc()[tokens.clone()]
+        .chunks(BLOCK)
+        .zip(ids[tokens.clone()].chunks(BLOCK))
+        .zip(positions[tokens.clone()].chunks(BLOCK))
+        .zip(expected_ids[tokens.clone()].chunks(BLOCK))
+        .zip(expected_positions[tokens].chunks(BLOCK));
+    for (
+        (((block_slots, block_ids), block_positions), block_expected_ids),
+        block_expected_positions,
+    ) in entries
+    {
         if hashing {
             // The block's fingerprints first: their strips are loaded together, off the chain.
-            let slots = &inputs.out_cache_loc()[block.clone()];
-            fingerprints(&launch.real_kv, slots, |s| s >= 0, real_kv);
+            fingerprints(&launch.real_kv, block_slots, |s| s >= 0, real_kv);
         }
         // Validated: every element of the request's entries fits in i64, so `as_i64` is exact.
-        for (j, i) in block.enumerate() {
-            let slot = inputs.out_cache_loc()[i].as_i64();
+        for (((((&slot, &token), &pos), &real_kv_hash), &et), &ep) in block_slots
+            .iter()
+            .zip(block_ids)
+            .zip(block_positions)
+            .zip(real_kv.iter())
+            .zip(block_expected_ids)
+            .zip(block_expected_positions)
+        {
+            let slot = slot.as_i64();
             if slot < 0 {
                 continue;
             }
-            let (token, pos) = (
-                inputs.input_ids()[i].as_i64(),
-                inputs.positions()[i].as_i64(),
-            );
-            if let Some((tokens, positions)) = expected {
-                let (et, ep) = (tokens[i].as_i64(), positions[i].as_i64());
+            let (token, pos) = (token.as_i64(), pos.as_i64());
+            if A::ENABLED {
+                let (et, ep) = (et.as_i64(), ep.as_i64());
                 let bits = FailReason::NONE
                     .with_if(FailReason::WRITE_TOKEN_MISMATCH, token != et)
                     .with_if(FailReason::WRITE_POSITION_MISMATCH, pos != ep);
@@ -323,7 +340,7 @@ fn write_request<EB: Capacity, A: WriteInputAssert, T: IndexElement, S: Capacity
                     token,
                     position: pos,
                     prev_hash: running,
-                    real_kv_hash: real_kv[j],
+                    real_kv_hash,
                 },
             );
             running = chain_step(running, token, pos);
