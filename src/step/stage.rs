@@ -3,10 +3,10 @@
 //! pass) -> [`verify_tail`](Step::verify_tail).
 
 use super::head_findings::{HeadVerifyDone, ReadsHeadFindings};
-use super::{Canary, GroupKind, KvPair, StepReport};
+use super::{Canary, GroupKind, Halves, KvPair, StepReport};
 use crate::backend::{Backend, BufferPairMut, CountersPairMut, Cpu, WritesFrom};
 use crate::canary::{
-    CanaryBuffer, HealthCounters, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
+    CanaryBuffer, HealthCounters, TokenCheck, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
 };
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity};
 use crate::error::Error;
@@ -556,49 +556,77 @@ where
         Verified::Sweep => (&c.tail, &mut c.sweep_counters),
     };
     let (backend, shape, plan, ring) = (&c.backend, &c.shape, &c.verify_plan, &mut c.ring);
+    if token_check {
+        verify_halves(
+            backend,
+            shape,
+            plan,
+            TokenCheckOn,
+            settings,
+            buffers,
+            ring,
+            counters,
+        )
+    } else {
+        verify_halves(
+            backend,
+            shape,
+            plan,
+            TokenCheckOff,
+            settings,
+            buffers,
+            ring,
+            counters,
+        )
+    }
+}
+
+/// The verify launches of one end with the token check `check`: the K buffer alone (a missing V
+/// half's summary is the default), or K and V as one pair ([`Backend::verify_pair`]).
+#[allow(clippy::too_many_arguments, reason = "the verify op's own arguments")]
+fn verify_halves<V, W, E, S, R, B, K>(
+    backend: &B,
+    shape: &Shape<V, W, E>,
+    plan: &VerifyPlan<V, B::Memory>,
+    check: K,
+    settings: &KvPair<B::Settings<'_>>,
+    buffers: &Halves<CanaryBuffer<S, B::Memory>>,
+    ring: &mut ViolationRing<R, B::Memory>,
+    counters: &mut KvPair<HealthCounters<B::Memory>>,
+) -> Result<KvPair<B::VerifyDone>, Error>
+where
+    V: SameVerifyCapacity<V>,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    B: Backend,
+    K: TokenCheck,
+{
     let Some(v_buffer) = &buffers.v else {
-        let k = if token_check {
-            backend.verify(
-                shape,
-                plan,
-                TokenCheckOn,
-                &settings.k,
-                &buffers.k,
-                ring,
-                &mut counters.k,
-            )
-        } else {
-            backend.verify(
-                shape,
-                plan,
-                TokenCheckOff,
-                &settings.k,
-                &buffers.k,
-                ring,
-                &mut counters.k,
-            )
-        }?;
+        let k = backend.verify(
+            shape,
+            plan,
+            check,
+            &settings.k,
+            &buffers.k,
+            ring,
+            &mut counters.k,
+        )?;
         return Ok(KvPair {
             k,
             v: B::VerifyDone::default(),
         });
     };
-    let halves = (&settings.k, &settings.v);
-    let pair = (&buffers.k, v_buffer);
-    let pair_counters = (&mut counters.k, &mut counters.v);
-    let (k, v) = if token_check {
-        backend.verify_pair(shape, plan, TokenCheckOn, halves, pair, ring, pair_counters)
-    } else {
-        backend.verify_pair(
-            shape,
-            plan,
-            TokenCheckOff,
-            halves,
-            pair,
-            ring,
-            pair_counters,
-        )
-    }?;
+    let (k, v) = backend.verify_pair(
+        shape,
+        plan,
+        check,
+        (&settings.k, &settings.v),
+        (&buffers.k, v_buffer),
+        ring,
+        (&mut counters.k, &mut counters.v),
+    )?;
     Ok(KvPair { k, v })
 }
 
