@@ -259,7 +259,7 @@ where
             block: threads,
             shared_bytes: shared,
             cooperative: checked,
-            early_start: target.gpu.early_start() && !checked,
+            early_start: target.gpu.early_start(),
         },
         args,
     })
