@@ -23,10 +23,10 @@ pub(crate) struct LaunchDims {
     pub(crate) shared_bytes: u32,
     /// `cuLaunchCooperativeKernel` instead of `cuLaunchKernel`.
     pub(crate) cooperative: bool,
-    /// A programmatic dependent launch (compute capability 9.0 and later, not with
-    /// `cooperative`): the launch may start while the kernel ahead of it in the stream is still
+    /// A programmatic dependent launch (compute capability 9.0 and later; ignored for a
+    /// `cooperative` one): the launch may start while the kernel ahead of it in the stream is still
     /// running. Only for the library's own kernels, which wait for the grid ahead of them
-    /// (`griddepcontrol.wait`, `KVC_GRID_PROLOGUE` in kernels/common.cuh) before they touch any
+    /// (`griddepcontrol.wait`, `grid_prologue()` in kernels/common.cuh) before they touch any
     /// memory, so what overlaps is the launch and the blocks' start, never a memory access.
     pub(crate) early_start: bool,
 }
