@@ -210,7 +210,7 @@ __device__ __forceinline__ void verify_grouped(const VerifyArgs& a) {
 // Staged ALL mode.
 // ---------------------------------------------------------------------------------------------
 constexpr int STAGED_WARPS = STAGED_THREADS / 32;
-constexpr int STAGE_ENTRIES = 8;
+constexpr int STAGE_ENTRIES = VERIFY_STAGE_ENTRIES;  // src/cuda/abi/shared.rs
 constexpr int STAGES = 2;
 
 // One batch in shared memory: strip t = entry * 4 + source, its 16-byte piece p stored at

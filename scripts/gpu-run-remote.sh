@@ -2,7 +2,7 @@
 # gpu-run-remote.sh — run the staged GPU binaries on the GPU machine; logs go to $OUT.
 #
 #   .device-run/gpu-run-remote.sh [all|tests|sanitize|step|bench|bench-quick|host|profile|wholestep
-#                                  |sanitize-full|sanitize-full-1..4|racecheck-write ...]
+#                                  |sanitize-full|sanitize-full-1..4|racecheck-write|racecheck-views ...]
 #
 # Run from the repository root of the copy on the GPU machine, after scripts/gpu-build.sh
 # staged .device-run/ here and it was carried there. With no argument it runs `all`: the GPU
@@ -105,6 +105,34 @@ if want_only racecheck-write; then
     compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 97 --print-limit 200 \
     "$here/cuda_gpu" write_differential hostile_write nothing_lost racecheck_probe
   grep -E "RACECHECK SUMMARY|Race reported|Hazard" "$OUT/sanitizer.log" | sort | uniq -c | tee -a "$summary"
+fi
+if want_only racecheck-views; then
+  # The racecheck exit-9 item of docs/reliability.md: the view-step test under racecheck at
+  # growing step counts (RACE_VIEW_STEPS, default "12 30 60 120"), each run's exit status, wall
+  # time, peak resident memory of the tool and the test (sampled every 0.5 s) and peak device
+  # memory; then the kernel log's last lines (an OOM kill names its victim there).
+  log="$OUT/racecheck-views.log"
+  for n in ${RACE_VIEW_STEPS:-12 30 60 120}; do
+    echo "=== racecheck, views_step_over_engine_memory, KV_CANARY_VIEW_STEPS=$n ===" >>"$log"
+    t0=$SECONDS
+    KV_CANARY_UNDER_SANITIZER=1 KV_CANARY_VIEW_STEPS=$n compute-sanitizer --tool racecheck \
+      --error-exitcode 97 --print-limit 20 "$here/cuda_gpu" views_step_over >>"$log" 2>&1 &
+    pid=$!
+    peak_rss=0 peak_gpu=0
+    while kill -0 "$pid" 2>/dev/null; do
+      rss=$(ps -o rss= --ppid "$pid" -p "$pid" 2>/dev/null | awk '{s+=$1} END {print s+0}')
+      gpu=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
+      (( rss > peak_rss )) && peak_rss=$rss
+      (( ${gpu:-0} > peak_gpu )) && peak_gpu=${gpu:-0}
+      sleep 0.5
+    done
+    wait "$pid"
+    rc=$?
+    note "$(printf 'racecheck views steps=%-4s rc=%-3s %4ss  peak RSS %s MiB, peak GPU %s MiB' "$n" "$rc" "$((SECONDS - t0))" "$((peak_rss / 1024))" "$peak_gpu")"
+    [[ $rc -eq 0 ]] || status=1
+  done
+  { echo "=== dmesg (last lines) ==="; dmesg 2>&1 | tail -n 15; } >>"$log"
+  grep -E "RACECHECK SUMMARY|test views|Error|error|Killed|oom" "$log" | tail -n 30 | tee -a "$summary"
 fi
 if want step; then
   run_part "cuda_step example" "$OUT/step.log" "$here/cuda_step"

@@ -36,6 +36,9 @@ pub const PLAN_MAX_ROWS: usize = 4096;
 pub const VERIFY_THREADS: u32 = 512;
 /// Threads of a staged ALL verify block.
 pub const STAGED_THREADS: u32 = 256;
+/// Entries one warp of a staged ALL verify takes per batch (`STAGE_ENTRIES` in
+/// kernels/verify.cu).
+pub const VERIFY_STAGE_ENTRIES: u32 = 8;
 /// Threads of a scatter block.
 pub const SCATTER_THREADS: u32 = 256;
 /// Threads of a report readback block (one block a piece).
@@ -62,6 +65,7 @@ pub const SCALARS: &[HeaderConst] = &[
     ("int", "PLAN_MAX_ROWS", PLAN_MAX_ROWS as u64),
     ("int", "VERIFY_THREADS", VERIFY_THREADS as u64),
     ("int", "STAGED_THREADS", STAGED_THREADS as u64),
+    ("int", "VERIFY_STAGE_ENTRIES", VERIFY_STAGE_ENTRIES as u64),
     ("int", "SCATTER_THREADS", SCATTER_THREADS as u64),
     ("int", "READBACK_THREADS", READBACK_THREADS as u64),
     ("int", "READBACK_PIECES", READBACK_PIECES as u64),

@@ -5,7 +5,9 @@ use crate::canary::{CanaryBuffer, HealthCounters, TokenCheck, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity};
 use crate::cuda::abi::args::{VerifyArgs, VerifyPairArgs};
 use crate::cuda::abi::kernels::{Fold, Kernel, STAGED_SHARED_BYTES};
-use crate::cuda::abi::shared::VERIFY_STREAMED_SHARED_BYTES;
+use crate::cuda::abi::shared::{
+    STAGED_THREADS, VERIFY_STAGE_ENTRIES, VERIFY_STREAMED_SHARED_BYTES, VERIFY_THREADS,
+};
 use crate::cuda::device::settings::DeviceSettings;
 use crate::cuda::device::stream::{Queue, Target};
 use crate::cuda::driver::launch::LaunchDims;
@@ -217,7 +219,12 @@ where
         kernel,
         function: target.gpu.function(kernel)?,
         dims: LaunchDims {
-            grid: target.gpu.sm_count() * per_sm,
+            grid: verify_grid(
+                kernel,
+                target.gpu.sm_count() * per_sm,
+                args.capacity,
+                args.kv.num_sources,
+            ),
             grid_y: 1,
             block: kernel.threads(),
             shared_bytes,
@@ -226,4 +233,84 @@ where
         },
         args,
     })
+}
+
+/// The grid of a verify launch: `full` blocks (the tuning's blocks per multiprocessor), capped
+/// at the blocks the plan's capacity can keep busy, so that a small plan does not launch
+/// blocks that would only find no entry and exit (never fewer than one: block 0 counts the
+/// launch). The cap follows each kernel's own distribution of entries, so every entry goes to
+/// the same warp and lane as on the full grid:
+/// * one thread per entry (NONE, PARTIAL), consecutive blocks: `capacity / VERIFY_THREADS`;
+/// * staged ALL, batches of `VERIFY_STAGE_ENTRIES` a warp, consecutive blocks:
+///   `capacity / (VERIFY_STAGE_ENTRIES x warps a block)`;
+/// * grouped ALL (`32 / G` entries a warp, G lanes an entry) and streamed ALL (32 entries a
+///   warp), warps interleaved over the blocks (batch `b` on block `b % grid` first): one block a
+///   batch, `capacity / (entries a warp)`.
+fn verify_grid(kernel: Kernel, full: u32, capacity: i64, num_sources: i64) -> u32 {
+    let per_block: u64 = match kernel {
+        Kernel::Verify {
+            fold: Fold::All, ..
+        } => {
+            let lanes = match num_sources {
+                ..=1 => 1,
+                2 => 2,
+                _ => 4,
+            };
+            32 / lanes
+        }
+        Kernel::Verify { .. } => u64::from(VERIFY_THREADS),
+        Kernel::VerifyStaged { .. } => u64::from(VERIFY_STAGE_ENTRIES * (STAGED_THREADS / 32)),
+        Kernel::VerifyStreamed { .. } => 32,
+        _ => return full,
+    };
+    let capacity = u64::try_from(capacity).unwrap_or(0);
+    let needed = capacity.div_ceil(per_block).max(1);
+    u32::try_from(needed).map_or(full, |n| n.min(full))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: u32 = 132 * 3;
+
+    fn verify(fold: Fold) -> Kernel {
+        Kernel::Verify {
+            fold,
+            tokens: false,
+            pair: false,
+        }
+    }
+
+    #[test]
+    fn grid_is_capped_at_the_blocks_a_capacity_keeps_busy() {
+        // One thread an entry, 512 a block.
+        assert_eq!(verify_grid(verify(Fold::None), FULL, 2048, 0), 4);
+        assert_eq!(verify_grid(verify(Fold::Partial), FULL, 2049, 1), 5);
+        // Grouped ALL: 32, 16, 8 entries a warp for 1, 2, 3-4 sources; one block a warp batch.
+        assert_eq!(verify_grid(verify(Fold::All), FULL, 100, 1), 4);
+        assert_eq!(verify_grid(verify(Fold::All), FULL, 100, 2), 7);
+        assert_eq!(verify_grid(verify(Fold::All), FULL, 100, 3), 13);
+        // Staged: 8 entries a warp, 8 warps a block; streamed: 32 entries a warp.
+        let staged = Kernel::VerifyStaged {
+            tokens: true,
+            pair: true,
+        };
+        assert_eq!(verify_grid(staged, FULL, 64, 4), 1);
+        assert_eq!(verify_grid(staged, FULL, 65, 4), 2);
+        let streamed = Kernel::VerifyStreamed {
+            tokens: false,
+            pair: false,
+        };
+        assert_eq!(verify_grid(streamed, FULL, 2048, 1), 64);
+    }
+
+    #[test]
+    fn grid_keeps_one_block_and_never_exceeds_the_full_grid() {
+        assert_eq!(verify_grid(verify(Fold::None), FULL, 0, 0), 1);
+        assert_eq!(verify_grid(verify(Fold::None), FULL, -5, 0), 1);
+        assert_eq!(verify_grid(verify(Fold::None), FULL, i64::MAX, 0), FULL);
+        assert_eq!(verify_grid(verify(Fold::None), FULL, 1 << 40, 0), FULL);
+        assert_eq!(verify_grid(verify(Fold::All), 7, 1 << 20, 4), 7);
+    }
 }
