@@ -222,7 +222,12 @@ __device__ __forceinline__ i64 reserve_violations(const Ring& ring, int n) {
 // ahead of it in the stream is still running. So every entry point begins with grid_prologue():
 // it first waits until the grid ahead has completed and its memory is visible (a no-op when the
 // launch was not early, or nothing is ahead), before any load or store, and then lets the
-// kernel behind it launch early in turn. What overlaps is only the launch and the blocks' start.
+// kernel behind it launch early in turn. What overlaps is only the launch and the blocks' start,
+// with one exception: a write launch right behind one of this library's verify launches
+// (WriteArgs::early_fold) stages and folds the real-KV strips of decode-sized requests first.
+// Those read only the write plan, the inputs and the KV bytes, which the verify does not write
+// and which the kernels before it (the forward pass among them) completed before the verify
+// passed its own grid_prologue(), which is before it let the write launch.
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void grid_prologue() {
 #if __CUDA_ARCH__ >= 900
@@ -247,6 +252,16 @@ KVC_CHECK_LAYOUT_RealKv(kvc::RealKv);
 #define KVC_PAIR_ENTRY(NAME, THREADS, MIN_BLOCKS, PAIR_ARGS, BODY)                             \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) NAME##_pair(PAIR_ARGS p) { \
         kvc::grid_prologue();                                                                   \
+        if (blockIdx.y == 0) {                                                                  \
+            BODY(p.k);                                                                          \
+        } else {                                                                                \
+            BODY(p.v);                                                                          \
+        }                                                                                       \
+    }
+
+// KVC_PAIR_ENTRY for a BODY that runs grid_prologue() itself (the write op: its early folds).
+#define KVC_PAIR_ENTRY_OWN_PROLOGUE(NAME, THREADS, MIN_BLOCKS, PAIR_ARGS, BODY)                 \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) NAME##_pair(PAIR_ARGS p) { \
         if (blockIdx.y == 0) {                                                                  \
             BODY(p.k);                                                                          \
         } else {                                                                                \

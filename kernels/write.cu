@@ -67,6 +67,7 @@ struct WriteArgs {
     i64 tag;
     i64* status;
     RealKv kv;
+    i64 early_fold;  // 1: the grid ahead is a crate verify (fold before grid_prologue)
 };
 
 // One tile: entries in entry order (workers), and the list of the kept ones (chain warp).
@@ -236,13 +237,60 @@ __device__ __forceinline__ u64 fold_staged(const RealKv& kv, const ulonglong2* p
     return acc;
 }
 
+// Whether every strip of slot `sl` was staged by stage_small_strips (the slot and every source's
+// row in range): exactly the entries load_entry does not skip. Records nothing.
+__device__ __forceinline__ bool strips_servable(const RealKv& kv, i64 sl, i64 num_slots) {
+    if (sl < 0 || sl >= num_slots) return false;
+#pragma unroll
+    for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
+        if (k < kv.num_sources) {
+            const i64 page = kv.page_size[k];
+            const i64 row = page == 1 ? sl : sl / page;
+            if (row >= kv.num_rows[k]) return false;
+        }
+    }
+    return true;
+}
+
+// The ALL folds of a decode-sized request r (at most 32 entries whose strips fit in `smem`):
+// stages the strips (the whole block), then lane i of warp 0 folds entry i into `fold` when its
+// strips are all there. Returns whether it staged: only for a request whose offsets are in range
+// (the checks write_body repeats, and records, after the wait) and `pieces` (16-byte pieces an
+// entry) then holds the entry's size. It reads the write plan, the inputs and the KV bytes, and
+// stores nothing but shared memory: so it may run before grid_prologue() when none of those is
+// written by the grid ahead (WriteArgs::early_fold). Uniform over the block (__syncthreads).
+__device__ __forceinline__ bool stage_and_fold_small(const WriteArgs& a, i64 r, ulonglong2* smem,
+                                                     i64 smem_bytes, int& pieces, u64& fold) {
+    i64 nreq = *a.num_valid_reqs;
+    nreq = nreq < 0 ? 0 : (nreq > a.req_capacity ? a.req_capacity : nreq);
+    if (r >= nreq) return false;
+    const i64 start = __ldg(a.offsets + r);
+    const i64 end = __ldg(a.offsets + r + 1);
+    if (start < 0 || start > a.entry_capacity || end < start || end > a.entry_capacity) return false;
+    const i64 count = end - start;
+    if (count == 0 || count > 32) return false;
+    i64 bytes = 0;
+    for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
+        if (k < a.kv.num_sources) bytes += a.kv.read_bytes[k];
+    }
+    if (count * bytes > smem_bytes) return false;
+    pieces = static_cast<int>(bytes >> 4);
+    stage_small_strips(a, start, static_cast<int>(count), pieces, smem);
+    __syncthreads();
+    const int tid = threadIdx.x;
+    if (tid < count && strips_servable(a.kv, __ldg(a.out_cache_loc + start + tid), a.num_slots)) {
+        fold = fold_staged(a.kv, smem + tid * pieces);
+    }
+    return true;
+}
+
 // A request of at most 32 entries, in one warp: lane i loads (and folds) entry i; every lane runs
 // the same chain over the entries (shuffled to all lanes), so each knows its entry's hash; rows
-// are reserved in entry order with one atomic. `assert_flag` was read with the offsets.
+// are reserved in entry order with one atomic. `assert_flag` was read with the offsets. When
+// `staged`, the strips were staged and lane i's fold is `fold` (stage_and_fold_small).
 template <int KV, bool INPUT_ASSERT>
 __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring, i64 start, int count,
-                                            i64 seed, bool assert_flag, const ulonglong2* staged,
-                                            int pieces_per_entry) {
+                                            i64 seed, bool assert_flag, bool staged, u64 fold) {
     const int lane = threadIdx.x & 31;
     u64 running = CHAIN_HEAD;
     i64 prev_pos = 0;
@@ -251,11 +299,9 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
     if (seed >= 0 && lane == 0) sd = load_slot(a.buf, a.stride, seed);
     Entry e = {0, 0, -1, 0, F_SKIP};
     if (lane < count) {
-        if (staged != nullptr) {
+        if (staged) {
             e = load_entry<KV, INPUT_ASSERT, false>(a, start + lane);
-            if (!(e.f & F_SKIP)) {
-                e.rk = static_cast<i64>(fold_staged(a.kv, staged + lane * pieces_per_entry));
-            }
+            if (!(e.f & F_SKIP)) e.rk = static_cast<i64>(fold);
         } else {
             e = load_entry<KV, INPUT_ASSERT, true>(a, start + lane);
         }
@@ -394,6 +440,17 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
 
     const int tid = threadIdx.x;
     const i64 r = blockIdx.x;
+    // ALL folds of a decode-sized request, staged in the tiles' memory (which that path does not
+    // use otherwise): before the wait for the grid ahead when that grid writes nothing they read
+    // (early_fold), so they overlap it; else after it.
+    int pieces = 0;
+    u64 fold = 0;
+    bool staged = false;
+    const i64 smem_bytes = static_cast<i64>(sizeof(s_tiles));
+    ulonglong2* smem = reinterpret_cast<ulonglong2*>(s_tiles);
+    if (KV == 2 && a.early_fold != 0) staged = stage_and_fold_small(a, r, smem, smem_bytes, pieces, fold);
+    grid_prologue();
+    if (KV == 2 && a.early_fold == 0) staged = stage_and_fold_small(a, r, smem, smem_bytes, pieces, fold);
     if (r == 0 && tid == 0) atomic_add_i64(a.kernel_counter, 1);
     // Everything the block needs first is read at once (r < req_capacity: always in bounds).
     const i64 start = __ldg(a.offsets + r);
@@ -422,26 +479,10 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     const i64 ntiles = (count + WRITE_TILE - 1) / WRITE_TILE;
     const Ring ring = {a.ring, a.ring_capacity, a.write_index};
     if (count <= 32) {
-        // Decode-sized requests: warp 0 alone (ALL folds staged by the whole block first when
-        // every strip fits in the tiles' shared memory, which this path does not use otherwise).
-        ulonglong2* staged = nullptr;
-        int pieces = 0;
-        if (KV == 2) {
-            i64 bytes = 0;
-            for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
-                if (k < a.kv.num_sources) bytes += a.kv.read_bytes[k];
-            }
-            // Uniform over the block (kernel arguments and the request's count).
-            if (count * bytes <= static_cast<i64>(sizeof(s_tiles))) {
-                pieces = static_cast<int>(bytes >> 4);
-                staged = reinterpret_cast<ulonglong2*>(s_tiles);
-                stage_small_strips(a, start, static_cast<int>(count), pieces, staged);
-                __syncthreads();
-            }
-        }
+        // Decode-sized requests: warp 0 alone (ALL strips staged and folded above when they fit).
         if (tid < 32) {
             write_small<KV, INPUT_ASSERT>(a, ring, start, static_cast<int>(count), seed, assert_flag,
-                                          staged, pieces);
+                                          staged, fold);
         }
         return;
     }
@@ -513,13 +554,14 @@ struct WritePairArgs {
 };
 KVC_CHECK_LAYOUT_WritePairArgs(WritePairArgs);
 
-// Each entry point NAME comes with NAME_pair, its K+V pair launch.
+// Each entry point NAME comes with NAME_pair, its K+V pair launch. write_body runs
+// grid_prologue() itself (after the early folds it may do first).
 #define KVC_WRITE_ENTRY(NAME, KV, ASSERT)                                                     \
     extern "C" __global__ void __launch_bounds__(kvc::WRITE_THREADS, 2) NAME(WriteArgs a) { \
-        kvc::grid_prologue();                                                                \
         kvc::write_body<KV, ASSERT>(a);                                                      \
     }                                                                                        \
-    KVC_PAIR_ENTRY(NAME, kvc::WRITE_THREADS, 2, WritePairArgs, (kvc::write_body<KV, ASSERT>))
+    KVC_PAIR_ENTRY_OWN_PROLOGUE(NAME, kvc::WRITE_THREADS, 2, WritePairArgs,                  \
+                                (kvc::write_body<KV, ASSERT>))
 
 // Name suffixes: _partial / _all = real-KV fold; _assert = input assert on; _pair = the K+V
 // pair launch.

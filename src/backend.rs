@@ -83,6 +83,15 @@ pub trait Backend {
         chain_position_assert: ChainPositionAssert,
     ) -> Self::Settings<'k>;
 
+    /// The settings of a write launch the step API queues right behind its own verify
+    /// launches, with nothing of the engine's between (the tail stage); a backend may use that
+    /// (the CUDA one lets such a write fold real-KV bytes before the verify completes, which
+    /// writes none of what the fold reads). Unchanged by default.
+    #[doc(hidden)]
+    fn after_own_verify<'k>(settings: Self::Settings<'k>) -> Self::Settings<'k> {
+        settings
+    }
+
     /// `Ok` when every active source of `real_kv` covers slots `[0, slots)`, so that no launch
     /// over a canary of `slots` slots can fail on a real-KV read half-way through a step;
     /// otherwise [`Error::RealKvSlotOutOfRange`] naming the first source that falls short.

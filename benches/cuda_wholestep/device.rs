@@ -641,12 +641,20 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
             )?;
             i += 1;
             after(i)?;
+            // The tail writes follow the tail verify, as in the step API.
+            let (sk, sv) = match end {
+                0 => (p.settings[k], p.settings[v]),
+                _ => (
+                    p.settings[k].following_verify(),
+                    p.settings[v].following_verify(),
+                ),
+            };
             cuda::write_pair(
                 on,
                 p.shape,
                 p.write,
                 p.inputs,
-                (&p.settings[k], &p.settings[v]),
+                (&sk, &sv),
                 (p.buffers[k], p.buffers[v]),
                 p.ring,
                 (p.counters[k], p.counters[v]),
@@ -674,12 +682,16 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
         }
         for h in 0..p.halves {
             let b = end + h;
+            let settings = match end {
+                0 => p.settings[b],
+                _ => p.settings[b].following_verify(),
+            };
             cuda::write(
                 on,
                 p.shape,
                 p.write,
                 p.inputs,
-                &p.settings[b],
+                &settings,
                 p.buffers[b],
                 p.ring,
                 p.counters[b],

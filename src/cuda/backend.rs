@@ -143,7 +143,12 @@ impl Backend for Stream {
             tag,
             real_kv,
             chain_position_assert: ChainAssert::Fixed(chain_position_assert),
+            follows_verify: false,
         }
+    }
+
+    fn after_own_verify<'k>(settings: Self::Settings<'k>) -> Self::Settings<'k> {
+        settings.following_verify()
     }
 
     fn check_real_kv_covers(real_kv: &DeviceRealKv<'_>, slots: usize) -> Result<(), Error> {

@@ -494,7 +494,12 @@ where
         } = self;
         let settings = c.checked_settings(G::TAIL, real_kv)?;
         let tail_verify = verify_both(c, Verified::Tail, &settings, progress.token_check)?;
-        let tail_write = write_both(c, End::Tail, &settings, &stage)?;
+        // The tail writes follow the tail verify launches just queued, nothing between.
+        let write_settings = KvPair {
+            k: B::after_own_verify(settings.k),
+            v: B::after_own_verify(settings.v),
+        };
+        let tail_write = write_both(c, End::Tail, &write_settings, &stage)?;
         let abandoned_steps = core::mem::take(&mut c.abandoned);
         c.in_flight = false;
         let report = c.backend.report(&FinishedStep {

@@ -11,9 +11,8 @@ use crate::host_backend::HostBackend;
 use cust::memory::DeviceBuffer;
 use kv_canary::backend::{Backend, Cpu, PlanWith, Scatters, Writes};
 use kv_canary::cuda::{
-    self, ChainAssert, DeviceBatch, DeviceExpectedTable, DeviceInputAssert, DeviceLut,
-    DeviceRealKv, DeviceRealKvSource, DeviceReqToToken, DeviceSettings, DeviceValidLens, Gpu,
-    Stream,
+    self, DeviceBatch, DeviceExpectedTable, DeviceInputAssert, DeviceLut, DeviceRealKv,
+    DeviceRealKvSource, DeviceReqToToken, DeviceSettings, DeviceValidLens, Gpu, Stream,
 };
 use kv_canary::{
     Batch, ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, ReqToToken, WriteInputs,
@@ -79,11 +78,9 @@ impl Offload {
             counters.to_device(gpu)?,
         );
         let sources = SourceBytes::upload(launch)?;
-        let settings = DeviceSettings {
-            tag: launch.tag,
-            real_kv: sources.real_kv(launch)?,
-            chain_position_assert: ChainAssert::Fixed(launch.chain_position_assert),
-        };
+        let settings = DeviceSettings::new(launch.tag)
+            .with_real_kv(sources.real_kv(launch)?)
+            .with_chain_position_assert(launch.chain_position_assert);
         let s = &self.stream;
         s.clear_status()?;
         cuda::write(s, shape, &dp, &di, &settings, &dc, &dr, &dn)?;
@@ -178,11 +175,9 @@ impl Backend for Offload {
             counters.to_device(gpu)?,
         );
         let sources = SourceBytes::upload(launch)?;
-        let settings = DeviceSettings {
-            tag: launch.tag,
-            real_kv: sources.real_kv(launch)?,
-            chain_position_assert: ChainAssert::Fixed(launch.chain_position_assert),
-        };
+        let settings = DeviceSettings::new(launch.tag)
+            .with_real_kv(sources.real_kv(launch)?)
+            .with_chain_position_assert(launch.chain_position_assert);
         let s = &self.stream;
         s.clear_status()?;
         cuda::verify(s, shape, &dp, check, &settings, &dc, &dr, &dn)?;

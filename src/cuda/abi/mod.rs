@@ -29,7 +29,7 @@ static_assertions::const_assert_eq!(core::mem::size_of::<args::ScatterArgs>(), 8
 static_assertions::const_assert_eq!(core::mem::size_of::<args::RealKv>(), 26 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<args::PlanArgs>(), 31 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<args::VerifyArgs>(), (17 + 26) * 8);
-static_assertions::const_assert_eq!(core::mem::size_of::<args::WriteArgs>(), (22 + 26) * 8);
+static_assertions::const_assert_eq!(core::mem::size_of::<args::WriteArgs>(), (23 + 26) * 8);
 
 // FailReason bits and RealKvHashMode values of the host types are the ABI's.
 static_assertions::const_assert_eq!(

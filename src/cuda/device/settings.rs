@@ -294,6 +294,10 @@ pub struct DeviceSettings<'a> {
     pub real_kv: DeviceRealKv<'a>,
     /// `enable_chain_position_assert` (write only).
     pub chain_position_assert: ChainAssert<'a>,
+    /// A write launch queued right behind this crate's verify launches, with nothing of the
+    /// engine's between (the step API's tail stage): it may fold before waiting for them
+    /// (`WriteArgs::early_fold`). Set by the step API only.
+    pub(crate) follows_verify: bool,
 }
 
 impl DeviceSettings<'static> {
@@ -303,6 +307,7 @@ impl DeviceSettings<'static> {
             tag,
             real_kv: DeviceRealKv::NONE,
             chain_position_assert: ChainAssert::Fixed(ChainPositionAssert::ON),
+            follows_verify: false,
         }
     }
 }
@@ -317,6 +322,7 @@ impl<'a> DeviceSettings<'a> {
             tag: self.tag,
             real_kv,
             chain_position_assert: self.chain_position_assert,
+            follows_verify: self.follows_verify,
         }
     }
 
@@ -329,6 +335,26 @@ impl<'a> DeviceSettings<'a> {
             tag: self.tag,
             real_kv: self.real_kv,
             chain_position_assert: ChainAssert::Flag(flag),
+            follows_verify: self.follows_verify,
+        }
+    }
+
+    /// The same write launch, marked as queued right behind this crate's verify launches of
+    /// the same stage ([`verify`](crate::cuda::verify) or [`verify_pair`](crate::cuda::verify_pair)
+    /// on the same queue, and perhaps the other half's write, nothing of the engine's between;
+    /// the step API's tail stage marks its writes so itself). On compute capability 9.0 and
+    /// later with overlapped launches, such a write stages and folds the real-KV strips of
+    /// decode-sized requests (ALL mode) while the launch ahead still runs: verify and write
+    /// launches write neither KV bytes, nor the write plan, nor the inputs, and what the
+    /// kernels before them wrote (the forward pass's KV bytes, the plan) was complete before the
+    /// first of them started. Mark nothing else:
+    /// behind another kernel the fold could read KV bytes or inputs that kernel is still
+    /// writing (every read stays bounds-checked, but the fingerprint would be wrong). Verify
+    /// launches ignore it.
+    pub fn following_verify(self) -> Self {
+        DeviceSettings {
+            follows_verify: true,
+            ..self
         }
     }
 

@@ -215,6 +215,7 @@ where
         tag: settings.tag.value(),
         status: target.status,
         kv: kv.abi(),
+        early_fold: i64::from(settings.follows_verify),
     };
     let kernel = Kernel::Write {
         fold: kv.fold(),
