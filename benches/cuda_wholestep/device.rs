@@ -23,7 +23,7 @@ use kv_canary::{
     TokenCheckOff, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing, WriteInputs,
     WritePlan,
 };
-use kv_canary_testkit::floors::{self, Floors, GatherFloor};
+use kv_canary_testkit::floors::{self, Floors, StageFloor, StageHalf};
 use std::cell::Cell;
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -95,10 +95,11 @@ pub fn median(v: &[f64]) -> f64 {
 /// The floor of one row, measured ([`crate::workload::FLOOR_FORMULA`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Floor {
-    /// One gather floor over the step's verify entries, µs.
-    pub gather_us: f64,
-    /// Verify launches.
-    pub launches: usize,
+    /// The head stage's gather floor (both halves in one launch), µs.
+    pub head_us: f64,
+    /// The tail stage's gather floor (both halves in one launch, PARTIAL's 16-byte real-KV reads
+    /// included), µs.
+    pub tail_us: f64,
     /// Bytes moved besides the gathers.
     pub bytes: u64,
     /// `bytes` at the copy bandwidth, µs.
@@ -110,7 +111,7 @@ pub struct Floor {
 impl Floor {
     /// The whole floor, µs.
     pub fn total_us(&self) -> f64 {
-        self.launches as f64 * self.gather_us + self.traffic_us + self.chain_us
+        self.head_us + self.tail_us + self.traffic_us + self.chain_us
     }
 }
 
@@ -815,6 +816,7 @@ fn measure_floor(
     w: &Workload,
     mode: Mode,
     parts: &StepParts<'_>,
+    pools: (&DeviceBuffer<u8>, &DeviceBuffer<u8>),
     kit: &FloorKit,
 ) -> Result<Floor, String> {
     let stream = Stream::new(gpu).map_err(ctx("stream"))?;
@@ -830,26 +832,43 @@ fn measure_floor(
         )
     };
     let sink = upload(&[0])?;
-    let gather = GatherFloor::new(
-        &kit.floors,
-        &slots,
-        &prevs,
-        n,
-        parts.buffers[0].device_bytes(),
-        32,
-        &sink,
-    )
-    .map_err(ctx("gather floor"))?;
-    let g = timing::time(&stream, Lead::Idle, 3, 30, || gather.queue(&stream))
-        .map_err(ctx("gather floor"))?;
+    let halves = mode.halves();
+    let pools = [pools.0, pools.1];
+    // One stage's floor: halves `first..first + halves` of the step's buffers, with their pools
+    // when `with_kv` (a PARTIAL tail).
+    let stage = |first: usize, with_kv: bool| -> Result<f64, String> {
+        let list: Vec<StageHalf<'_>> = (0..halves)
+            .map(|h| StageHalf {
+                buf: parts.buffers[first + h].device_bytes(),
+                kv: with_kv.then_some(pools[h]),
+            })
+            .collect();
+        let (layout, _) = w.kv_layout();
+        let floor = StageFloor::new(
+            &kit.floors,
+            &slots,
+            &prevs,
+            n,
+            &list,
+            32,
+            layout.row_stride_bytes,
+            &sink,
+        )
+        .map_err(ctx("stage floor"))?;
+        let t = timing::time(&stream, Lead::Idle, 3, 30, || floor.queue(&stream))
+            .map_err(ctx("stage floor"))?;
+        Ok(t.median_us)
+    };
+    let head_us = stage(0, false)?;
+    let tail_us = stage(2, mode == Mode::KvPartial || mode == Mode::KOnlyPartial)?;
     let chain = timing::time(&stream, Lead::Idle, 3, 30, || {
         kit.floors.chain(&stream, w.longest_write, &sink, true)
     })
     .map_err(ctx("chain floor"))?;
     let bytes = w.traffic_bytes(mode);
     Ok(Floor {
-        gather_us: g.median_us,
-        launches: Workload::verify_launches(mode),
+        head_us,
+        tail_us,
         bytes,
         traffic_us: bytes as f64 / kit.copy_bytes_per_us,
         chain_us: chain.median_us,
@@ -920,7 +939,14 @@ pub fn measure(
         check_raw(w, &parts, raw_runs + graph_runs)?;
         checked += raw_runs + graph_runs;
         let floor = match kit {
-            Some(k) => Some(measure_floor(gpu, w, mode, &parts, k)?),
+            Some(k) => Some(measure_floor(
+                gpu,
+                w,
+                mode,
+                &parts,
+                (&d.k_pool, &d.v_pool),
+                k,
+            )?),
             None => None,
         };
         let step_graph = if kit.is_some() && mode != Mode::KOnlyPartial {

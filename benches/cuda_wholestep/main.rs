@@ -332,15 +332,37 @@ fn print_results(rows: &[RowResult], o: &Options) {
          miss(es)",
         misses
     );
-    println!("\nfloors (µs): L x gather(N) + bytes / copy_bw + chain(longest)");
+    // A 3x row whose target time (SGLang / 3) is below the floor of the step's own traffic
+    // cannot be met by any implementation that moves that traffic on this device.
+    let below: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let f = r.floor?.total_us();
+            let target = sglang(r) / 3.0;
+            (target < f).then(|| {
+                format!(
+                    "{} {} (SGLang / 3 = {target:.1} us < floor {f:.1} us)",
+                    r.step,
+                    r.mode.name()
+                )
+            })
+        })
+        .collect();
+    if !below.is_empty() {
+        println!(
+            "  3x targets below the measured floor: {}",
+            below.join("; ")
+        );
+    }
+    println!("\nfloors (µs): G(head) + G(tail) + bytes / copy_bw + chain(longest)");
     for r in rows {
         if let Some(f) = r.floor {
             println!(
-                "  {:<27} {:<15} {} x {:.1} + {:.2} MB -> {:.1} + chain {:.1} = {:.1}",
+                "  {:<27} {:<15} {:.1} + {:.1} + {:.2} MB -> {:.1} + chain {:.1} = {:.1}",
                 r.step,
                 r.mode.name(),
-                f.launches,
-                f.gather_us,
+                f.head_us,
+                f.tail_us,
                 f.bytes as f64 / 1e6,
                 f.traffic_us,
                 f.chain_us,
@@ -403,7 +425,7 @@ fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     let jopt = |v: Option<f64>| v.map_or("null".to_owned(), |v| format!("{v:.3}"));
     let mut csv = String::from(
-        "step,mode,verify_entries,tokens,graph_us,graph_p10_us,graph_p90_us,queued_us,step_graph_us,step_api_us,sglang_us,speedup,floor_us,ratio_to_floor,gather_us,traffic_bytes,traffic_us,chain_us,host_stalls\n",
+        "step,mode,verify_entries,tokens,graph_us,graph_p10_us,graph_p90_us,queued_us,step_graph_us,step_api_us,sglang_us,speedup,floor_us,ratio_to_floor,head_floor_us,tail_floor_us,traffic_bytes,traffic_us,chain_us,host_stalls\n",
     );
     let mut json = Vec::new();
     for r in rows {
@@ -412,7 +434,7 @@ fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<
         let stalls = r.host.as_ref().map(|h| h.stalls(o.stall_us));
         let _ = writeln!(
             csv,
-            "\"{}\",{},{},{},{:.3},{:.3},{:.3},{},{},{},{},{:.3},{},{},{},{},{},{},{}",
+            "\"{}\",{},{},{},{:.3},{:.3},{:.3},{},{},{},{},{:.3},{},{},{},{},{},{},{},{}",
             r.step,
             r.mode.name(),
             r.entries,
@@ -427,7 +449,8 @@ fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<
             s / r.graph.median_us,
             opt(floor),
             opt(floor.map(|f| r.graph.median_us / f)),
-            opt(r.floor.map(|f| f.gather_us)),
+            opt(r.floor.map(|f| f.head_us)),
+            opt(r.floor.map(|f| f.tail_us)),
             r.floor.map_or(String::new(), |f| f.bytes.to_string()),
             opt(r.floor.map(|f| f.traffic_us)),
             opt(r.floor.map(|f| f.chain_us)),

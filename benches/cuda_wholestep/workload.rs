@@ -280,7 +280,13 @@ impl Workload {
         );
         let plan = 36 * n;
         let writes = 2 * h * 56 * t;
-        let fold = h * (n + t) * mode.fold_bytes() as u64;
+        // The tail writes' folds; the tail verify's too in ALL mode (whole strips at the copy
+        // bandwidth), while PARTIAL's 16-byte reads are in the tail stage's gather floor.
+        let verify_fold = match mode.hash_mode() {
+            RealKvHashMode::All => n,
+            _ => 0,
+        };
+        let fold = h * (t + verify_fold) * mode.fold_bytes() as u64;
         plan + writes + fold
     }
 
@@ -292,12 +298,15 @@ impl Workload {
 
 /// How the step's floor is computed (printed with the results and in docs/benchmarks.md).
 pub const FLOOR_FORMULA: &str =
-    "floor = L x gather(N) + bytes / copy_bw + chain(longest request); \
-L = verify launches (4 for K+V, 2 for K only), gather(N) = the gather floor kernel over the \
-step's N verify entries (slot + predecessor loads and their two 32-byte canary gathers, measured \
-on the same plan and canary buffer), copy_bw = the measured device-to-device copy bandwidth \
-(bytes read + written per second), bytes = 36 N (plan: 4-byte table read, 32 bytes of plan \
-written) + 2 h x 56 T (head and tail writes: 24 bytes of inputs read, a 32-byte slot stored) + \
-h x (N + T) x f (tail verify and tail write folds), h = halves, T = tokens written, f = 16 \
+    "floor = G(head) + G(tail) + bytes / copy_bw + chain(longest request); \
+G(stage) = the stage floor kernel, measured on the step's own plan and buffers: one launch of \
+the stage's h halves side by side (as the pair launch), per entry the slot and predecessor index \
+loads and the 32-byte canary gathers on the half's buffer (the predecessor from the lane before \
+when it is that lane's slot, as the verify kernel), and in a PARTIAL tail the 16 bytes of the \
+entry's real-KV row in the half's pool (the random sector the fold reads); copy_bw = the \
+measured device-to-device copy bandwidth (bytes read + written per second), bytes = 36 N (plan: \
+4-byte table read, 32 bytes of plan written) + 2 h x 56 T (head and tail writes: 24 bytes of \
+inputs read, a 32-byte slot stored) + h x T x f (tail write folds) + in ALL mode h x N x f (tail \
+verify folds, whole strips), h = halves, N = verify entries, T = tokens written, f = 16 \
 (PARTIAL) or 2048 (ALL) bytes; chain(k) = the chain floor kernel of k dependent mix3 steps (the \
 write's serial hash chain; counted once: the four writes' chains are independent)";

@@ -3,6 +3,8 @@
 //    gathers of each entry's slot and of its predecessor's, the predecessor taken from the lane
 //    before when it is that lane's slot, as the verify kernel does), full grid, no hashing and
 //    no compares;
+//  * stage floor: the gather floor of a verify stage's K+V pair launch, on each half's own
+//    buffer, with the 16-byte real-KV read of a PARTIAL tail stage;
 //  * chain floor: n dependent mix3 steps in one thread, no memory: the write op's serial part.
 #include "common.cuh"
 
@@ -23,6 +25,46 @@ extern "C" __global__ void __launch_bounds__(512, 4)
         if (s > 0) {
             const kvc::Slot a = kvc::load_slot(buf, stride, s);
             acc ^= static_cast<u64>(a.token ^ a.position ^ a.prev_hash ^ a.real_kv_hash);
+        }
+        if (p > 0 && !shared) {
+            const kvc::Slot b = kvc::load_slot(buf, stride, p);
+            acc ^= static_cast<u64>(b.token ^ b.position ^ b.prev_hash);
+        }
+    }
+    if (acc == 0x0123456789ABCDEFull) *sink = static_cast<i64>(acc);  // keeps the loads alive
+}
+
+// Stage floor: the gather floor of a verify stage's pair launch. Blocks [0, blocks_per_half) run
+// the K half, the next blocks_per_half the V half (when there are two): the index loads and the
+// 32-byte canary gathers of each entry on the half's own buffer (predecessor from the lane before
+// as above), plus, when the half has a real-KV pool (kv != null, a tail stage in PARTIAL mode),
+// the 16 bytes at the start of the entry's row (the random sector the fold reads).
+extern "C" __global__ void __launch_bounds__(512, 4)
+    kv_canary_stage_floor(const i64* slots, const i64* prevs, i64 n, i64 blocks_per_half,
+                          const unsigned char* buf0, const unsigned char* kv0,
+                          const unsigned char* buf1, const unsigned char* kv1, i64 stride,
+                          i64 kv_row_stride, i64* sink) {
+    const bool second = static_cast<i64>(blockIdx.x) >= blocks_per_half;
+    const unsigned char* buf = second ? buf1 : buf0;
+    const unsigned char* kv = second ? kv1 : kv0;
+    const i64 bx = static_cast<i64>(blockIdx.x) - (second ? blocks_per_half : 0);
+    u64 acc = 0;
+    const int lane = threadIdx.x & 31;
+    const i64 step = blocks_per_half * blockDim.x;
+    const i64 first = bx * blockDim.x + (threadIdx.x & ~31u);
+    for (i64 base = first; base < n; base += step) {
+        const i64 e = base + lane;
+        const i64 s = e < n ? __ldg(slots + e) : 0;
+        const i64 p = e < n ? __ldg(prevs + e) : 0;
+        const i64 s_before = __shfl_up_sync(0xffffffffu, s, 1);
+        const bool shared = lane > 0 && s_before > 0 && p == s_before;
+        if (s > 0) {
+            const kvc::Slot a = kvc::load_slot(buf, stride, s);
+            acc ^= static_cast<u64>(a.token ^ a.position ^ a.prev_hash ^ a.real_kv_hash);
+            if (kv != nullptr) {
+                const ulonglong2 w = __ldg(reinterpret_cast<const ulonglong2*>(kv + s * kv_row_stride));
+                acc ^= w.x ^ w.y;
+            }
         }
         if (p > 0 && !shared) {
             const kvc::Slot b = kvc::load_slot(buf, stride, p);

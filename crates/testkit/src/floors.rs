@@ -60,8 +60,9 @@ fn download<T: cust::memory::DeviceCopy + Default + Clone>(
 }
 
 /// The entry points of `kernels/bench.cu`, looked up once (not inside a capture).
-const BENCH_KERNELS: [&str; 7] = [
+const BENCH_KERNELS: [&str; 8] = [
     "kv_canary_gather_floor",
+    "kv_canary_stage_floor",
     "kv_canary_chain_floor",
     "kv_canary_chain_floor_vector",
     "kv_canary_empty",
@@ -247,6 +248,131 @@ impl<'a> GatherFloor<'a> {
         // code cannot have rewritten them (cust writes a `DeviceBuffer` through `&mut` only);
         // `n` is within both index arrays and `sink` holds one element.
         unsafe { launch_packed(stream, &kernel, grid, 512, &args) }
+    }
+}
+
+/// One half of a [`StageFloor`]: its canary buffer and, for a tail stage in PARTIAL mode, its
+/// real-KV pool (one row of `kv_row_stride` bytes a slot, page size 1).
+#[derive(Clone, Copy, Debug)]
+pub struct StageHalf<'a> {
+    /// The half's canary buffer (32-byte records at the floor's stride).
+    pub buf: &'a kv_canary::cuda::DeviceArray<u8>,
+    /// The half's real-KV pool, whose first 16 bytes of each entry's row are read.
+    pub kv: Option<&'a DeviceBuffer<u8>>,
+}
+
+/// The gather floor of one verify stage as the step's pair launch runs it: for each of the
+/// first `n` entries, on every half (one or two, side by side in one launch), load `slots[e]`
+/// and `prevs[e]`, gather the 32-byte records of the half's buffer (the predecessor from the
+/// lane before when it is that lane's slot, as the verify kernel does) and, where the half has
+/// a pool, the 16 bytes of the entry's row: the memory traffic of a head stage, or of a PARTIAL
+/// tail stage, alone. The indices are checked once, when it is built (the kernel trusts them).
+pub struct StageFloor<'a> {
+    floors: &'a Floors,
+    slots: &'a DeviceBuffer<i64>,
+    prevs: &'a DeviceBuffer<i64>,
+    n: usize,
+    halves: [Option<StageHalf<'a>>; 2],
+    stride: usize,
+    kv_row_stride: usize,
+    sink: &'a DeviceBuffer<i64>,
+}
+
+impl<'a> StageFloor<'a> {
+    /// Checks every index against every buffer and pool (synchronous downloads) and keeps the
+    /// buffers; `halves` holds one or two halves, all with pools or none.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        floors: &'a Floors,
+        slots: &'a DeviceBuffer<i64>,
+        prevs: &'a DeviceBuffer<i64>,
+        n: usize,
+        halves: &[StageHalf<'a>],
+        stride: usize,
+        kv_row_stride: usize,
+        sink: &'a DeviceBuffer<i64>,
+    ) -> Result<Self, Error> {
+        let n = n.min(slots.len()).min(prevs.len());
+        if stride < 32 || !stride.is_multiple_of(8) || sink.is_empty() {
+            return Err(Error::OutOfRange {
+                what: "stage floor slot stride",
+                value: stride as i64,
+                allowed: "multiples of 8, at least 32, with a sink",
+            });
+        }
+        if halves.is_empty() || halves.len() > 2 {
+            return Err(Error::OutOfRange {
+                what: "stage floor halves",
+                value: halves.len() as i64,
+                allowed: "1 or 2",
+            });
+        }
+        if halves
+            .iter()
+            .any(|h| h.kv.is_some() != halves[0].kv.is_some())
+            || (halves[0].kv.is_some() && (kv_row_stride < 16 || !kv_row_stride.is_multiple_of(16)))
+        {
+            return Err(Error::OutOfRange {
+                what: "stage floor real-KV row stride",
+                value: kv_row_stride as i64,
+                allowed: "multiples of 16, with a pool on every half or on none",
+            });
+        }
+        for h in halves {
+            let mut num_slots = h.buf.len() / stride;
+            if let Some(kv) = h.kv {
+                // Row s must hold 16 bytes: s * kv_row_stride + 16 <= len.
+                let rows =
+                    kv.len().saturating_sub(16) / kv_row_stride + usize::from(kv.len() >= 16);
+                num_slots = num_slots.min(rows);
+            }
+            check_indices("stage floor slots", slots, n, 0, num_slots)?;
+            check_indices("stage floor prevs", prevs, n, i64::MIN, num_slots)?;
+        }
+        Ok(StageFloor {
+            floors,
+            slots,
+            prevs,
+            n,
+            halves: [halves.first().copied(), halves.get(1).copied()],
+            stride,
+            kv_row_stride,
+            sink,
+        })
+    }
+
+    /// Queues one pass on `stream`: `4 x SMs` blocks a half.
+    pub fn queue(&self, stream: &Stream) -> Result<(), Error> {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Args(u64, u64, i64, i64, u64, u64, u64, u64, i64, i64, u64);
+        let per_half = self.floors.sm_count() * 4;
+        let half =
+            |i: usize| self.halves[i].map_or((0, 0), |h| (h.buf.as_raw(), h.kv.map_or(0, addr)));
+        let ((b0, k0), (b1, k1)) = (half(0), half(1));
+        let halves = if self.halves[1].is_some() { 2 } else { 1 };
+        let args = Args(
+            addr(self.slots),
+            addr(self.prevs),
+            self.n as i64,
+            i64::from(per_half),
+            b0,
+            k0,
+            b1,
+            k1,
+            self.stride as i64,
+            self.kv_row_stride as i64,
+            addr(self.sink),
+        );
+        let kernel = self.floors.kernel("kv_canary_stage_floor")?;
+        // SAFETY: eleven parameters, passed as one packed struct of eleven 8-byte fields, which
+        // is how the kernel's parameter buffer is laid out; every slot and predecessor index was
+        // checked in `new` against every half's buffer and pool (16 bytes of row s inside the
+        // pool), and the index buffers have been borrowed shared since, so safe code cannot have
+        // rewritten them; blocks past the first `per_half` run the second half only when there
+        // is one (the grid is `halves x per_half`); `n` is within both index arrays and `sink`
+        // holds one element.
+        unsafe { launch_packed(stream, &kernel, per_half * halves, 512, &args) }
     }
 }
 
