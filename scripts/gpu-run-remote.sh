@@ -109,8 +109,9 @@ fi
 if want_only racecheck-views; then
   # The racecheck exit-9 item of docs/reliability.md: the view-step test under racecheck at
   # growing step counts (RACE_VIEW_STEPS, default "12 30 60 120"), each run's exit status, wall
-  # time, peak resident memory of the tool and the test (sampled every 0.5 s) and peak device
-  # memory; then the kernel log's last lines (an OOM kill names its victim there).
+  # time, peak resident memory of the test process (racecheck's own memory is in it; sampled
+  # every 0.5 s) and peak device memory; then the kernel log's last lines (an OOM kill names its
+  # victim there). docs/cuda-results/racecheck-memory.log has the runs.
   log="$OUT/racecheck-views.log"
   for n in ${RACE_VIEW_STEPS:-12 30 60 120}; do
     echo "=== racecheck, views_step_over_engine_memory, KV_CANARY_VIEW_STEPS=$n ===" >>"$log"
@@ -120,7 +121,11 @@ if want_only racecheck-views; then
     pid=$!
     peak_rss=0 peak_gpu=0
     while kill -0 "$pid" 2>/dev/null; do
-      rss=$(ps -o rss= --ppid "$pid" -p "$pid" 2>/dev/null | awk '{s+=$1} END {print s+0}')
+      rss=0  # the test process's own (racecheck runs inside it), not the tool's launcher
+      for p in $(pgrep -x cuda_gpu); do
+        r=$(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null)
+        (( ${r:-0} > rss )) && rss=${r:-0}
+      done
       gpu=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
       (( rss > peak_rss )) && peak_rss=$rss
       (( ${gpu:-0} > peak_gpu )) && peak_gpu=${gpu:-0}
