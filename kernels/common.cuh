@@ -119,20 +119,37 @@ __device__ __forceinline__ bool real_kv_active(const RealKv& kv) {
     return kv.mode != REAL_KV_NONE && kv.num_sources > 0;
 }
 
-// Whether every source has a row for slot s; records ST_REAL_KV_ROW for the first that has not.
-__device__ __forceinline__ bool real_kv_rows_ok(const RealKv& kv, i64 s, i64* status) {
+// The row of source k that holds slot s (64-bit division only for real pages).
+__device__ __forceinline__ i64 real_kv_row(const RealKv& kv, int k, i64 s) {
+    const i64 page = kv.page_size[k];
+    return page == 1 ? s : s / page;
+}
+
+// The first byte of slot s's strip in source k (its row checked by the caller).
+__device__ __forceinline__ const unsigned char* real_kv_strip(const RealKv& kv, int k, i64 s) {
+    const i64 row = real_kv_row(kv, k, s);
+    return kv.base[k] + row * kv.row_stride[k] + (s - row * kv.page_size[k]) * kv.bytes_per_token[k];
+}
+
+// The first source without a row for slot s, or -1 when every source has one.
+__device__ __forceinline__ int real_kv_missing_row(const RealKv& kv, i64 s) {
 #pragma unroll
     for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
-        if (k < kv.num_sources) {
-            const i64 page = kv.page_size[k];
-            const i64 row = page == 1 ? s : s / page;  // 64-bit division only for real pages
-            if (row >= kv.num_rows[k]) {
-                record_status(status, ST_REAL_KV_ROW, k, s, row, kv.num_rows[k]);
-                return false;
-            }
-        }
+        if (k < kv.num_sources && real_kv_row(kv, k, s) >= kv.num_rows[k]) return k;
     }
-    return true;
+    return -1;
+}
+
+// Whether every source has a row for slot s; records ST_REAL_KV_ROW for the first that has not.
+__device__ __forceinline__ bool real_kv_rows_ok(const RealKv& kv, i64 s, i64* status) {
+    const int k = real_kv_missing_row(kv, s);
+    if (k >= 0) record_status(status, ST_REAL_KV_ROW, k, s, real_kv_row(kv, k, s), kv.num_rows[k]);
+    return k < 0;
+}
+
+// One 16-byte piece of a strip folded into h: its two 8-byte words, in order (spec §2.11).
+__device__ __forceinline__ u64 fold16(u64 h, const ulonglong2& w) {
+    return splitmix64(splitmix64(h ^ w.x) ^ w.y);
 }
 
 // Fold of one source's strip for slot s: 8-byte words, h = splitmix64(h ^ w). PARTIAL folds the
@@ -140,15 +157,8 @@ __device__ __forceinline__ bool real_kv_rows_ok(const RealKv& kv, i64 s, i64* st
 // (serial) fold.
 template <bool PARTIAL, int PREFETCH = 4>
 __device__ __forceinline__ u64 source_hash(const RealKv& kv, int k, i64 s) {
-    const i64 page = kv.page_size[k];
-    const i64 row = page == 1 ? s : s / page;
-    const i64 col0 = (s - row * page) * kv.bytes_per_token[k];
-    const ulonglong2* v =
-        reinterpret_cast<const ulonglong2*>(kv.base[k] + row * kv.row_stride[k] + col0);
-    if (PARTIAL) {
-        const ulonglong2 w = __ldg(v);
-        return splitmix64(splitmix64(w.x) ^ w.y);
-    }
+    const ulonglong2* v = reinterpret_cast<const ulonglong2*>(real_kv_strip(kv, k, s));
+    if (PARTIAL) return fold16(0, __ldg(v));
     const i64 vectors = kv.read_bytes[k] >> 4;
     u64 h = 0;
     for (i64 base = 0; base < vectors; base += PREFETCH) {
@@ -159,10 +169,7 @@ __device__ __forceinline__ u64 source_hash(const RealKv& kv, int k, i64 s) {
         }
 #pragma unroll
         for (int j = 0; j < PREFETCH; ++j) {
-            if (base + j < vectors) {
-                h = splitmix64(h ^ w[j].x);
-                h = splitmix64(h ^ w[j].y);
-            }
+            if (base + j < vectors) h = fold16(h, w[j]);
         }
     }
     return h;

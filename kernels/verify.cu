@@ -323,11 +323,7 @@ __device__ __forceinline__ void batch_check(const VerifyArgs& a, const Ring& rin
     const bool ok = ((mask >> i) & 1u) != 0;
     u64 h = 0;
     if (ok && k < a.kv.num_sources) {
-        for (int pc = 0; pc < fold_pieces; ++pc) {
-            const ulonglong2 w = st.strip[lane][pc ^ (lane & 7)];
-            h = splitmix64(h ^ w.x);
-            h = splitmix64(h ^ w.y);
-        }
+        for (int pc = 0; pc < fold_pieces; ++pc) h = fold16(h, st.strip[lane][pc ^ (lane & 7)]);
     }
     u64 acc = 0;
 #pragma unroll
@@ -450,7 +446,6 @@ __device__ __forceinline__ void verify_streamed(const VerifyArgs& a) {
     StreamChunk* ck = reinterpret_cast<StreamChunk*>(s_raw) + warp * 2;
     const int pieces = static_cast<int>(a.kv.read_bytes[0] >> 4);
     const int chunks = (pieces + 7) / 8;
-    const i64 page = a.kv.page_size[0];
     const i64 batches = (n + 31) / 32;
     const i64 step = static_cast<i64>(gridDim.x) * STREAM_WARPS;
     // Warps interleaved over the blocks, so a small plan spreads over every multiprocessor.
@@ -463,12 +458,7 @@ __device__ __forceinline__ void verify_streamed(const VerifyArgs& a) {
             prev = __ldg(a.prevs + e);
             ok = entry_in_range<true>(a, e, s, prev);
         }
-        u64 strip = 0;
-        if (ok) {
-            const i64 row = page == 1 ? s : s / page;
-            strip = reinterpret_cast<u64>(a.kv.base[0] + row * a.kv.row_stride[0] +
-                                          (s - row * page) * a.kv.bytes_per_token[0]);
-        }
+        const u64 strip = ok ? reinterpret_cast<u64>(real_kv_strip(a.kv, 0, s)) : 0;
         Slot st = {}, pv = {};
         if (ok) {
             st = load_slot(a.buf, a.stride, s);
@@ -488,11 +478,7 @@ __device__ __forceinline__ void verify_streamed(const VerifyArgs& a) {
             const int here = min(8, pieces - c * 8);
             if (ok) {
                 const StreamChunk& k = ck[c & 1];
-                for (int p = 0; p < here; ++p) {
-                    const ulonglong2 w = k.piece[lane][p ^ (lane & 7)];
-                    h = splitmix64(h ^ w.x);
-                    h = splitmix64(h ^ w.y);
-                }
+                for (int p = 0; p < here; ++p) h = fold16(h, k.piece[lane][p ^ (lane & 7)]);
             }
             __syncwarp();  // chunk c & 1 is refilled by the next iteration's copies
         }

@@ -208,12 +208,8 @@ __device__ __forceinline__ void stage_small_strips(const WriteArgs& a, i64 start
             r -= static_cast<int>(a.kv.read_bytes[k] >> 4);
             ++k;
         }
-        const i64 page = a.kv.page_size[k];
-        const i64 row = page == 1 ? sl : sl / page;
-        if (row >= a.kv.num_rows[k]) continue;
-        const ulonglong2* v = reinterpret_cast<const ulonglong2*>(
-            a.kv.base[k] + row * a.kv.row_stride[k] + (sl - row * page) * a.kv.bytes_per_token[k]);
-        smem[q] = __ldg(v + r);
+        if (real_kv_row(a.kv, k, sl) >= a.kv.num_rows[k]) continue;
+        smem[q] = __ldg(reinterpret_cast<const ulonglong2*>(real_kv_strip(a.kv, k, sl)) + r);
     }
 }
 
@@ -225,11 +221,7 @@ __device__ __forceinline__ u64 fold_staged(const RealKv& kv, const ulonglong2* p
         if (k < kv.num_sources) {
             const int n = static_cast<int>(kv.read_bytes[k] >> 4);
             u64 h = 0;
-            for (int j = 0; j < n; ++j) {
-                const ulonglong2 w = p[j];
-                h = splitmix64(h ^ w.x);
-                h = splitmix64(h ^ w.y);
-            }
+            for (int j = 0; j < n; ++j) h = fold16(h, p[j]);
             p += n;
             acc = splitmix64(acc ^ h);
         }
@@ -240,16 +232,7 @@ __device__ __forceinline__ u64 fold_staged(const RealKv& kv, const ulonglong2* p
 // Whether every strip of slot `sl` was staged by stage_small_strips (the slot and every source's
 // row in range): exactly the entries load_entry does not skip. Records nothing.
 __device__ __forceinline__ bool strips_servable(const RealKv& kv, i64 sl, i64 num_slots) {
-    if (sl < 0 || sl >= num_slots) return false;
-#pragma unroll
-    for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
-        if (k < kv.num_sources) {
-            const i64 page = kv.page_size[k];
-            const i64 row = page == 1 ? sl : sl / page;
-            if (row >= kv.num_rows[k]) return false;
-        }
-    }
-    return true;
+    return sl >= 0 && sl < num_slots && real_kv_missing_row(kv, sl) < 0;
 }
 
 // The ALL folds of a decode-sized request r (at most 32 entries whose strips fit in `smem`):
