@@ -370,7 +370,33 @@ impl<'a> DeviceSettings<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Backend;
     use crate::cuda::driver::array::DeviceArray;
+    use crate::cuda::Stream;
+
+    #[test]
+    fn only_a_write_marked_behind_its_verify_folds_early() {
+        let plain = DeviceSettings::new(LaunchTag::TailKFull);
+        assert!(
+            !plain.follows_verify,
+            "a new launch waits for the launch ahead"
+        );
+        let marked = plain.following_verify();
+        assert!(marked.follows_verify);
+        // The builders keep the mark, and the tag.
+        let kept = marked
+            .with_real_kv(DeviceRealKv::NONE)
+            .with_chain_position_assert(ChainPositionAssert::OFF);
+        assert!(kept.follows_verify && kept.tag == LaunchTag::TailKFull);
+        // The step API's hook marks its tail writes; its settings start unmarked.
+        let from_step = <Stream as Backend>::settings(
+            LaunchTag::TailVFull,
+            DeviceRealKv::NONE,
+            ChainPositionAssert::ON,
+        );
+        assert!(!from_step.follows_verify);
+        assert!(<Stream as Backend>::after_own_verify(from_step).follows_verify);
+    }
 
     /// A view at a made-up address that no test dereferences (only the host-side checks run).
     fn fake_view(addr: u64, len: usize) -> DeviceArray<u8> {
