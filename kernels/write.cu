@@ -238,12 +238,12 @@ __device__ __forceinline__ bool strips_servable(const RealKv& kv, i64 sl, i64 nu
 // The ALL folds of a decode-sized request r (at most 32 entries whose strips fit in `smem`):
 // stages the strips (the whole block), then lane i of warp 0 folds entry i into `fold` when its
 // strips are all there. Returns whether it staged: only for a request whose offsets are in range
-// (the checks write_body repeats, and records, after the wait) and `pieces` (16-byte pieces an
-// entry) then holds the entry's size. It reads the write plan, the inputs and the KV bytes, and
+// (the checks write_body repeats, and records, after the wait). It reads the write plan, the
+// inputs and the KV bytes, and
 // stores nothing but shared memory: so it may run before grid_prologue() when none of those is
 // written by the grid ahead (WriteArgs::early_fold). Uniform over the block (__syncthreads).
 __device__ __forceinline__ bool stage_and_fold_small(const WriteArgs& a, i64 r, ulonglong2* smem,
-                                                     i64 smem_bytes, int& pieces, u64& fold) {
+                                                     i64 smem_bytes, u64& fold) {
     i64 nreq = *a.num_valid_reqs;
     nreq = nreq < 0 ? 0 : (nreq > a.req_capacity ? a.req_capacity : nreq);
     if (r >= nreq) return false;
@@ -257,7 +257,7 @@ __device__ __forceinline__ bool stage_and_fold_small(const WriteArgs& a, i64 r, 
         if (k < a.kv.num_sources) bytes += a.kv.read_bytes[k];
     }
     if (count * bytes > smem_bytes) return false;
-    pieces = static_cast<int>(bytes >> 4);
+    const int pieces = static_cast<int>(bytes >> 4);  // 16-byte pieces an entry
     stage_small_strips(a, start, static_cast<int>(count), pieces, smem);
     __syncthreads();
     const int tid = threadIdx.x;
@@ -426,14 +426,13 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     // ALL folds of a decode-sized request, staged in the tiles' memory (which that path does not
     // use otherwise): before the wait for the grid ahead when that grid writes nothing they read
     // (early_fold), so they overlap it; else after it.
-    int pieces = 0;
     u64 fold = 0;
     bool staged = false;
     const i64 smem_bytes = static_cast<i64>(sizeof(s_tiles));
     ulonglong2* smem = reinterpret_cast<ulonglong2*>(s_tiles);
-    if (KV == 2 && a.early_fold != 0) staged = stage_and_fold_small(a, r, smem, smem_bytes, pieces, fold);
+    if (KV == 2 && a.early_fold != 0) staged = stage_and_fold_small(a, r, smem, smem_bytes, fold);
     grid_prologue();
-    if (KV == 2 && a.early_fold == 0) staged = stage_and_fold_small(a, r, smem, smem_bytes, pieces, fold);
+    if (KV == 2 && a.early_fold == 0) staged = stage_and_fold_small(a, r, smem, smem_bytes, fold);
     if (r == 0 && tid == 0) atomic_add_i64(a.kernel_counter, 1);
     // Everything the block needs first is read at once (r < req_capacity: always in bounds).
     const i64 start = __ldg(a.offsets + r);
