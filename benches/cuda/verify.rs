@@ -156,15 +156,12 @@ pub fn run(gpu: &Gpu, o: &Options) -> Result<Vec<Row>, Error> {
         );
         // The gather floor over the same entries, the same buffer.
         let (dslots, dprevs) = (plan_array(&e[0])?, plan_array(&e[3])?);
-        let gather = floors::GatherFloor::new(
-            floors_kit,
-            &dslots,
-            &dprevs,
-            n,
-            canary_bytes(&canary),
-            32,
-            &sink,
-        )?;
+        let half = floors::StageHalf {
+            buf: canary_bytes(&canary),
+            kv: None,
+        };
+        let gather =
+            floors::StageFloor::new(floors_kit, &dslots, &dprevs, n, &[half], 32, 0, &sink)?;
         let floor = timing::time(&stream, Lead::Idle, 5, o.reps, || gather.queue(&stream))?;
         if i == 2 {
             floor_16m = floor.median_us;

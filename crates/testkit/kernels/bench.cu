@@ -1,44 +1,19 @@
 // Hardware floors the benchmark measures in the same run as the ops (issue #5):
-//  * gather floor: the verify op's memory traffic alone (index loads plus the random 32-byte
-//    gathers of each entry's slot and of its predecessor's, the predecessor taken from the lane
-//    before when it is that lane's slot, as the verify kernel does), full grid, no hashing and
-//    no compares;
-//  * stage floor: the gather floor of a verify stage's K+V pair launch, on each half's own
-//    buffer, with the 16-byte real-KV read of a PARTIAL tail stage;
+//  * stage (gather) floor: the verify op's memory traffic alone (index loads plus the random
+//    32-byte gathers of each entry's slot and of its predecessor's, the predecessor taken from
+//    the lane before when it is that lane's slot, as the verify kernel does), full grid, no
+//    hashing and no compares; for one launch's buffer, or the two halves of a K+V pair launch
+//    side by side, with the 16-byte real-KV read of a PARTIAL tail stage;
 //  * chain floor: n dependent mix3 steps in one thread, no memory: the write op's serial part.
 #include "common.cuh"
 
 
-extern "C" __global__ void __launch_bounds__(512, 4)
-    kv_canary_gather_floor(const i64* slots, const i64* prevs, i64 n, const unsigned char* buf,
-                           i64 stride, i64* sink) {
-    u64 acc = 0;
-    const int lane = threadIdx.x & 31;
-    const i64 step = static_cast<i64>(gridDim.x) * blockDim.x;
-    const i64 first = static_cast<i64>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31u);
-    for (i64 base = first; base < n; base += step) {
-        const i64 e = base + lane;
-        const i64 s = e < n ? __ldg(slots + e) : 0;
-        const i64 p = e < n ? __ldg(prevs + e) : 0;
-        const i64 s_before = __shfl_up_sync(0xffffffffu, s, 1);
-        const bool shared = lane > 0 && s_before > 0 && p == s_before;
-        if (s > 0) {
-            const kvc::Slot a = kvc::load_slot(buf, stride, s);
-            acc ^= static_cast<u64>(a.token ^ a.position ^ a.prev_hash ^ a.real_kv_hash);
-        }
-        if (p > 0 && !shared) {
-            const kvc::Slot b = kvc::load_slot(buf, stride, p);
-            acc ^= static_cast<u64>(b.token ^ b.position ^ b.prev_hash);
-        }
-    }
-    if (acc == 0x0123456789ABCDEFull) *sink = static_cast<i64>(acc);  // keeps the loads alive
-}
-
-// Stage floor: the gather floor of a verify stage's pair launch. Blocks [0, blocks_per_half) run
-// the K half, the next blocks_per_half the V half (when there are two): the index loads and the
-// 32-byte canary gathers of each entry on the half's own buffer (predecessor from the lane before
-// as above), plus, when the half has a real-KV pool (kv != null, a tail stage in PARTIAL mode),
-// the 16 bytes at the start of the entry's row (the random sector the fold reads).
+// Stage floor: the gather floor of one verify launch, or of a stage's pair launch. Blocks
+// [0, blocks_per_half) run the K half (the only one, for one launch), the next blocks_per_half
+// the V half: the index loads and the 32-byte canary gathers of each entry on the half's own
+// buffer (the predecessor from the lane before when it is that lane's slot, as the verify kernel
+// does), plus, when the half has a real-KV pool (kv != null, a tail stage in PARTIAL mode), the
+// 16 bytes at the start of the entry's row (the random sector the fold reads).
 extern "C" __global__ void __launch_bounds__(512, 4)
     kv_canary_stage_floor(const i64* slots, const i64* prevs, i64 n, i64 blocks_per_half,
                           const unsigned char* buf0, const unsigned char* kv0,

@@ -60,8 +60,7 @@ fn download<T: cust::memory::DeviceCopy + Default + Clone>(
 }
 
 /// The entry points of `kernels/bench.cu`, looked up once (not inside a capture).
-const BENCH_KERNELS: [&str; 8] = [
-    "kv_canary_gather_floor",
+const BENCH_KERNELS: [&str; 7] = [
     "kv_canary_stage_floor",
     "kv_canary_chain_floor",
     "kv_canary_chain_floor_vector",
@@ -180,77 +179,6 @@ pub fn device_copy(
     })
 }
 
-/// The gather floor: for each of the first `n` entries, load `slots[e]` and `prevs[e]` and
-/// gather their 32-byte canary slots (`buf`, `stride` bytes a slot), nothing else: the verify
-/// op's memory traffic alone, on a full grid like the verify launch. The indices are checked
-/// once, when it is built (the kernel trusts them).
-pub struct GatherFloor<'a> {
-    floors: &'a Floors,
-    slots: &'a DeviceBuffer<i64>,
-    prevs: &'a DeviceBuffer<i64>,
-    n: usize,
-    buf: &'a kv_canary::cuda::DeviceArray<u8>,
-    stride: usize,
-    sink: &'a DeviceBuffer<i64>,
-}
-
-impl<'a> GatherFloor<'a> {
-    /// Checks every index against the buffer (synchronous downloads) and keeps the buffers.
-    pub fn new(
-        floors: &'a Floors,
-        slots: &'a DeviceBuffer<i64>,
-        prevs: &'a DeviceBuffer<i64>,
-        n: usize,
-        buf: &'a kv_canary::cuda::DeviceArray<u8>,
-        stride: usize,
-        sink: &'a DeviceBuffer<i64>,
-    ) -> Result<Self, Error> {
-        let n = n.min(slots.len()).min(prevs.len());
-        if stride < 32 || !stride.is_multiple_of(8) || sink.is_empty() {
-            return Err(Error::OutOfRange {
-                what: "gather floor slot stride",
-                value: stride as i64,
-                allowed: "multiples of 8, at least 32, with a sink",
-            });
-        }
-        let num_slots = buf.len() / stride;
-        check_indices("gather floor slots", slots, n, 0, num_slots)?;
-        check_indices("gather floor prevs", prevs, n, i64::MIN, num_slots)?;
-        Ok(GatherFloor {
-            floors,
-            slots,
-            prevs,
-            n,
-            buf,
-            stride,
-            sink,
-        })
-    }
-
-    /// Queues one pass on `stream`.
-    pub fn queue(&self, stream: &Stream) -> Result<(), Error> {
-        #[repr(C)]
-        #[derive(Clone, Copy)]
-        struct Args(u64, u64, i64, u64, i64, u64);
-        let args = Args(
-            addr(self.slots),
-            addr(self.prevs),
-            self.n as i64,
-            self.buf.as_raw(),
-            self.stride as i64,
-            addr(self.sink),
-        );
-        let grid = self.floors.sm_count() * 4;
-        let kernel = self.floors.kernel("kv_canary_gather_floor")?;
-        // SAFETY: six parameters, passed as one packed struct of six 8-byte fields, which is
-        // how the kernel's parameter buffer is laid out; every slot index was checked against
-        // the buffer in `new`, and the index buffers have been borrowed shared since, so safe
-        // code cannot have rewritten them (cust writes a `DeviceBuffer` through `&mut` only);
-        // `n` is within both index arrays and `sink` holds one element.
-        unsafe { launch_packed(stream, &kernel, grid, 512, &args) }
-    }
-}
-
 /// One half of a [`StageFloor`]: its canary buffer and, for a tail stage in PARTIAL mode, its
 /// real-KV pool (one row of `kv_row_stride` bytes a slot, page size 1).
 #[derive(Clone, Copy, Debug)]
@@ -261,8 +189,9 @@ pub struct StageHalf<'a> {
     pub kv: Option<&'a DeviceBuffer<u8>>,
 }
 
-/// The gather floor of one verify stage as the step's pair launch runs it: for each of the
-/// first `n` entries, on every half (one or two, side by side in one launch), load `slots[e]`
+/// The gather floor of one verify stage as the step's pair launch runs it (with one half and no
+/// pool, the gather floor of one verify launch): for each of the first `n` entries, on every
+/// half (one or two, side by side in one launch), load `slots[e]`
 /// and `prevs[e]`, gather the 32-byte records of the half's buffer (the predecessor from the
 /// lane before when it is that lane's slot, as the verify kernel does) and, where the half has
 /// a pool, the 16 bytes of the entry's row: the memory traffic of a head stage, or of a PARTIAL
