@@ -556,7 +556,11 @@ pub struct StepParts<'a> {
     /// Head K, head V, tail K, tail V.
     buffers: [&'a CanaryBuffer<Uc, Device>; 4],
     counters: [&'a HealthCounters<Device>; 4],
+    /// The verify launches' settings, in `buffers` order.
     settings: [DeviceSettings<'a>; 4],
+    /// The write launches' settings: the tail's marked as following the tail verify, as the
+    /// step API marks them.
+    write_settings: [DeviceSettings<'a>; 4],
     ring: &'a ViolationRing<Uc, Device>,
     halves: usize,
     /// K and V of each stage as one pair launch (the step API's choice, from the tuning).
@@ -576,6 +580,7 @@ impl<'a> StepParts<'a> {
         let counter = |i: usize| c.counters(tags[i]).ok_or("a counter pair is missing");
         let (verify, write) = c.plans();
         let fold = [DeviceRealKv::NONE, DeviceRealKv::NONE, kv.k, kv.v];
+        let settings = [0, 1, 2, 3].map(|i| DeviceSettings::new(tags[i]).with_real_kv(fold[i]));
         Ok(StepParts {
             shape: c.shape(),
             plan_inputs,
@@ -584,7 +589,11 @@ impl<'a> StepParts<'a> {
             inputs,
             buffers: [buffer(0)?, buffer(1)?, buffer(2)?, buffer(3)?],
             counters: [counter(0)?, counter(1)?, counter(2)?, counter(3)?],
-            settings: [0, 1, 2, 3].map(|i| DeviceSettings::new(tags[i]).with_real_kv(fold[i])),
+            settings,
+            write_settings: [0, 1, 2, 3].map(|i| match i {
+                0 | 1 => settings[i],
+                _ => settings[i].following_verify(),
+            }),
             ring: c.ring(),
             halves: mode.halves(),
             pairs: mode.halves() == 2 && c.backend().gpu().kernel_tuning().pair_launches,
@@ -642,20 +651,12 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
             )?;
             i += 1;
             after(i)?;
-            // The tail writes follow the tail verify, as in the step API.
-            let (sk, sv) = match end {
-                0 => (p.settings[k], p.settings[v]),
-                _ => (
-                    p.settings[k].following_verify(),
-                    p.settings[v].following_verify(),
-                ),
-            };
             cuda::write_pair(
                 on,
                 p.shape,
                 p.write,
                 p.inputs,
-                (&sk, &sv),
+                (&p.write_settings[k], &p.write_settings[v]),
                 (p.buffers[k], p.buffers[v]),
                 p.ring,
                 (p.counters[k], p.counters[v]),
@@ -683,16 +684,12 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
         }
         for h in 0..p.halves {
             let b = end + h;
-            let settings = match end {
-                0 => p.settings[b],
-                _ => p.settings[b].following_verify(),
-            };
             cuda::write(
                 on,
                 p.shape,
                 p.write,
                 p.inputs,
-                &settings,
+                &p.write_settings[b],
                 p.buffers[b],
                 p.ring,
                 p.counters[b],
