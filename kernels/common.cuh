@@ -231,10 +231,11 @@ __device__ __forceinline__ i64 reserve_violations(const Ring& ring, int n) {
 // launch was not early, or nothing is ahead), before any load or store, and then lets the
 // kernel behind it launch early in turn. What overlaps is only the launch and the blocks' start,
 // with one exception: a write launch right behind one of this library's verify launches
-// (WriteArgs::early_fold) stages and folds the real-KV strips of decode-sized requests first.
-// Those read only the write plan, the inputs and the KV bytes, which the verify does not write
-// and which the kernels before it (the forward pass among them) completed before the verify
-// passed its own grid_prologue(), which is before it let the write launch.
+// (WriteArgs::early_fold) runs the reading half of its decode-sized requests first (write_body
+// in write.cu). That reads only the write plan, the inputs, the canary records and the KV
+// bytes, which the verify does not write and which the kernels before it (the forward pass among
+// them) completed before the verify passed its own grid_prologue(), which is before it let the
+// write launch; it stores nothing before the wait.
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void grid_prologue() {
 #if __CUDA_ARCH__ >= 900

@@ -25,7 +25,9 @@
 //   reserve one contiguous range per tile.
 // * Requests of at most 32 entries (decode) run on warp 0 alone, a lane an entry; in ALL mode
 //   the whole block first stages their strips in the (otherwise unused) tile memory, so each
-//   lane folds its 2 KB strip out of shared memory instead of waiting on its own loads.
+//   lane folds its 2 KB strip out of shared memory instead of waiting on its own loads. Behind
+//   this crate's verify of the same stage (WriteArgs::early_fold) everything but their stores
+//   runs before the wait for that verify (write_body).
 #include "common.cuh"
 
 namespace kvc {
@@ -42,6 +44,7 @@ constexpr unsigned char F_SKIP = 1;  // slot < 0 (or not servable): nothing writ
 constexpr unsigned char F_TOK = 2;   // input assert: token differs from the expected one
 constexpr unsigned char F_POS = 4;   // input assert: position differs
 constexpr unsigned char F_CPOS = 8;  // chain-position assert: position != previous + 1
+constexpr unsigned char F_ERR = 16;  // QUIET load_entry: an error it did not record (skipped too)
 
 struct WriteArgs {
     const i64* offsets;  // req_capacity + 1
@@ -102,8 +105,9 @@ struct Entry {
 };
 
 // Loads entry i, checks its slot, compares the input assert; with FOLD, folds its real-KV
-// bytes. KV: 0 = no fold, 1 = PARTIAL, 2 = ALL.
-template <int KV, bool INPUT_ASSERT, bool FOLD>
+// bytes. KV: 0 = no fold, 1 = PARTIAL, 2 = ALL. QUIET: an error is not recorded but flagged
+// (F_ERR), for a caller that redoes the request with recording.
+template <int KV, bool INPUT_ASSERT, bool FOLD, bool QUIET = false>
 __device__ __forceinline__ Entry load_entry(const WriteArgs& a, i64 i) {
     Entry e;
     e.tk = __ldg(a.input_ids + i);
@@ -114,10 +118,11 @@ __device__ __forceinline__ Entry load_entry(const WriteArgs& a, i64 i) {
     if (e.sl < 0) {
         e.f = F_SKIP;
     } else if (e.sl >= a.num_slots) {
-        record_status(a.status, ST_SLOT_OUT_OF_RANGE, SA_OUT_CACHE_LOC, i, e.sl, a.num_slots);
-        e.f = F_SKIP;
-    } else if (KV != 0 && !real_kv_rows_ok(a.kv, e.sl, a.status)) {
-        e.f = F_SKIP;
+        if (!QUIET) record_status(a.status, ST_SLOT_OUT_OF_RANGE, SA_OUT_CACHE_LOC, i, e.sl, a.num_slots);
+        e.f = QUIET ? F_SKIP | F_ERR : F_SKIP;
+    } else if (KV != 0 && (QUIET ? real_kv_missing_row(a.kv, e.sl) >= 0
+                                  : !real_kv_rows_ok(a.kv, e.sl, a.status))) {
+        e.f = QUIET ? F_SKIP | F_ERR : F_SKIP;
     } else {
         if (FOLD && KV != 0) e.rk = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, e.sl));
         if (INPUT_ASSERT) {
@@ -235,33 +240,51 @@ __device__ __forceinline__ bool strips_servable(const RealKv& kv, i64 sl, i64 nu
     return sl >= 0 && sl < num_slots && real_kv_missing_row(kv, sl) < 0;
 }
 
-// The ALL folds of a decode-sized request r (at most 32 entries whose strips fit in `smem`):
-// stages the strips (the whole block), then lane i of warp 0 folds entry i into `fold` when its
-// strips are all there. Returns whether it staged: only for a request whose offsets are in range
-// (the checks write_body repeats, and records, after the wait). It reads the write plan, the
-// inputs and the KV bytes, and
-// stores nothing but shared memory: so it may run before grid_prologue() when none of those is
-// written by the grid ahead (WriteArgs::early_fold). Uniform over the block (__syncthreads).
-__device__ __forceinline__ bool stage_and_fold_small(const WriteArgs& a, i64 r, ulonglong2* smem,
-                                                     i64 smem_bytes, u64& fold) {
+// A decode-sized request (at most 32 entries) as write_body finds it: `ok` when r is a valid
+// request whose offsets are in range, with 1 to 32 entries and a seed below num_slots (every
+// check write_body makes, and records, before it takes the request to write_small). Reads the
+// write plan only and records nothing; the same in every thread of the block.
+struct SmallRequest {
+    bool ok;
+    bool assert_flag;
+    int count;
+    i64 start, seed;
+};
+
+__device__ __forceinline__ SmallRequest small_request(const WriteArgs& a, i64 r) {
+    SmallRequest q = {};
     i64 nreq = *a.num_valid_reqs;
     nreq = nreq < 0 ? 0 : (nreq > a.req_capacity ? a.req_capacity : nreq);
-    if (r >= nreq) return false;
+    if (r >= nreq) return q;
     const i64 start = __ldg(a.offsets + r);
     const i64 end = __ldg(a.offsets + r + 1);
-    if (start < 0 || start > a.entry_capacity || end < start || end > a.entry_capacity) return false;
-    const i64 count = end - start;
-    if (count == 0 || count > 32) return false;
+    const i64 seed = __ldg(a.seeds + r);
+    if (start < 0 || start > a.entry_capacity || end < start || end > a.entry_capacity) return q;
+    if (end == start || end - start > 32 || seed >= a.num_slots) return q;
+    q.ok = true;
+    q.assert_flag = (a.chain_assert ? *a.chain_assert : a.chain_assert_fixed) != 0;
+    q.count = static_cast<int>(end - start);
+    q.start = start;
+    q.seed = seed;
+    return q;
+}
+
+// The ALL folds of decode-sized request `q` (q.ok) when its strips fit in `smem`: stages the
+// strips (the whole block), then lane i of warp 0 folds entry i into `fold` when its strips are
+// all there. Returns whether it staged. It reads the inputs and the KV bytes and stores nothing
+// but shared memory. Uniform over the block (__syncthreads).
+__device__ __forceinline__ bool stage_and_fold_small(const WriteArgs& a, const SmallRequest& q,
+                                                     ulonglong2* smem, i64 smem_bytes, u64& fold) {
     i64 bytes = 0;
     for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
         if (k < a.kv.num_sources) bytes += a.kv.read_bytes[k];
     }
-    if (count * bytes > smem_bytes) return false;
+    if (q.count * bytes > smem_bytes) return false;
     const int pieces = static_cast<int>(bytes >> 4);  // 16-byte pieces an entry
-    stage_small_strips(a, start, static_cast<int>(count), pieces, smem);
+    stage_small_strips(a, q.start, q.count, pieces, smem);
     __syncthreads();
     const int tid = threadIdx.x;
-    if (tid < count && strips_servable(a.kv, __ldg(a.out_cache_loc + start + tid), a.num_slots)) {
+    if (tid < q.count && strips_servable(a.kv, __ldg(a.out_cache_loc + q.start + tid), a.num_slots)) {
         fold = fold_staged(a.kv, smem + tid * pieces);
     }
     return true;
@@ -269,32 +292,46 @@ __device__ __forceinline__ bool stage_and_fold_small(const WriteArgs& a, i64 r, 
 
 // A request of at most 32 entries, in one warp: lane i loads (and folds) entry i; every lane runs
 // the same chain over the entries (shuffled to all lanes), so each knows its entry's hash; rows
-// are reserved in entry order with one atomic. `assert_flag` was read with the offsets. When
-// `staged`, the strips were staged and lane i's fold is `fold` (stage_and_fold_small).
-template <int KV, bool INPUT_ASSERT>
-__device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring, i64 start, int count,
-                                            i64 seed, bool assert_flag, bool staged, u64 fold) {
+// are reserved in entry order with one atomic. chain_small is the half that reads and computes,
+// store_small the half that stores; write_small both.
+
+// Lane i's entry of a decode-sized request and what the chain gave it.
+struct SmallLane {
+    Entry e;
+    i64 hash;  // the running hash before the entry
+    i64 cexp;  // the chain-position assert's expected position (cpos)
+    bool cpos;
+};
+
+// The reading half over request `q`: stores nothing (QUIET: records nothing either, and returns
+// false when an entry had an error to record: the caller redoes the request with write_small).
+// When `staged`, the strips were staged and lane i's fold is `fold` (stage_and_fold_small).
+template <int KV, bool INPUT_ASSERT, bool QUIET>
+__device__ __forceinline__ bool chain_small(const WriteArgs& a, const SmallRequest& q, bool staged,
+                                            u64 fold, SmallLane& out) {
     const int lane = threadIdx.x & 31;
+    const int count = q.count;
     u64 running = CHAIN_HEAD;
     i64 prev_pos = 0;
     bool chain_assert = false;
     Slot sd = {};
-    if (seed >= 0 && lane == 0) sd = load_slot(a.buf, a.stride, seed);
+    if (q.seed >= 0 && lane == 0) sd = load_slot(a.buf, a.stride, q.seed);
     Entry e = {0, 0, -1, 0, F_SKIP};
     if (lane < count) {
         if (staged) {
-            e = load_entry<KV, INPUT_ASSERT, false>(a, start + lane);
+            e = load_entry<KV, INPUT_ASSERT, false, QUIET>(a, q.start + lane);
             if (!(e.f & F_SKIP)) e.rk = static_cast<i64>(fold);
         } else {
-            e = load_entry<KV, INPUT_ASSERT, true>(a, start + lane);
+            e = load_entry<KV, INPUT_ASSERT, true, QUIET>(a, q.start + lane);
         }
     }
-    if (seed >= 0) {
+    if (QUIET && __any_sync(0xffffffffu, (e.f & F_ERR) != 0)) return false;
+    if (q.seed >= 0) {
         sd.token = __shfl_sync(0xffffffffu, sd.token, 0);
         sd.position = __shfl_sync(0xffffffffu, sd.position, 0);
         sd.prev_hash = __shfl_sync(0xffffffffu, sd.prev_hash, 0);
         running = slot_hash(sd);
-        chain_assert = assert_flag;
+        chain_assert = q.assert_flag;
         prev_pos = sd.position;
     }
     i64 my_hash = 0, my_cexp = 0;
@@ -315,15 +352,25 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
         }
         if (k + 1 < count) running = mix3(running, static_cast<u64>(tk), static_cast<u64>(ps));
     }
+    out = {e, my_hash, my_cexp, my_cpos};
+    return true;
+}
+
+// The storing half: lane i's slot, the slot counter and the violation rows of request `q`.
+template <bool INPUT_ASSERT>
+__device__ __forceinline__ void store_small(const WriteArgs& a, const Ring& ring, const SmallRequest& q,
+                                            const SmallLane& l) {
+    const int lane = threadIdx.x & 31;
+    const Entry& e = l.e;
     const bool stored = !(e.f & F_SKIP);
     if (stored) {
-        const Slot v = {e.tk, e.ps, my_hash, e.rk};
+        const Slot v = {e.tk, e.ps, l.hash, e.rk};
         store_slot(a.buf, a.stride, e.sl, v);
     }
     const unsigned written = __popc(__ballot_sync(0xffffffffu, stored));
     if (lane == 0 && written > 0) atomic_add_i64(a.slot_counter, written);
     const int input_row = (INPUT_ASSERT && stored && (e.f & (F_TOK | F_POS))) ? 1 : 0;
-    const int chain_row = (stored && my_cpos) ? 1 : 0;
+    const int chain_row = (stored && l.cpos) ? 1 : 0;
     const int rows = input_row + chain_row;
     int inc = rows;
 #pragma unroll
@@ -337,15 +384,23 @@ __device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring
     if (lane == 0) base = reserve_violations(ring, total);
     base = __shfl_sync(0xffffffffu, base, 0);
     i64 seq = base + inc - rows;
-    const i64 i = start + lane;
+    const i64 i = q.start + lane;
     if (input_row) {
         const i64 bits = ((e.f & F_TOK) ? WRITE_TOKEN_MISMATCH : 0) | ((e.f & F_POS) ? WRITE_POSITION_MISMATCH : 0);
-        store_violation(ring, seq++, a.tag, e.sl, e.ps, e.tk, __ldg(a.exp_tokens + i), my_hash,
+        store_violation(ring, seq++, a.tag, e.sl, e.ps, e.tk, __ldg(a.exp_tokens + i), l.hash,
                         __ldg(a.exp_positions + i), bits);
     }
     if (chain_row) {
-        store_violation(ring, seq, a.tag, e.sl, e.ps, e.tk, e.tk, my_hash, my_cexp, WRITE_POSITION_MISMATCH);
+        store_violation(ring, seq, a.tag, e.sl, e.ps, e.tk, e.tk, l.hash, l.cexp, WRITE_POSITION_MISMATCH);
     }
+}
+
+template <int KV, bool INPUT_ASSERT>
+__device__ __forceinline__ void write_small(const WriteArgs& a, const Ring& ring, const SmallRequest& q,
+                                            bool staged, u64 fold) {
+    SmallLane l;
+    chain_small<KV, INPUT_ASSERT, false>(a, q, staged, fold, l);
+    store_small<INPUT_ASSERT>(a, ring, q, l);
 }
 
 // One chain step over kept entry j (every lane of warp 0 computes it; lane 0 stores).
@@ -423,17 +478,41 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
 
     const int tid = threadIdx.x;
     const i64 r = blockIdx.x;
-    // ALL folds of a decode-sized request, staged in the tiles' memory (which that path does not
-    // use otherwise): before the wait for the grid ahead when that grid writes nothing they read
-    // (early_fold), so they overlap it; else after it.
+    const Ring ring = {a.ring, a.ring_capacity, a.write_index};
+    // A decode-sized request (at most 32 entries) runs on warp 0 alone; in ALL mode its strips
+    // are first staged and folded in the tiles' memory (which that path does not use
+    // otherwise). When the grid ahead is this crate's verify of the same stage (early_fold), it
+    // writes nothing this request reads: the whole reading half (staged folds, loads, folds and
+    // the chain) runs before the wait and overlaps that grid; only the stores, the counters and
+    // the rows follow it. A request with an error to record is redone after the wait.
     u64 fold = 0;
     bool staged = false;
     const i64 smem_bytes = static_cast<i64>(sizeof(s_tiles));
     ulonglong2* smem = reinterpret_cast<ulonglong2*>(s_tiles);
-    if (KV == 2 && a.early_fold != 0) staged = stage_and_fold_small(a, r, smem, smem_bytes, fold);
+    SmallRequest q = {};
+    SmallLane early = {};
+    bool chained = false;
+    if (a.early_fold != 0) {
+        q = small_request(a, r);
+        if (KV == 2 && q.ok) staged = stage_and_fold_small(a, q, smem, smem_bytes, fold);
+        if (q.ok && tid < 32) chained = chain_small<KV, INPUT_ASSERT, true>(a, q, staged, fold, early);
+    }
     grid_prologue();
-    if (KV == 2 && a.early_fold == 0) staged = stage_and_fold_small(a, r, smem, smem_bytes, fold);
     if (r == 0 && tid == 0) atomic_add_i64(a.kernel_counter, 1);
+    if (a.early_fold == 0) {
+        q = small_request(a, r);
+        if (KV == 2 && q.ok) staged = stage_and_fold_small(a, q, smem, smem_bytes, fold);
+    }
+    if (q.ok) {
+        if (tid < 32) {
+            if (chained) {
+                store_small<INPUT_ASSERT>(a, ring, q, early);
+            } else {
+                write_small<KV, INPUT_ASSERT>(a, ring, q, staged, fold);
+            }
+        }
+        return;
+    }
     // Everything the block needs first is read at once (r < req_capacity: always in bounds).
     const i64 start = __ldg(a.offsets + r);
     const i64 end = __ldg(a.offsets + r + 1);
@@ -457,17 +536,9 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
         if (tid == 0) record_status(a.status, ST_SLOT_OUT_OF_RANGE, SA_WRITE_SEED, r, seed, a.num_slots);
         return;
     }
+    // Past small_request's checks: more than 32 entries.
     const i64 count = end - start;
     const i64 ntiles = (count + WRITE_TILE - 1) / WRITE_TILE;
-    const Ring ring = {a.ring, a.ring_capacity, a.write_index};
-    if (count <= 32) {
-        // Decode-sized requests: warp 0 alone (ALL strips staged and folded above when they fit).
-        if (tid < 32) {
-            write_small<KV, INPUT_ASSERT>(a, ring, start, static_cast<int>(count), seed, assert_flag,
-                                          staged, fold);
-        }
-        return;
-    }
     // The chain-position assert needs a previous position: only a seeded chain has one.
     const bool chain_assert = seed >= 0 && assert_flag;
     const int w = worker_index();

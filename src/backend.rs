@@ -85,8 +85,8 @@ pub trait Backend {
 
     /// The settings of a write launch the step API queues right behind its own verify
     /// launches, with nothing of the engine's between (the tail stage); a backend may use that
-    /// (the CUDA one lets such a write fold real-KV bytes before the verify completes, which
-    /// writes none of what the fold reads). Unchanged by default.
+    /// (the CUDA one lets such a write load, fold and chain its decode-sized requests before
+    /// the verify completes, which writes none of what they read). Unchanged by default.
     #[doc(hidden)]
     fn after_own_verify<'k>(settings: Self::Settings<'k>) -> Self::Settings<'k> {
         settings

@@ -225,10 +225,11 @@ kernel_args! {
         status: DevPtr<i64>,
         /// Real-KV sources.
         kv: RealKv,
-        /// 1: fold the real-KV strips of decode-sized requests before waiting for the grid
-        /// ahead (its launch overlapped; see `write_body` in kernels/write.cu), because the grid
-        /// ahead is one of this crate's verify or write launches of the same stage, which write
-        /// nothing the fold reads (`DeviceSettings::following_verify`); 0: wait first.
+        /// 1: run the reading half of decode-sized requests (loads, folds, the chain) before
+        /// waiting for the grid ahead (its launch overlapped; see `write_body` in
+        /// kernels/write.cu), because the grid ahead is one of this crate's verify or write
+        /// launches of the same stage, which write nothing that half reads
+        /// (`DeviceSettings::following_verify`); 0: wait first.
         early_fold: i64,
     }
 }

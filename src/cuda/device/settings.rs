@@ -295,8 +295,9 @@ pub struct DeviceSettings<'a> {
     /// `enable_chain_position_assert` (write only).
     pub chain_position_assert: ChainAssert<'a>,
     /// A write launch queued right behind this crate's verify launches, with nothing of the
-    /// engine's between (the step API's tail stage): it may fold before waiting for them
-    /// (`WriteArgs::early_fold`). Set by the step API only.
+    /// engine's between (the step API's tail stage): its decode-sized requests may load, fold
+    /// and chain before waiting for them (`WriteArgs::early_fold`). Set by the step API, or by
+    /// [`DeviceSettings::following_verify`].
     pub(crate) follows_verify: bool,
 }
 
@@ -343,14 +344,16 @@ impl<'a> DeviceSettings<'a> {
     /// the same stage ([`verify`](crate::cuda::verify) or [`verify_pair`](crate::cuda::verify_pair)
     /// on the same queue, and perhaps the other half's write, nothing of the engine's between;
     /// the step API's tail stage marks its writes so itself). On compute capability 9.0 and
-    /// later with overlapped launches, such a write stages and folds the real-KV strips of
-    /// decode-sized requests (ALL mode) while the launch ahead still runs: verify and write
-    /// launches write neither KV bytes, nor the write plan, nor the inputs, and what the
-    /// kernels before them wrote (the forward pass's KV bytes, the plan) was complete before the
-    /// first of them started. Mark nothing else:
-    /// behind another kernel the fold could read KV bytes or inputs that kernel is still
-    /// writing (every read stays bounds-checked, but the fingerprint would be wrong). Verify
-    /// launches ignore it.
+    /// later with overlapped launches, such a write does the reading half of its decode-sized
+    /// requests (at most 32 entries: the plan's offsets and seeds, the inputs, the seed
+    /// records, the real-KV bytes, the folds and the chain) while the launch ahead still runs,
+    /// and only its stores, counters and violation rows after it: verify launches write no
+    /// canary record, no KV byte, no plan and no input, the other half's write only its own
+    /// buffer, and what the kernels before them wrote (the forward pass's KV bytes, the plan,
+    /// the head writes) was complete before the first of them started. Mark nothing else:
+    /// behind another kernel the write could read records, KV bytes or inputs that kernel is
+    /// still writing (every read stays bounds-checked, but the chain or the fingerprint would be
+    /// wrong). Verify launches ignore it.
     pub fn following_verify(self) -> Self {
         DeviceSettings {
             follows_verify: true,
