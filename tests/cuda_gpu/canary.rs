@@ -354,20 +354,28 @@ pub fn write_differential(_: &Gpu) -> Result<(), String> {
         let mut rng = Rng::new(0x0003_217E_0000 + seed);
         let c = random_write_case(&mut rng, seed % 8 == 0);
         long += usize::from(c.plan.offsets().windows(2).any(|w| w[1] - w[0] > 256));
-        let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
+        let (mut cs, mut gs, mut es) = (c.state.clone(), c.state.clone(), c.state.clone());
         let cpu = run_write(&c, &Cpu, &mut cs);
         let gpu = on_gpu(&c, &mut gs, run_write);
+        let early = on_gpu_early(&c, &mut es, run_write);
         let label = format!("write case seed {seed}");
         ensure!(
-            cpu.is_ok() && gpu.is_ok(),
-            "{label}: CPU {cpu:?}, GPU {gpu:?}"
+            cpu.is_ok() && gpu.is_ok() && early.is_ok(),
+            "{label}: CPU {cpu:?}, GPU {gpu:?}, GPU with early writes {early:?}"
         );
         let all = all_rows(&c.state, |s| run_write(&c, &Cpu, s));
         same_state(&label, &cs, &gs, c.state.ring.write_index(), &all)?;
+        same_state(
+            &format!("{label} (early writes)"),
+            &cs,
+            &es,
+            c.state.ring.write_index(),
+            &all,
+        )?;
         rows += i64::from(cs.ring.write_index() - c.state.ring.write_index());
         overflows += usize::from(cs.ring.dropped() > c.state.ring.dropped());
     }
-    println!("    {cases} random write cases equal ({rows} violation rows, {overflows} ring overflows, {long} multi-tile requests)");
+    println!("    {cases} random write cases equal, each also with early writes ({rows} violation rows, {overflows} ring overflows, {long} multi-tile requests)");
     ensure!(
         cases < 1000 || (rows > 500 && overflows > 20 && long > 20),
         "weak generator"
@@ -483,6 +491,16 @@ pub fn on_gpu<C>(
     run: fn(&C, &Offload, &mut State) -> Result<(), Error>,
 ) -> Result<(), Error> {
     Offload::with_default(|gpu| run(c, gpu, st))
+}
+
+/// [`on_gpu`] with its writes launched as the step API's tail writes (their reading half
+/// before the wait: `Offload::with_early_writes`).
+pub fn on_gpu_early<C>(
+    c: &C,
+    st: &mut State,
+    run: fn(&C, &Offload, &mut State) -> Result<(), Error>,
+) -> Result<(), Error> {
+    Offload::with_default_early_writes(|gpu| run(c, gpu, st))
 }
 
 /// Random verify cases, GPU against CPU.

@@ -14,8 +14,8 @@
 //! Each kind prints a catalogue line with its case count and the outcomes it met.
 
 use crate::canary::{
-    all_rows, on_gpu, random_verify_case, random_write_case, run_verify, run_write, same_state,
-    State, VerifyCase, WriteCase,
+    all_rows, on_gpu, on_gpu_early, random_verify_case, random_write_case, run_verify, run_write,
+    same_state, State, VerifyCase, WriteCase,
 };
 use crate::ensure;
 use crate::plan::{compare, random_case, run, Case};
@@ -303,6 +303,11 @@ trait LaunchCase {
     fn on_cpu(&self, st: &mut State) -> Result<(), Error>;
     /// The launch on the GPU (through `Offload`).
     fn on_device(&self, st: &mut State) -> Result<(), Error>;
+    /// For a write, the launch on the GPU as the step API's tail writes (`on_gpu_early`),
+    /// which the campaign holds to the same outcome and state; `None` for other launches.
+    fn on_device_early(&self, _st: &mut State) -> Option<Result<(), Error>> {
+        None
+    }
 }
 
 impl LaunchCase for WriteCase {
@@ -314,6 +319,9 @@ impl LaunchCase for WriteCase {
     }
     fn on_device(&self, st: &mut State) -> Result<(), Error> {
         on_gpu(self, st, run_write)
+    }
+    fn on_device_early(&self, st: &mut State) -> Option<Result<(), Error>> {
+        Some(on_gpu_early(self, st, run_write))
     }
 }
 
@@ -338,9 +346,21 @@ fn exact<C: LaunchCase>(c: &C, label: &str) -> Result<String, String> {
         outcome(&cpu) == outcome(&gpu),
         "{label}: CPU {cpu:?}, GPU {gpu:?}"
     );
+    let mut es = c.state().clone();
+    let early = c.on_device_early(&mut es);
+    if let Some(early) = &early {
+        ensure!(
+            outcome(&cpu) == outcome(early),
+            "{label}: CPU {cpu:?}, GPU with early writes {early:?}"
+        );
+    }
     if cpu.is_ok() {
         let all = all_rows(c.state(), |s| c.on_cpu(s));
         same_state(label, &cs, &gs, c.state().ring.write_index(), &all)?;
+        if early.is_some() {
+            let early_label = format!("{label} (early writes)");
+            same_state(&early_label, &cs, &es, c.state().ring.write_index(), &all)?;
+        }
     } else {
         ensure!(&cs == c.state(), "{label}: the CPU modified state on error");
     }
@@ -374,6 +394,20 @@ fn modelled<C: LaunchCase>(c: &C, model: &C, label: &str, skipped: &str) -> Resu
         c.state().ring.write_index(),
         &all,
     )?;
+    let mut es = c.state().clone();
+    if let Some(early) = c.on_device_early(&mut es) {
+        ensure!(
+            outcome(&cpu) == outcome(&early),
+            "{label}: CPU {cpu:?}, GPU with early writes {early:?}"
+        );
+        same_state(
+            &format!("{label} (GPU with early writes vs the CPU with {skipped} skipped)"),
+            &ms,
+            &es,
+            c.state().ring.write_index(),
+            &all,
+        )?;
+    }
     Ok(outcome(&cpu))
 }
 

@@ -32,6 +32,7 @@ use kv_canary::{VerifyPlan, WritePlan};
 #[derive(Debug)]
 pub struct Offload {
     stream: Stream,
+    early_writes: bool,
 }
 
 impl Offload {
@@ -39,6 +40,19 @@ impl Offload {
     pub fn new(gpu: &Gpu) -> Result<Self, Error> {
         Ok(Offload {
             stream: Stream::new(gpu)?,
+            early_writes: false,
+        })
+    }
+
+    /// An offload path whose writes are launched as the step API launches its tail writes
+    /// ([`DeviceSettings::following_verify`]): the kernel's reading half (loads, folds, the
+    /// chain of a decode-sized request) runs before it waits for the launch ahead, its stores
+    /// after. Sound here as well: what is ahead of a write on this stream is an upload, which
+    /// a kernel never starts early behind. The GPU tests run their write cases both ways.
+    pub fn with_early_writes(gpu: &Gpu) -> Result<Self, Error> {
+        Ok(Offload {
+            stream: Stream::new(gpu)?,
+            early_writes: true,
         })
     }
 
@@ -81,6 +95,11 @@ impl Offload {
         let settings = DeviceSettings::new(launch.tag)
             .with_real_kv(sources.real_kv(launch)?)
             .with_chain_position_assert(launch.chain_position_assert);
+        let settings = if self.early_writes {
+            settings.following_verify()
+        } else {
+            settings
+        };
         let s = &self.stream;
         s.clear_status()?;
         cuda::write(s, shape, &dp, &di, &settings, &dc, &dr, &dn)?;
@@ -417,6 +436,8 @@ impl SourceBytes {
 thread_local! {
     static DEFAULT: std::cell::OnceCell<Result<&'static Offload, Error>> =
         const { std::cell::OnceCell::new() };
+    static EARLY_WRITES: std::cell::OnceCell<Result<&'static Offload, Error>> =
+        const { std::cell::OnceCell::new() };
 }
 
 impl Offload {
@@ -426,6 +447,22 @@ impl Offload {
         let offload = DEFAULT.with(|cell| {
             cell.get_or_init(|| {
                 let offload: &'static Offload = Box::leak(Box::new(Offload::new(&Gpu::new()?)?));
+                Ok(offload)
+            })
+            .clone()
+        })?;
+        f(offload)
+    }
+
+    /// [`Offload::with_default`] with this thread's early-writes path
+    /// ([`Offload::with_early_writes`], device 0).
+    pub fn with_default_early_writes<R>(
+        f: impl FnOnce(&Offload) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let offload = EARLY_WRITES.with(|cell| {
+            cell.get_or_init(|| {
+                let offload: &'static Offload =
+                    Box::leak(Box::new(Offload::with_early_writes(&Gpu::new()?)?));
                 Ok(offload)
             })
             .clone()
