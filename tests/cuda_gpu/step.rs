@@ -35,6 +35,40 @@ pub fn token(row: usize, pos: usize) -> i64 {
     (1000 * row + pos) as i64
 }
 
+/// One step's batch as the step and view tests draw it. Each request row 1.. of `cached` (the
+/// tokens it holds) is active with a 60 % chance; an active row holding nothing, or with a 15 %
+/// chance, starts a new prefill of 1-8 tokens, else it decodes one token. A row holding `width`
+/// tokens starts over when `recycle`, else stays idle. Advances `cached`.
+pub fn draw_rows(rng: &mut Rng, cached: &mut [usize], width: usize, recycle: bool) -> DrawnRows {
+    let (mut rows, mut tokens) = (Vec::new(), Vec::new());
+    for (row, cached) in cached.iter_mut().enumerate().skip(1) {
+        if recycle && *cached >= width {
+            *cached = 0;
+        }
+        if !rng.chance(60) || *cached >= width {
+            continue;
+        }
+        let (prefix, extend) = if *cached == 0 || rng.chance(15) {
+            (0, 1 + rng.below(8) as usize)
+        } else {
+            (*cached, 1)
+        };
+        let extend = extend.min(width - prefix);
+        tokens.extend((prefix..prefix + extend).map(|pos| (row, pos)));
+        rows.push((row, prefix, extend));
+        *cached = prefix + extend;
+    }
+    DrawnRows { rows, tokens }
+}
+
+/// What [`draw_rows`] drew, in batch order.
+pub struct DrawnRows {
+    /// `(row, prefix, extend)` per active row.
+    pub rows: Vec<(usize, usize, usize)>,
+    /// `(row, position)` per token written.
+    pub tokens: Vec<(usize, usize)>,
+}
+
 /// The violations as a sorted list (the device records rows of different requests in no fixed
 /// order).
 pub fn sorted(rows: &[Violation]) -> Vec<String> {
@@ -276,27 +310,19 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
     let mut unread: Option<(usize, StepReport, PendingDeviceReport)> = None;
     for step in 0..steps {
         // Rows 1..ROWS: each active with a new prefill or a decode of what it has cached.
-        let mut rows = Vec::new();
-        let mut tokens = Vec::new(); // (slot, token, position)
-        for (row, cached) in cached.iter_mut().enumerate().skip(1) {
-            if recycle_full_rows && *cached >= WIDTH {
-                *cached = 0;
-            }
-            if !rng.chance(60) || *cached >= WIDTH {
-                continue;
-            }
-            let (prefix, extend) = if *cached == 0 || rng.chance(15) {
-                (0, 1 + rng.below(8) as usize)
-            } else {
-                (*cached, 1)
-            };
-            let extend = extend.min(WIDTH - prefix);
-            for pos in prefix..prefix + extend {
-                tokens.push((slot(row, pos), token(row, pos), pos as i64));
-            }
-            rows.push((row as i64, prefix as i64, extend as i64));
-            *cached = prefix + extend;
-        }
+        let DrawnRows {
+            rows: drawn,
+            tokens: written,
+        } = draw_rows(&mut rng, &mut cached, WIDTH, recycle_full_rows);
+        let rows: Vec<(i64, i64, i64)> = drawn
+            .iter()
+            .map(|&(r, p, e)| (r as i64, p as i64, e as i64))
+            .collect();
+        // (slot, token, position)
+        let tokens: Vec<(i64, i64, i64)> = written
+            .iter()
+            .map(|&(r, pos)| (slot(r, pos), token(r, pos), pos as i64))
+            .collect();
         assert!(tokens.len() <= 64, "at most 7 rows x 8 tokens");
         let batch: Batch = rows
             .iter()

@@ -5,7 +5,7 @@
 #![allow(unsafe_code)]
 
 use crate::rng::Rng;
-use crate::step::{compare, slot, token, ROWS, SLOTS, STRIP, WIDTH};
+use crate::step::{compare, draw_rows, slot, token, DrawnRows, ROWS, SLOTS, STRIP, WIDTH};
 use crate::{ensure, fail};
 use cust::memory::DeviceBuffer;
 use kv_canary::cuda::{
@@ -115,32 +115,22 @@ impl Twin {
     /// Draws the next batch, refills the device inputs and KV bytes with it (synchronous
     /// uploads), runs the CPU step and returns its report.
     fn step(&mut self, device: &Inputs) -> Result<StepReport, String> {
-        let mut rows = Vec::new();
-        let mut tokens = Vec::new();
-        for (row, cached) in self.cached.iter_mut().enumerate().skip(1) {
-            if *cached >= WIDTH {
-                *cached = 0;
-            }
-            if !self.rng.chance(60) {
-                continue;
-            }
-            let (prefix, extend) = if *cached == 0 || self.rng.chance(15) {
-                (0, 1 + self.rng.below(8) as usize)
-            } else {
-                (*cached, 1)
-            };
-            let extend = extend.min(WIDTH - prefix);
-            for pos in prefix..prefix + extend {
-                tokens.push((slot(row, pos), token(row, pos), pos as i64));
-            }
-            rows.push(BatchRow {
+        let DrawnRows {
+            rows: drawn,
+            tokens: written,
+        } = draw_rows(&mut self.rng, &mut self.cached, WIDTH, true);
+        let tokens: Vec<(i64, i64, i64)> = written
+            .iter()
+            .map(|&(r, pos)| (slot(r, pos), token(r, pos), pos as i64))
+            .collect();
+        let batch: Batch = drawn
+            .iter()
+            .map(|&(row, prefix, extend)| BatchRow {
                 req_pool_index: row as i64,
                 prefix_len: prefix as i64,
                 extend_len: extend as i64,
-            });
-            *cached = prefix + extend;
-        }
-        let batch: Batch = rows.into_iter().collect();
+            })
+            .collect();
         let p = self.inputs.parts_mut();
         p.input_ids.fill(0);
         p.positions.fill(0);

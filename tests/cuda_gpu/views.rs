@@ -8,7 +8,7 @@
 #![allow(unsafe_code)]
 
 use crate::rng::Rng;
-use crate::step::compare;
+use crate::step::{compare, draw_rows, DrawnRows};
 use crate::{ensure, fail};
 use cust::memory::{CopyDestination, DeviceBuffer};
 use kv_canary::cuda::{
@@ -172,27 +172,19 @@ pub fn step_over_views_matches_cpu_with_no_copies(gpu: &Gpu) -> Result<(), Strin
         .and_then(|v| v.parse().ok())
         .unwrap_or(crate::scaled(120) as usize);
     for step in 0..steps {
-        let mut rows = Vec::new();
-        let mut tokens = Vec::new(); // (slot, token, position)
-        for (row, cached) in cached.iter_mut().enumerate().skip(1) {
-            if *cached >= WIDTH {
-                *cached = 0;
-            }
-            if !rng.chance(60) {
-                continue;
-            }
-            let (prefix, extend) = if *cached == 0 || rng.chance(15) {
-                (0, 1 + rng.below(8) as usize)
-            } else {
-                (*cached, 1)
-            };
-            let extend = extend.min(WIDTH - prefix);
-            for pos in prefix..prefix + extend {
-                tokens.push((slot(row, pos), (1000 * row + pos) as i64, pos as i64));
-            }
-            rows.push((row as i64, prefix as i64, extend as i64));
-            *cached = prefix + extend;
-        }
+        let DrawnRows {
+            rows: drawn,
+            tokens: written,
+        } = draw_rows(&mut rng, &mut cached, WIDTH, true);
+        let rows: Vec<(i64, i64, i64)> = drawn
+            .iter()
+            .map(|&(r, p, e)| (r as i64, p as i64, e as i64))
+            .collect();
+        // (slot, token, position)
+        let tokens: Vec<(i64, i64, i64)> = written
+            .iter()
+            .map(|&(r, pos)| (slot(r, pos), (1000 * r + pos) as i64, pos as i64))
+            .collect();
         let batch: Batch = rows
             .iter()
             .map(|&(r, p, e)| BatchRow {

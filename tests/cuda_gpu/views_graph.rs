@@ -14,7 +14,7 @@
 #![allow(unsafe_code)]
 
 use crate::rng::Rng;
-use crate::step::compare;
+use crate::step::{compare, draw_rows, DrawnRows};
 use crate::views::{
     addr, engine, fill, host_kv, slot, strip, ENTRIES, KV_BYTES, K_AT, LAYOUT, PAGE, PARAMS, ROWS,
     SLOTS, V_AT, WIDTH,
@@ -234,26 +234,14 @@ impl Host {
 
     /// Random decode and prefill rows, as the views test draws them.
     fn draw(&mut self) -> Draw {
-        let (mut rows, mut tokens) = (Vec::new(), Vec::new());
-        for (row, cached) in self.cached.iter_mut().enumerate().skip(1) {
-            if *cached >= WIDTH {
-                *cached = 0;
-            }
-            if !self.rng.chance(60) {
-                continue;
-            }
-            let (prefix, extend) = if *cached == 0 || self.rng.chance(15) {
-                (0, 1 + self.rng.below(8) as usize)
-            } else {
-                (*cached, 1)
-            };
-            let extend = extend.min(WIDTH - prefix);
-            for pos in prefix..prefix + extend {
-                tokens.push((slot(row, pos), (1000 * row + pos) as i64, pos as i64));
-            }
-            rows.push((row, prefix, extend));
-            *cached = prefix + extend;
-        }
+        let DrawnRows {
+            rows,
+            tokens: written,
+        } = draw_rows(&mut self.rng, &mut self.cached, WIDTH, true);
+        let tokens = written
+            .iter()
+            .map(|&(r, pos)| (slot(r, pos), (1000 * r + pos) as i64, pos as i64))
+            .collect();
         Draw { rows, tokens }
     }
 
