@@ -13,7 +13,7 @@ use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
 use kv_canary::Capacity as _;
 use kv_canary::{
     Batch, CanarySlot, Cap, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
-    RealKvSources, ReqToToken, RowLayout, Shape, Violation,
+    RealKvSources, ReqToToken, RowLayout, Shape, Violation, WriteInputsMut,
 };
 use kv_canary_testkit::floors::Floors;
 
@@ -67,6 +67,40 @@ pub struct DrawnRows {
     pub rows: Vec<(usize, usize, usize)>,
     /// `(row, position)` per token written.
     pub tokens: Vec<(usize, usize)>,
+}
+
+impl DrawnRows {
+    /// The rows as the plan's batch.
+    pub fn batch(&self) -> Batch {
+        self.rows
+            .iter()
+            .map(|&(row, prefix, extend)| kv_canary::BatchRow {
+                req_pool_index: row as i64,
+                prefix_len: prefix as i64,
+                extend_len: extend as i64,
+            })
+            .collect()
+    }
+
+    /// `(slot, token, position)` per token written: `slot` is the test's slot numbering, the
+    /// token [`token`].
+    pub fn written(&self, slot: fn(usize, usize) -> i64) -> Vec<(i64, i64, i64)> {
+        self.tokens
+            .iter()
+            .map(|&(row, pos)| (slot(row, pos), token(row, pos), pos as i64))
+            .collect()
+    }
+}
+
+/// Fills the write inputs with `written` (`(slot, token, position)` per entry, from the
+/// first) and pads the rest (token and position 0, slot -1: skipped).
+pub fn fill_write_inputs(p: WriteInputsMut<'_>, written: &[(i64, i64, i64)]) {
+    p.input_ids.fill(0);
+    p.positions.fill(0);
+    p.out_cache_loc.fill(-1);
+    for (i, &(s, t, pos)) in written.iter().enumerate() {
+        (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (s, t, pos);
+    }
 }
 
 /// The violations as a sorted list (the device records rows of different requests in no fixed
@@ -310,35 +344,11 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
     let mut unread: Option<(usize, StepReport, PendingDeviceReport)> = None;
     for step in 0..steps {
         // Rows 1..ROWS: each active with a new prefill or a decode of what it has cached.
-        let DrawnRows {
-            rows: drawn,
-            tokens: written,
-        } = draw_rows(&mut rng, &mut cached, WIDTH, recycle_full_rows);
-        let rows: Vec<(i64, i64, i64)> = drawn
-            .iter()
-            .map(|&(r, p, e)| (r as i64, p as i64, e as i64))
-            .collect();
-        // (slot, token, position)
-        let tokens: Vec<(i64, i64, i64)> = written
-            .iter()
-            .map(|&(r, pos)| (slot(r, pos), token(r, pos), pos as i64))
-            .collect();
+        let drawn = draw_rows(&mut rng, &mut cached, WIDTH, recycle_full_rows);
+        let tokens = drawn.written(slot);
         assert!(tokens.len() <= 64, "at most 7 rows x 8 tokens");
-        let batch: Batch = rows
-            .iter()
-            .map(|&(r, p, e)| kv_canary::BatchRow {
-                req_pool_index: r,
-                prefix_len: p,
-                extend_len: e,
-            })
-            .collect();
-        let p = inputs.parts_mut();
-        p.input_ids.fill(0);
-        p.positions.fill(0);
-        p.out_cache_loc.fill(-1);
-        for (i, &(s, t, pos)) in tokens.iter().enumerate() {
-            (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (s, t, pos);
-        }
+        let batch = drawn.batch();
+        fill_write_inputs(inputs.parts_mut(), &tokens);
         fence_before(dev.backend()).map_err(fail("fence"))?;
         dinputs.upload(&inputs).map_err(fail("inputs"))?;
         dbatch.upload(&batch).map_err(fail("batch"))?;
@@ -362,11 +372,11 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
         // The forced tamper: a row this step decodes over two stored records or more, the
         // plan's verify entries (the prefixes) within the capacity, so the head verify checks
         // the chain link from the spoiled record to the next.
-        let entries: i64 = rows.iter().map(|&(_, p, _)| p).sum();
-        let decoded = rows.iter().find(|&&(_, p, _)| p >= 2);
+        let entries: usize = drawn.rows.iter().map(|&(_, p, _)| p).sum();
+        let decoded = drawn.rows.iter().find(|&&(_, p, _)| p >= 2);
         if let (true, None, Some(&(row, prefix, _))) = (force_tamper, forced, decoded) {
-            if entries <= shape.verify_capacity().get() as i64 {
-                let s = slot(row as usize, prefix as usize - 2) as usize;
+            if entries <= shape.verify_capacity().get() {
+                let s = slot(row, prefix - 2) as usize;
                 spoil(s)?;
                 forced = Some(s);
             }

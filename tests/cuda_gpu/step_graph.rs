@@ -5,7 +5,7 @@
 #![allow(unsafe_code)]
 
 use crate::rng::Rng;
-use crate::step::{compare, draw_rows, slot, token, DrawnRows, ROWS, SLOTS, STRIP, WIDTH};
+use crate::step::{compare, draw_rows, fill_write_inputs, slot, ROWS, SLOTS, STRIP, WIDTH};
 use crate::{ensure, fail};
 use cust::memory::DeviceBuffer;
 use kv_canary::cuda::{
@@ -14,9 +14,8 @@ use kv_canary::cuda::{
 };
 use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
 use kv_canary::{
-    Batch, BatchRow, CanarySlot, Cap, Device, Error, Full, InputAssertOff, LaunchTag, RealKv,
-    RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, ReqToToken, RowLayout, Shape,
-    WriteInputs,
+    CanarySlot, Cap, Device, Error, Full, InputAssertOff, LaunchTag, RealKv, RealKvHashMode,
+    RealKvParams, RealKvSource, RealKvSources, ReqToToken, RowLayout, Shape, WriteInputs,
 };
 use std::collections::VecDeque;
 
@@ -115,29 +114,10 @@ impl Twin {
     /// Draws the next batch, refills the device inputs and KV bytes with it (synchronous
     /// uploads), runs the CPU step and returns its report.
     fn step(&mut self, device: &Inputs) -> Result<StepReport, String> {
-        let DrawnRows {
-            rows: drawn,
-            tokens: written,
-        } = draw_rows(&mut self.rng, &mut self.cached, WIDTH, true);
-        let tokens: Vec<(i64, i64, i64)> = written
-            .iter()
-            .map(|&(r, pos)| (slot(r, pos), token(r, pos), pos as i64))
-            .collect();
-        let batch: Batch = drawn
-            .iter()
-            .map(|&(row, prefix, extend)| BatchRow {
-                req_pool_index: row as i64,
-                prefix_len: prefix as i64,
-                extend_len: extend as i64,
-            })
-            .collect();
-        let p = self.inputs.parts_mut();
-        p.input_ids.fill(0);
-        p.positions.fill(0);
-        p.out_cache_loc.fill(-1);
-        for (i, &(s, t, pos)) in tokens.iter().enumerate() {
-            (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (s, t, pos);
-        }
+        let drawn = draw_rows(&mut self.rng, &mut self.cached, WIDTH, true);
+        let tokens = drawn.written(slot);
+        let batch = drawn.batch();
+        fill_write_inputs(self.inputs.parts_mut(), &tokens);
         for &(s, t, pos) in &tokens {
             let at = s as usize * STRIP;
             self.k[at..at + 8].copy_from_slice(&t.to_le_bytes());

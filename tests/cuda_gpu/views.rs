@@ -8,7 +8,7 @@
 #![allow(unsafe_code)]
 
 use crate::rng::Rng;
-use crate::step::{compare, draw_rows, DrawnRows};
+use crate::step::{compare, draw_rows, fill_write_inputs};
 use crate::{ensure, fail};
 use cust::memory::{CopyDestination, DeviceBuffer};
 use kv_canary::cuda::{
@@ -16,8 +16,8 @@ use kv_canary::cuda::{
 };
 use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
 use kv_canary::{
-    Batch, BatchRow, Cap, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources,
-    ReqToToken, RowLayout, Shape, WriteInputs,
+    Batch, Cap, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources, ReqToToken,
+    RowLayout, Shape, WriteInputs,
 };
 
 /// Request rows (row 0 is the padding row) and positions per row.
@@ -172,43 +172,19 @@ pub fn step_over_views_matches_cpu_with_no_copies(gpu: &Gpu) -> Result<(), Strin
         .and_then(|v| v.parse().ok())
         .unwrap_or(crate::scaled(120) as usize);
     for step in 0..steps {
-        let DrawnRows {
-            rows: drawn,
-            tokens: written,
-        } = draw_rows(&mut rng, &mut cached, WIDTH, true);
-        let rows: Vec<(i64, i64, i64)> = drawn
-            .iter()
-            .map(|&(r, p, e)| (r as i64, p as i64, e as i64))
-            .collect();
-        // (slot, token, position)
-        let tokens: Vec<(i64, i64, i64)> = written
-            .iter()
-            .map(|&(r, pos)| (slot(r, pos), (1000 * r + pos) as i64, pos as i64))
-            .collect();
-        let batch: Batch = rows
-            .iter()
-            .map(|&(r, p, e)| BatchRow {
-                req_pool_index: r,
-                prefix_len: p,
-                extend_len: e,
-            })
-            .collect();
-        let p = inputs.parts_mut();
-        p.input_ids.fill(0);
-        p.positions.fill(0);
-        p.out_cache_loc.fill(-1);
-        for (i, &(s, t, pos)) in tokens.iter().enumerate() {
-            (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (s, t, pos);
-        }
+        let drawn = draw_rows(&mut rng, &mut cached, WIDTH, true);
+        let tokens = drawn.written(slot);
+        let batch = drawn.batch();
+        fill_write_inputs(inputs.parts_mut(), &tokens);
         // The engine fills its own tensors (its copies; the canary copies nothing).
         let mut cols = [vec![0i64; ROWS], vec![0i64; ROWS], vec![0i64; ROWS]];
-        for (i, &(r, pr, e)) in rows.iter().enumerate() {
-            (cols[0][i], cols[1][i], cols[2][i]) = (r, pr, e);
+        for (i, &(r, pr, e)) in drawn.rows.iter().enumerate() {
+            (cols[0][i], cols[1][i], cols[2][i]) = (r as i64, pr as i64, e as i64);
         }
         for (dst, src) in e_cols.iter_mut().zip(&cols) {
             fill(dst, src)?;
         }
-        fill(&mut e_bs, &[rows.len() as i32])?;
+        fill(&mut e_bs, &[drawn.rows.len() as i32])?;
         fill(&mut e_tok[0], inputs.input_ids())?;
         fill(&mut e_tok[1], inputs.positions())?;
         fill(&mut e_tok[2], inputs.out_cache_loc())?;

@@ -14,7 +14,7 @@
 #![allow(unsafe_code)]
 
 use crate::rng::Rng;
-use crate::step::{compare, draw_rows, DrawnRows};
+use crate::step::{compare, draw_rows};
 use crate::views::{
     addr, engine, fill, host_kv, slot, strip, ENTRIES, KV_BYTES, K_AT, LAYOUT, PAGE, PARAMS, ROWS,
     SLOTS, V_AT, WIDTH,
@@ -234,15 +234,11 @@ impl Host {
 
     /// Random decode and prefill rows, as the views test draws them.
     fn draw(&mut self) -> Draw {
-        let DrawnRows {
-            rows,
-            tokens: written,
-        } = draw_rows(&mut self.rng, &mut self.cached, WIDTH, true);
-        let tokens = written
-            .iter()
-            .map(|&(r, pos)| (slot(r, pos), (1000 * r + pos) as i64, pos as i64))
-            .collect();
-        Draw { rows, tokens }
+        let drawn = draw_rows(&mut self.rng, &mut self.cached, WIDTH, true);
+        Draw {
+            tokens: drawn.written(slot),
+            rows: drawn.rows,
+        }
     }
 
     /// Injects `fault` into the drawn step when it can (`None` when this batch has no place
