@@ -129,14 +129,13 @@ enum KvKind { KV_NONE = 0, KV_PARTIAL = 1 };
 // Per round a lane waits on one random access: its plan columns (slot, predecessor, expected
 // position and token) are loaded a round ahead, and its canary records and real-KV pieces go
 // out together, before any of them is hashed.
-template <bool CHECK_TOKEN>
 struct PlanColumns {
     i64 slot = 0, prev = 0, position = 0, token = -1;
 };
 
 template <bool CHECK_TOKEN>
-__device__ __forceinline__ PlanColumns<CHECK_TOKEN> load_columns(const VerifyArgs& a, i64 e, i64 n) {
-    PlanColumns<CHECK_TOKEN> c;
+__device__ __forceinline__ PlanColumns load_columns(const VerifyArgs& a, i64 e, i64 n) {
+    PlanColumns c;
     if (e < n) {
         c.slot = __ldg(a.slots + e);
         c.prev = __ldg(a.prevs + e);
@@ -158,11 +157,11 @@ __device__ __forceinline__ void verify_single(const VerifyArgs& a) {
     const i64 step = static_cast<i64>(gridDim.x) * blockDim.x;
     // Warp-uniform bounds: every lane of a warp runs every round (the shuffles need them all).
     const i64 first = static_cast<i64>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31u);
-    PlanColumns<CHECK_TOKEN> next;
+    PlanColumns next;
     if (AHEAD) next = load_columns<CHECK_TOKEN>(a, first + lane, n);
     for (i64 base = first; base < n; base += step) {
         const i64 e = base + lane;
-        const PlanColumns<CHECK_TOKEN> c = AHEAD ? next : load_columns<CHECK_TOKEN>(a, e, n);
+        const PlanColumns c = AHEAD ? next : load_columns<CHECK_TOKEN>(a, e, n);
         if (AHEAD && base + step < n) next = load_columns<CHECK_TOKEN>(a, e + step, n);
         const i64 s = c.slot, prev = c.prev;
         const bool ok = e < n && entry_in_range<KV != KV_NONE>(a, e, s, prev);
