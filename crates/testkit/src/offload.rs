@@ -433,25 +433,36 @@ impl SourceBytes {
     }
 }
 
+/// A thread's shared offload path: made on first use, kept (leaked) for the thread's lifetime.
+type ThreadOffload = std::cell::OnceCell<Result<&'static Offload, Error>>;
+
 thread_local! {
-    static DEFAULT: std::cell::OnceCell<Result<&'static Offload, Error>> =
-        const { std::cell::OnceCell::new() };
-    static EARLY_WRITES: std::cell::OnceCell<Result<&'static Offload, Error>> =
-        const { std::cell::OnceCell::new() };
+    static DEFAULT: ThreadOffload = const { std::cell::OnceCell::new() };
+    static EARLY_WRITES: ThreadOffload = const { std::cell::OnceCell::new() };
+}
+
+/// Runs `f` with the offload path of `key` on this thread, made by `make` on device 0 the
+/// first time.
+fn with_thread_offload<R>(
+    key: &'static std::thread::LocalKey<ThreadOffload>,
+    make: fn(&Gpu) -> Result<Offload, Error>,
+    f: impl FnOnce(&Offload) -> Result<R, Error>,
+) -> Result<R, Error> {
+    let offload = key.with(|cell| {
+        cell.get_or_init(|| {
+            let offload: &'static Offload = Box::leak(Box::new(make(&Gpu::new()?)?));
+            Ok(offload)
+        })
+        .clone()
+    })?;
+    f(offload)
 }
 
 impl Offload {
     /// Runs `f` with this thread's default offload path (device 0), made on first use and
     /// kept (leaked) for the thread's lifetime. [`Error::NoCudaDevice`] without a device.
     pub fn with_default<R>(f: impl FnOnce(&Offload) -> Result<R, Error>) -> Result<R, Error> {
-        let offload = DEFAULT.with(|cell| {
-            cell.get_or_init(|| {
-                let offload: &'static Offload = Box::leak(Box::new(Offload::new(&Gpu::new()?)?));
-                Ok(offload)
-            })
-            .clone()
-        })?;
-        f(offload)
+        with_thread_offload(&DEFAULT, Offload::new, f)
     }
 
     /// [`Offload::with_default`] with this thread's early-writes path
@@ -459,14 +470,6 @@ impl Offload {
     pub fn with_default_early_writes<R>(
         f: impl FnOnce(&Offload) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        let offload = EARLY_WRITES.with(|cell| {
-            cell.get_or_init(|| {
-                let offload: &'static Offload =
-                    Box::leak(Box::new(Offload::with_early_writes(&Gpu::new()?)?));
-                Ok(offload)
-            })
-            .clone()
-        })?;
-        f(offload)
+        with_thread_offload(&EARLY_WRITES, Offload::with_early_writes, f)
     }
 }
