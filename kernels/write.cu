@@ -252,17 +252,19 @@ struct SmallRequest {
 };
 
 __device__ __forceinline__ SmallRequest small_request(const WriteArgs& a, i64 r) {
-    SmallRequest q = {};
-    i64 nreq = *a.num_valid_reqs;
-    nreq = nreq < 0 ? 0 : (nreq > a.req_capacity ? a.req_capacity : nreq);
-    if (r >= nreq) return q;
+    // Every load at once (r < req_capacity: always in bounds), then the checks.
+    const i64 nreq_raw = *a.num_valid_reqs;
     const i64 start = __ldg(a.offsets + r);
     const i64 end = __ldg(a.offsets + r + 1);
     const i64 seed = __ldg(a.seeds + r);
+    const bool assert_flag = (a.chain_assert ? *a.chain_assert : a.chain_assert_fixed) != 0;
+    const i64 nreq = nreq_raw < 0 ? 0 : (nreq_raw > a.req_capacity ? a.req_capacity : nreq_raw);
+    SmallRequest q = {};
+    if (r >= nreq) return q;
     if (start < 0 || start > a.entry_capacity || end < start || end > a.entry_capacity) return q;
     if (end == start || end - start > 32 || seed >= a.num_slots) return q;
     q.ok = true;
-    q.assert_flag = (a.chain_assert ? *a.chain_assert : a.chain_assert_fixed) != 0;
+    q.assert_flag = assert_flag;
     q.count = static_cast<int>(end - start);
     q.start = start;
     q.seed = seed;
@@ -478,7 +480,6 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
 
     const int tid = threadIdx.x;
     const i64 r = blockIdx.x;
-    const Ring ring = {a.ring, a.ring_capacity, a.write_index};
     // A decode-sized request (at most 32 entries) runs on warp 0 alone; in ALL mode its strips
     // are first staged and folded in the tiles' memory (which that path does not use
     // otherwise). When the grid ahead is this crate's verify of the same stage (early_fold), it
@@ -505,6 +506,7 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     }
     if (q.ok) {
         if (tid < 32) {
+            const Ring ring = {a.ring, a.ring_capacity, a.write_index};
             if (chained) {
                 store_small<INPUT_ASSERT>(a, ring, q, early);
             } else {
@@ -539,6 +541,7 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
     // Past small_request's checks: more than 32 entries.
     const i64 count = end - start;
     const i64 ntiles = (count + WRITE_TILE - 1) / WRITE_TILE;
+    const Ring ring = {a.ring, a.ring_capacity, a.write_index};
     // The chain-position assert needs a previous position: only a seeded chain has one.
     const bool chain_assert = seed >= 0 && assert_flag;
     const int w = worker_index();
