@@ -4,7 +4,7 @@
 
 use crate::rng::Rng;
 use crate::{ensure, fail};
-use kv_canary::backend::{Cpu, Scatters};
+use kv_canary::backend::{Backend, Cpu, Scatters};
 use kv_canary::cuda::Gpu;
 use kv_canary::{
     CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,
@@ -530,6 +530,145 @@ pub fn verify_differential(_: &Gpu) -> Result<(), String> {
         cases < 1000 || (rows > 1000 && overflows > 20),
         "weak generator"
     );
+    Ok(())
+}
+
+/// Entries a K+V pair verify of [`verify_pair_differential`] checks: more than the threads of a
+/// full grid of the one-thread-an-entry kernels on an H200 (NONE: 132 SMs x 4 blocks of 512 =
+/// 270,336 a half; PARTIAL: 2 blocks, 135,168), so that threads stride over several entries
+/// (the verify tests of random cases fit one block), and the plan more than one block of the
+/// grouped ALL kernel's.
+const PAIR_ENTRIES: usize = 300_000;
+
+/// Big K+V pair verifies (one pair launch: grid y = 2, the halves side by side), GPU against the
+/// CPU's two verifies: a random case's entries repeated to [`PAIR_ENTRIES`] over a K buffer and
+/// a V buffer tampered apart, each real-KV fold in turn (none, PARTIAL, ALL) on both halves, a
+/// quarter of the cases with a count that stops mid-plan; the ring large enough for every row
+/// (compared as a multiset), and each half's counters.
+pub fn verify_pair_differential(_: &Gpu) -> Result<(), String> {
+    let cases = crate::scaled(12).max(3);
+    let (mut rows, mut folds) = (0i64, [0usize; 3]);
+    for seed in 0..cases {
+        let mut rng = Rng::new(0x0007_E21F_9A18 + seed);
+        let c = random_verify_case(&mut rng, seed % 2 == 0);
+        let base: Vec<VerifyEntry> = c.plan.entries().collect();
+        ensure!(!base.is_empty(), "pair case seed {seed}: no entries");
+        let entries: Vec<VerifyEntry> = base.iter().copied().cycle().take(PAIR_ENTRIES).collect();
+        let mut plan = VerifyPlan::try_with_capacity(cap("v", PAIR_ENTRIES + 3)).unwrap();
+        plan.set_entries(&entries).unwrap();
+        if seed % 4 == 3 {
+            // A partial count: the kernels stop at it, wherever it falls in a thread's rounds.
+            *plan.parts_mut().num_valid = (PAIR_ENTRIES / 2 + 7) as i32;
+        }
+        let k_buf = c.state.buf.clone();
+        let mut v_buf = k_buf.clone();
+        for _ in 0..4 {
+            let s = rng.below(v_buf.num_slots() as u64) as usize;
+            let mut rec = v_buf.slot(s).unwrap();
+            rec.token ^= 4;
+            v_buf.set_slot(s, rec).unwrap();
+        }
+        let ring_rows = 2 * PAIR_ENTRIES + 16;
+        let ring =
+            ViolationRing::from_parts(cap("ring", ring_rows), vec![0; ring_rows * 8], 0).unwrap();
+        let counters = (c.state.counters, HealthCounters::from_parts(7, 11));
+        let shape = UncheckedShape::from_capacities(plan.capacity(), cap("w", 1), cap("e", 1));
+        // Each fold in turn: the case's own sources when they have it (records clean but for
+        // the tampering), else random sources with it (every fold then differs: REAL_KV rows).
+        let fold = [
+            RealKvHashMode::None,
+            RealKvHashMode::Partial,
+            RealKvHashMode::All,
+        ][(seed % 3) as usize];
+        let kv = if c.kv.mode == fold {
+            c.kv
+        } else {
+            let mut kv = KvSetup::sources(&mut rng, k_buf.num_slots());
+            kv.mode = fold;
+            kv
+        };
+        let (lk, lv) = (
+            kv.launch::<Cpu>(LaunchTag::TailKFull, ChainPositionAssert::ON),
+            kv.launch::<Cpu>(LaunchTag::TailVFull, ChainPositionAssert::ON),
+        );
+        let (mut cr, mut cn) = (ring.clone(), counters.clone());
+        let (mut gr, mut gn) = (ring, counters);
+        let bufs = (&k_buf, &v_buf);
+        let cpu = if c.check {
+            Cpu.verify_pair(
+                &shape,
+                &plan,
+                TokenCheckOn,
+                (&lk, &lv),
+                bufs,
+                &mut cr,
+                (&mut cn.0, &mut cn.1),
+            )
+            .map(drop)
+        } else {
+            Cpu.verify_pair(
+                &shape,
+                &plan,
+                TokenCheckOff,
+                (&lk, &lv),
+                bufs,
+                &mut cr,
+                (&mut cn.0, &mut cn.1),
+            )
+            .map(drop)
+        };
+        let gpu = Offload::with_default(|g| {
+            let counters = (&mut gn.0, &mut gn.1);
+            if c.check {
+                g.verify_pair_launch(
+                    &shape,
+                    &plan,
+                    TokenCheckOn,
+                    (&lk, &lv),
+                    bufs,
+                    &mut gr,
+                    counters,
+                )
+            } else {
+                g.verify_pair_launch(
+                    &shape,
+                    &plan,
+                    TokenCheckOff,
+                    (&lk, &lv),
+                    bufs,
+                    &mut gr,
+                    counters,
+                )
+            }
+        });
+        let label = format!("pair case seed {seed}");
+        ensure!(
+            cpu.is_ok() && gpu.is_ok(),
+            "{label}: CPU {cpu:?}, GPU {gpu:?}"
+        );
+        ensure!(cn == gn, "{label}: counters differ: CPU {cn:?} GPU {gn:?}");
+        ensure!(
+            cr.write_index() == gr.write_index() && cr.dropped() == 0 && gr.dropped() == 0,
+            "{label}: write index CPU {} GPU {} (dropped {} / {})",
+            cr.write_index(),
+            gr.write_index(),
+            cr.dropped(),
+            gr.dropped()
+        );
+        let sorted = |r: &ViolationRing<U>| {
+            let mut v: Vec<[i64; 8]> = r.raw_rows().take(r.stored_len()).collect();
+            v.sort_unstable();
+            v
+        };
+        ensure!(sorted(&cr) == sorted(&gr), "{label}: violation rows differ");
+        rows += i64::from(cr.write_index());
+        folds[(seed % 3) as usize] += 1;
+    }
+    println!(
+        "    {cases} K+V pair verifies of {PAIR_ENTRIES} entries equal ({rows} violation rows; \
+         cases without / with PARTIAL / with ALL folds: {folds:?})"
+    );
+    ensure!(rows > 10_000, "weak generator: {rows} rows");
     Ok(())
 }
 

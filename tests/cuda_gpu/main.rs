@@ -47,6 +47,10 @@ const TESTS: &[(&str, TestFn)] = &[
     ),
     ("write_differential_vs_cpu", canary::write_differential),
     ("verify_differential_vs_cpu", canary::verify_differential),
+    (
+        "verify_pair_differential_vs_cpu",
+        canary::verify_pair_differential,
+    ),
     ("scatter_differential_vs_cpu", canary::scatter_differential),
     (
         "write_verify_malformed_device_data",

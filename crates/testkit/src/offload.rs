@@ -61,6 +61,61 @@ impl Offload {
         &self.stream
     }
 
+    /// The verify op over a K and a V buffer against one plan as the step API queues it
+    /// ([`cuda::verify_pair`](kv_canary::cuda::verify_pair()): one pair launch when both halves
+    /// use the same kernel and grid): uploads the plan and both halves' state, launches,
+    /// synchronises, downloads the ring and both halves' counters. The K half's settings,
+    /// buffer and counters come first in each pair.
+    ///
+    /// Not the [`Backend::verify_pair`] of this backend (which runs two single verifies, as the
+    /// conformance runner's golden vectors were recorded): the GPU tests call it to compare the
+    /// pair launch with the CPU's two verifies.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the verify op's own arguments, twice"
+    )]
+    pub fn verify_pair_launch<V, W, E, VB, K, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &VerifyPlan<VB>,
+        check: K,
+        launch: (&LaunchSettings<'_>, &LaunchSettings<'_>),
+        canary: (&CanaryBuffer<S>, &CanaryBuffer<S>),
+        ring: &mut ViolationRing<R>,
+        counters: (&mut HealthCounters, &mut HealthCounters),
+    ) -> Result<(), Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: Capacity,
+        E: Capacity,
+        VB: Capacity,
+        K: TokenCheck,
+        S: Capacity,
+        R: Capacity,
+    {
+        let gpu = self.stream.gpu();
+        let dp = plan.to_device(gpu)?;
+        let (dk, dv, dr) = (
+            canary.0.to_device(gpu)?,
+            canary.1.to_device(gpu)?,
+            ring.to_device(gpu)?,
+        );
+        let (nk, nv) = (counters.0.to_device(gpu)?, counters.1.to_device(gpu)?);
+        let (sk, sv) = (
+            SourceBytes::upload(launch.0)?,
+            SourceBytes::upload(launch.1)?,
+        );
+        let (k, v) = (sk.settings(launch.0)?, sv.settings(launch.1)?);
+        let s = &self.stream;
+        s.clear_status()?;
+        cuda::verify_pair(s, shape, &dp, check, (&k, &v), (&dk, &dv), &dr, (&nk, &nv))?;
+        let status = s.status();
+        *ring = dr.to_host()?;
+        *counters.0 = nk.to_host()?;
+        *counters.1 = nv.to_host()?;
+        status
+    }
+
     /// The write launch for an input assert the device supports (both); see
     /// [`Writes::write`] below for why the inputs are re-typed first.
     #[allow(clippy::too_many_arguments, reason = "the write op's own arguments")]
@@ -92,9 +147,7 @@ impl Offload {
             counters.to_device(gpu)?,
         );
         let sources = SourceBytes::upload(launch)?;
-        let settings = DeviceSettings::new(launch.tag)
-            .with_real_kv(sources.real_kv(launch)?)
-            .with_chain_position_assert(launch.chain_position_assert);
+        let settings = sources.settings(launch)?;
         let settings = if self.early_writes {
             settings.following_verify()
         } else {
@@ -194,9 +247,7 @@ impl Backend for Offload {
             counters.to_device(gpu)?,
         );
         let sources = SourceBytes::upload(launch)?;
-        let settings = DeviceSettings::new(launch.tag)
-            .with_real_kv(sources.real_kv(launch)?)
-            .with_chain_position_assert(launch.chain_position_assert);
+        let settings = sources.settings(launch)?;
         let s = &self.stream;
         s.clear_status()?;
         cuda::verify(s, shape, &dp, check, &settings, &dc, &dr, &dn)?;
@@ -406,6 +457,13 @@ impl SourceBytes {
             out.push(device_copy(src.bytes())?);
         }
         Ok(SourceBytes(out))
+    }
+
+    /// The device settings of `launch` over these sources.
+    fn settings(&self, launch: &LaunchSettings<'_>) -> Result<DeviceSettings<'_>, Error> {
+        Ok(DeviceSettings::new(launch.tag)
+            .with_real_kv(self.real_kv(launch)?)
+            .with_chain_position_assert(launch.chain_position_assert))
     }
 
     fn real_kv(&self, launch: &LaunchSettings<'_>) -> Result<DeviceRealKv<'_>, Error> {
