@@ -177,7 +177,10 @@ __device__ __forceinline__ void verify_single(const VerifyArgs& a) {
 #pragma unroll
                 for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) {
                     if (k < a.kv.num_sources) {
-                        piece[k] = __ldg(reinterpret_cast<const ulonglong2*>(real_kv_strip(a.kv, k, s)));
+                        // Streaming (evict-first in L1 and L2): a verify reads each piece
+                        // once, and the canary records and plan columns it would evict are
+                        // read again (the pair's other half, the next step).
+                        piece[k] = __ldcs(reinterpret_cast<const ulonglong2*>(real_kv_strip(a.kv, k, s)));
                     }
                 }
             }
