@@ -100,16 +100,65 @@ where
     R: Capacity,
 {
     let target = on.target();
-    let k = prepare(
+    let mut k = prepare(
         &target, shape, plan, check, settings.0, canary.0, ring, counters.0,
     )?;
-    let v = prepare(
+    let mut v = prepare(
         &target, shape, plan, check, settings.1, canary.1, ring, counters.1,
     )?;
+    share_pair_grid(&target, &mut k, &mut v);
     // SAFETY: both launches were built by `prepare` for this target (their bounds are stated
     // there), every buffer they name is borrowed for 'a; the pair kernel's parameter is
     // `VerifyPairArgs` (K's `VerifyArgs`, then V's).
     unsafe { super::queue_pair(&target, &k, &v, |k, v| VerifyPairArgs { k, v }) }
+}
+
+/// Lets the two halves of a pair launch of the one-thread-an-entry kernels (NONE, PARTIAL) share
+/// the full grid when each half alone would fill most of it in one round: each half then takes
+/// half the grid (two rounds a thread, the second round's plan columns loaded during the first:
+/// `AHEAD` in kernels/verify.cu) instead of the pair running as two waves of one round, each
+/// paying a round's dependent loads in full.
+///
+/// Measured on the H200 (docs/benchmarks.md, session 8): at decode bs 64 (131,072 entries a
+/// half: 256 busy blocks of the PARTIAL grid's 264) the shared grid is faster; at bs 256 (each
+/// half several rounds of the full grid either way) it was 5 % slower, so halves that need more
+/// than one full grid keep theirs. Both kernels stride over the grid they are given, so the
+/// entries each half checks, its rows and counters are the same on any grid.
+///
+/// Only when the halves will run as one pair launch (same kernel and grid, pair launches on:
+/// the condition of `queue_pair`); separate launches keep their own grid. The ALL kernels keep
+/// theirs: their rounds are bound by the strips' bandwidth, not by latency.
+fn share_pair_grid(target: &Target<'_>, k: &mut VerifyLaunch, v: &mut VerifyLaunch) {
+    let tuning = target.gpu.kernel_tuning();
+    if !tuning.pair_launches || k.kernel != v.kernel || k.dims != v.dims {
+        return;
+    }
+    let per_sm = match k.kernel {
+        Kernel::Verify {
+            fold: Fold::None, ..
+        } => tuning.verify_blocks_per_sm,
+        Kernel::Verify {
+            fold: Fold::Partial,
+            ..
+        } => tuning.verify_fold_blocks_per_sm,
+        _ => return,
+    };
+    let grid = pair_plane_grid(k.dims.grid, target.gpu.sm_count() * per_sm);
+    k.dims.grid = grid;
+    v.dims.grid = grid;
+}
+
+/// The grid of each half of a pair launch ([`share_pair_grid`]), from the half's own grid
+/// (already capped at the blocks its plan keeps busy) and the `full` grid: when the two halves
+/// together need more than the full grid but each fits in it, half the full grid (rounded up);
+/// otherwise the half's own grid (both halves fit at once, or each needs several rounds).
+fn pair_plane_grid(grid: u32, full: u32) -> u32 {
+    let shared = full.div_ceil(2);
+    if grid > shared && grid < full {
+        shared
+    } else {
+        grid
+    }
 }
 
 /// The launch [`verify`] queues: kernel, grid and arguments, checked and built.
@@ -303,6 +352,21 @@ mod tests {
             pair: false,
         };
         assert_eq!(verify_grid(streamed, FULL, 2048, 1), 64);
+    }
+
+    #[test]
+    fn pair_planes_share_the_grid_only_when_each_fits_in_it() {
+        // Decode bs 64, PARTIAL on 132 SMs x 2: each half's 256 busy blocks become 132.
+        assert_eq!(pair_plane_grid(256, 264), 132);
+        assert_eq!(pair_plane_grid(133, 264), 132);
+        // Both halves fit at once: unchanged.
+        assert_eq!(pair_plane_grid(132, 264), 132);
+        assert_eq!(pair_plane_grid(4, 264), 4);
+        // Each half needs the full grid (several rounds, bs 256): unchanged.
+        assert_eq!(pair_plane_grid(264, 264), 264);
+        // Odd full grids round up.
+        assert_eq!(pair_plane_grid(300, 529), 265);
+        assert_eq!(pair_plane_grid(1, 1), 1);
     }
 
     #[test]
