@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# ab-remote.sh [--rounds N] [-- BENCH-ARGS] — the GPU machine's half of scripts/wholestep-ab.sh
-# (staged as .device-ab/ab-remote.sh): runs every staged variant of the whole-step benchmark N
-# times (default 2), alternating (A B C A B C ...), each with BENCH-ARGS (default
-# `--devices 1`; e.g. `-- --devices 1 --filter decode` for the decode rows only, ~5 s a run),
-# and writes $OUT/ab.log (every run's output, headed `=== NAME round R`) and $OUT/ab-summary.txt
-# (per row, each variant's median graph time and eager launches; ab-summary.py).
+# ab-remote.sh [--tests] [--rounds N] [-- BENCH-ARGS] — the GPU machine's half of
+# scripts/wholestep-ab.sh (staged as .device-ab/ab-remote.sh): runs every staged variant of the
+# whole-step benchmark N times (default 2), alternating (A B C A B C ...), each with BENCH-ARGS
+# (default `--devices 1`; e.g. `-- --devices 1 --filter decode` for the decode rows only, ~5 s a
+# run), and writes $OUT/ab.log (every run's output, headed `=== NAME round R`) and
+# $OUT/ab-summary.txt (per row, each variant's median graph time and eager launches;
+# ab-summary.py). --tests first runs each variant's GPU tests (staged by wholestep-ab.sh --tests;
+# ~45 s a variant) into $OUT/ab-tests.log, headed `=== NAME tests`, and prints each variant's
+# result line; the exit status is non-zero when any variant's tests or runs failed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$PWD/gpu-logs}
 mkdir -p "$OUT"
 rounds=2
+tests=0
 while [[ $# -gt 0 ]]; do
   case $1 in
+    --tests) tests=1; shift ;;
     --rounds) rounds=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "ab-remote: unknown argument '$1'" >&2; exit 2 ;;
@@ -29,6 +34,22 @@ mapfile -t names < <(cut -f1 "$work/bins/VARIANTS")
   echo "bench args: ${args[*]}; rounds: $rounds"
 } >"$OUT/ab.log"
 status=0
+if [[ $tests == 1 ]]; then
+  : >"$OUT/ab-tests.log"
+  for n in "${names[@]}"; do
+    if [[ ! -x $work/bins/$n.tests ]]; then
+      echo "$n: no GPU tests staged (wholestep-ab.sh --tests)" | tee -a "$OUT/ab-tests.log"
+      status=1
+      continue
+    fi
+    echo "=== $n tests" >>"$OUT/ab-tests.log"
+    "$work/bins/$n.tests" >>"$OUT/ab-tests.log" 2>&1
+    rc=$?
+    [[ $rc == 0 ]] || status=1
+    result=$(sed -n '/^=== '"$n"' tests$/,$p' "$OUT/ab-tests.log" | grep -E 'GPU test result|SKIPPED' | tail -1)
+    echo "$n: tests rc=$rc ${result:-no result line}"
+  done
+fi
 for ((r = 1; r <= rounds; r++)); do
   for n in "${names[@]}"; do
     echo "=== $n round $r" >>"$OUT/ab.log"

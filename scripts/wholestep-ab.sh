@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# wholestep-ab.sh NAME=REV [NAME=REV ...] — stage a same-machine A/B comparison of the whole-step
-# benchmark (`cuda_wholestep`) across git revisions, for one command on the GPU machine.
+# wholestep-ab.sh [--tests] NAME=REV [NAME=REV ...] — stage a same-machine A/B comparison of the
+# whole-step benchmark (`cuda_wholestep`) across git revisions, for one command on the GPU machine.
 #
 #   scripts/wholestep-ab.sh base=main new=HEAD wip=.     # here (no GPU needed)
 #   # on the GPU machine, from the repository root, with .device-ab/ carried there:
-#   bash .device-ab/ab-remote.sh [--rounds N] [-- BENCH-ARGS]
+#   bash .device-ab/ab-remote.sh [--tests] [--rounds N] [-- BENCH-ARGS]
+#
+# --tests also stages each revision's GPU test binary (`cuda_gpu`, release, features cudarc, as
+# scripts/gpu-build.sh builds it; about 5 MB a variant more), so that ab-remote.sh --tests runs
+# every variant's GPU tests before the rounds: candidates tested and compared in one command
+# (each command on the GPU machine may cost a cold start of about a minute of device time).
 #
 # REV is anything `git rev-parse` takes, or `.` for the working tree as it is (uncommitted
 # changes included). Each revision is built in a detached worktree under target/ab/ (`.`: here),
@@ -22,7 +27,12 @@
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-[[ $# -gt 0 ]] || { sed -n '2,8p' "$0" >&2; exit 2; }
+with_tests=0
+if [[ ${1:-} == --tests ]]; then
+  with_tests=1
+  shift
+fi
+[[ $# -gt 0 ]] || { sed -n '2,12p' "$0" >&2; exit 2; }
 export CARGO_TERM_COLOR=never
 dest=.device-ab
 ab=target/ab
@@ -30,8 +40,8 @@ mkdir -p "$ab"
 rm -rf "$dest" "$ab/bins"
 mkdir -p "$dest" "$ab/bins"
 
-# The path of the cuda_wholestep bench executable cargo reports (JSON messages on stdin).
-bench_path() {
+# The path of the executable of target $1 that cargo reports (JSON messages on stdin).
+exe_path() {
   python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -39,9 +49,9 @@ for line in sys.stdin:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "cuda_wholestep":
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
         print(m["executable"])
-'
+' "$1"
 }
 
 names=()
@@ -60,9 +70,14 @@ for spec in "$@"; do
     label="$(git log -1 --format='%h %s' "$sha" | cut -c1-100)"
   fi
   echo "[wholestep-ab] $name: $label"
-  exe=$(cd "$src" && CARGO_TARGET_DIR="$root/$ab/target-$name" cargo bench --features cuda --bench cuda_wholestep --no-run --message-format=json | bench_path)
+  exe=$(cd "$src" && CARGO_TARGET_DIR="$root/$ab/target-$name" cargo bench --features cuda --bench cuda_wholestep --no-run --message-format=json | exe_path cuda_wholestep)
   [[ -n $exe ]] || { echo "wholestep-ab: no cuda_wholestep executable for $name" >&2; exit 1; }
   cp "$exe" "$ab/bins/$name"
+  if [[ $with_tests == 1 ]]; then
+    exe=$(cd "$src" && CARGO_TARGET_DIR="$root/$ab/target-$name" cargo test --release --features cudarc --test cuda_gpu --no-run --message-format=json | exe_path cuda_gpu)
+    [[ -n $exe ]] || { echo "wholestep-ab: no cuda_gpu executable for $name" >&2; exit 1; }
+    cp "$exe" "$ab/bins/$name.tests"
+  fi
   echo "$name	$label" >>"$ab/bins/VARIANTS"
   names+=("$name")
   [[ $rev == . ]] || git worktree remove --force "$src"
