@@ -54,6 +54,12 @@ impl<A: Copy> Prepared<A> {
     }
 }
 
+/// Whether [`queue_pair`] queues `k` and `v` as one pair launch (given that their kernel has a
+/// pair entry point): the same kernel and grid, and pair launches on in the tuning.
+pub(crate) fn fuses_as_pair<A>(target: &Target<'_>, k: &Prepared<A>, v: &Prepared<A>) -> bool {
+    k.kernel == v.kernel && k.dims == v.dims && target.gpu.kernel_tuning().pair_launches
+}
+
 /// Queues the K and the V launch of one stage of a step (`k`, then `v`, built for `target`):
 /// as one pair launch when the [tuning](crate::cuda::KernelTuning::pair_launches) allows it and
 /// both halves have the same kernel and dimensions (the kernel's `_pair` entry point over a grid
@@ -71,9 +77,7 @@ pub(crate) unsafe fn queue_pair<A: Copy, P: Copy>(
     v: &Prepared<A>,
     pair: impl FnOnce(A, A) -> P,
 ) -> Result<(), Error> {
-    let fused =
-        k.kernel == v.kernel && k.dims == v.dims && target.gpu.kernel_tuning().pair_launches;
-    match k.kernel.paired().filter(|_| fused) {
+    match k.kernel.paired().filter(|_| fuses_as_pair(target, k, v)) {
         Some(kernel) => {
             let launch = Prepared {
                 kernel,

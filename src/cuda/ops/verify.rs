@@ -10,6 +10,7 @@ use crate::cuda::abi::shared::{
 };
 use crate::cuda::device::settings::DeviceSettings;
 use crate::cuda::device::stream::{Queue, Target};
+use crate::cuda::device::tuning::KernelTuning;
 use crate::cuda::driver::launch::LaunchDims;
 use crate::cuda::driver::memory as driver;
 use crate::memory::Device;
@@ -125,24 +126,21 @@ where
 /// than one full grid keep theirs. Both kernels stride over the grid they are given, so the
 /// entries each half checks, its rows and counters are the same on any grid.
 ///
-/// Only when the halves will run as one pair launch (same kernel and grid, pair launches on:
-/// the condition of `queue_pair`); separate launches keep their own grid. The ALL kernels keep
+/// Only when the halves will run as one pair launch (`fuses_as_pair`, the condition
+/// `queue_pair` applies); separate launches keep their own grid. The ALL kernels keep
 /// theirs: their rounds are bound by the strips' bandwidth, not by latency.
 fn share_pair_grid(target: &Target<'_>, k: &mut VerifyLaunch, v: &mut VerifyLaunch) {
-    let tuning = target.gpu.kernel_tuning();
-    if !tuning.pair_launches || k.kernel != v.kernel || k.dims != v.dims {
+    let Kernel::Verify {
+        fold: fold @ (Fold::None | Fold::Partial),
+        ..
+    } = k.kernel
+    else {
+        return;
+    };
+    if !super::fuses_as_pair(target, k, v) {
         return;
     }
-    let per_sm = match k.kernel {
-        Kernel::Verify {
-            fold: Fold::None, ..
-        } => tuning.verify_blocks_per_sm,
-        Kernel::Verify {
-            fold: Fold::Partial,
-            ..
-        } => tuning.verify_fold_blocks_per_sm,
-        _ => return,
-    };
+    let per_sm = verify_blocks_per_sm(&target.gpu.kernel_tuning(), fold);
     let grid = pair_plane_grid(k.dims.grid, target.gpu.sm_count() * per_sm);
     k.dims.grid = grid;
     v.dims.grid = grid;
@@ -249,11 +247,7 @@ where
             VERIFY_STREAMED_SHARED_BYTES,
         )
     } else {
-        let per_sm = match fold {
-            Fold::None => config.verify_blocks_per_sm,
-            Fold::Partial => config.verify_fold_blocks_per_sm,
-            Fold::All => config.verify_all_blocks_per_sm,
-        };
+        let per_sm = verify_blocks_per_sm(&config, fold);
         (
             Kernel::Verify {
                 fold,
@@ -282,6 +276,15 @@ where
         },
         args,
     })
+}
+
+/// Blocks per multiprocessor of the unstaged verify kernel (`Kernel::Verify`) of `fold`.
+fn verify_blocks_per_sm(tuning: &KernelTuning, fold: Fold) -> u32 {
+    match fold {
+        Fold::None => tuning.verify_blocks_per_sm,
+        Fold::Partial => tuning.verify_fold_blocks_per_sm,
+        Fold::All => tuning.verify_all_blocks_per_sm,
+    }
 }
 
 /// The grid of a verify launch: `full` blocks (the tuning's blocks per multiprocessor), capped
