@@ -8,9 +8,9 @@ use kv_canary::backend::{Backend, Cpu, Scatters};
 use kv_canary::cuda::Gpu;
 use kv_canary::{
     CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,
-    HealthCounters, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources,
-    TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry, VerifyPlan,
-    ViolationRing, WriteInputs, WritePlan,
+    HealthCounters, LaunchSettings, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
+    RealKvSources, TokenCheck, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape,
+    VerifyEntry, VerifyPlan, ViolationRing, WriteInputs, WritePlan,
 };
 use kv_canary_testkit::{HostBackend, Offload};
 
@@ -533,6 +533,58 @@ pub fn verify_differential(_: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
+/// One K+V pair verify of [`verify_pair_differential`]: its shape, plan, the two halves' launch
+/// settings and canary buffers (K first).
+struct PairVerify<'a> {
+    shape: &'a UncheckedShape,
+    plan: &'a VerifyPlan<U>,
+    launch: (&'a LaunchSettings<'a>, &'a LaunchSettings<'a>),
+    bufs: (&'a CanaryBuffer<U>, &'a CanaryBuffer<U>),
+}
+
+/// A ring and both halves' counters (K first) that a pair verify appends to.
+type PairState<'s> = (
+    &'s mut ViolationRing<U>,
+    &'s mut (HealthCounters, HealthCounters),
+);
+
+impl PairVerify<'_> {
+    /// The pair on the CPU (its two verifies) into `cpu`, and through the GPU's pair launch
+    /// (`Offload::verify_pair_launch`) into `gpu`.
+    fn on_both<K: TokenCheck>(
+        &self,
+        check: K,
+        cpu: PairState<'_>,
+        gpu: PairState<'_>,
+    ) -> (Result<(), Error>, Result<(), Error>) {
+        let (cr, cn) = cpu;
+        let on_cpu = Cpu
+            .verify_pair(
+                self.shape,
+                self.plan,
+                check,
+                self.launch,
+                self.bufs,
+                cr,
+                (&mut cn.0, &mut cn.1),
+            )
+            .map(drop);
+        let (gr, gn) = gpu;
+        let on_gpu = Offload::with_default(|g| {
+            g.verify_pair_launch(
+                self.shape,
+                self.plan,
+                check,
+                self.launch,
+                self.bufs,
+                gr,
+                (&mut gn.0, &mut gn.1),
+            )
+        });
+        (on_cpu, on_gpu)
+    }
+}
+
 /// Entries a K+V pair verify of [`verify_pair_differential`] checks: more than the threads of a
 /// full grid of the one-thread-an-entry kernels on an H200 (NONE: 132 SMs x 4 blocks of 512 =
 /// 270,336 a half; PARTIAL: 2 blocks, 135,168), so that threads stride over several entries
@@ -575,11 +627,12 @@ pub fn verify_pair_differential(_: &Gpu) -> Result<(), String> {
         let shape = UncheckedShape::from_capacities(plan.capacity(), cap("w", 1), cap("e", 1));
         // Each fold in turn: the case's own sources when they have it (records clean but for
         // the tampering), else random sources with it (every fold then differs: REAL_KV rows).
+        let fold_index = (seed % 3) as usize;
         let fold = [
             RealKvHashMode::None,
             RealKvHashMode::Partial,
             RealKvHashMode::All,
-        ][(seed % 3) as usize];
+        ][fold_index];
         let kv = if c.kv.mode == fold {
             c.kv
         } else {
@@ -593,54 +646,17 @@ pub fn verify_pair_differential(_: &Gpu) -> Result<(), String> {
         );
         let (mut cr, mut cn) = (ring.clone(), counters.clone());
         let (mut gr, mut gn) = (ring, counters);
-        let bufs = (&k_buf, &v_buf);
-        let cpu = if c.check {
-            Cpu.verify_pair(
-                &shape,
-                &plan,
-                TokenCheckOn,
-                (&lk, &lv),
-                bufs,
-                &mut cr,
-                (&mut cn.0, &mut cn.1),
-            )
-            .map(drop)
-        } else {
-            Cpu.verify_pair(
-                &shape,
-                &plan,
-                TokenCheckOff,
-                (&lk, &lv),
-                bufs,
-                &mut cr,
-                (&mut cn.0, &mut cn.1),
-            )
-            .map(drop)
+        let pair = PairVerify {
+            shape: &shape,
+            plan: &plan,
+            launch: (&lk, &lv),
+            bufs: (&k_buf, &v_buf),
         };
-        let gpu = Offload::with_default(|g| {
-            let counters = (&mut gn.0, &mut gn.1);
-            if c.check {
-                g.verify_pair_launch(
-                    &shape,
-                    &plan,
-                    TokenCheckOn,
-                    (&lk, &lv),
-                    bufs,
-                    &mut gr,
-                    counters,
-                )
-            } else {
-                g.verify_pair_launch(
-                    &shape,
-                    &plan,
-                    TokenCheckOff,
-                    (&lk, &lv),
-                    bufs,
-                    &mut gr,
-                    counters,
-                )
-            }
-        });
+        let (cpu, gpu) = if c.check {
+            pair.on_both(TokenCheckOn, (&mut cr, &mut cn), (&mut gr, &mut gn))
+        } else {
+            pair.on_both(TokenCheckOff, (&mut cr, &mut cn), (&mut gr, &mut gn))
+        };
         let label = format!("pair case seed {seed}");
         ensure!(
             cpu.is_ok() && gpu.is_ok(),
@@ -662,7 +678,7 @@ pub fn verify_pair_differential(_: &Gpu) -> Result<(), String> {
         };
         ensure!(sorted(&cr) == sorted(&gr), "{label}: violation rows differ");
         rows += i64::from(cr.write_index());
-        folds[(seed % 3) as usize] += 1;
+        folds[fold_index] += 1;
     }
     println!(
         "    {cases} K+V pair verifies of {PAIR_ENTRIES} entries equal ({rows} violation rows; \
