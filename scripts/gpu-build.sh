@@ -27,19 +27,7 @@ dest=${1:-.device-run}
 export CARGO_TERM_COLOR=never
 
 # Paths of the executables cargo reports for a build (JSON messages on stdout).
-executables() {
-  python3 -c '
-import json, sys
-want = set(sys.argv[1:])
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in want:
-        print(m["target"]["name"], m["executable"])
-' "$@"
-}
+executables() { python3 "$root/scripts/cargo-executables.py" "$@"; }
 
 echo "[gpu-build] cargo test --no-run (cuda_gpu, golden_gpu)"
 tests=$(cargo test --release --features cudarc --test cuda_gpu --no-run --message-format=json | executables cuda_gpu)

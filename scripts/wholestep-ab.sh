@@ -41,18 +41,7 @@ rm -rf "$dest" "$ab/bins"
 mkdir -p "$dest" "$ab/bins"
 
 # The path of the executable of target $1 that cargo reports (JSON messages on stdin).
-exe_path() {
-  python3 -c '
-import json, sys
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
-        print(m["executable"])
-' "$1"
-}
+exe_path() { python3 "$root/scripts/cargo-executables.py" "$1" | cut -d' ' -f2-; }
 
 names=()
 for spec in "$@"; do
