@@ -35,6 +35,10 @@ struct VerifyArgs {
     i64 tag;
     i64* status;
     RealKv kv;
+    // 1: this crate's launches of the step's head stage lie between the plan and this verify on
+    // its stream (the step API's tail verify), so the plan was complete before this launch
+    // could start; the PARTIAL kernel then loads its first plan columns before its wait.
+    i64 early_columns;
 };
 
 // Checks one entry against its expected token `et` and position `ep`; `pv_hash` is the
@@ -102,15 +106,27 @@ __device__ __forceinline__ bool entry_in_range(const VerifyArgs& a, i64 e, i64 s
     return true;
 }
 
-__device__ __forceinline__ i64 active_entries(const VerifyArgs& a, bool& enabled) {
+// The plan's active entries (clamp(num_valid, 0, capacity), 0 when it is disabled): plan
+// outputs only, so a launch with early_columns may read them before its wait.
+__device__ __forceinline__ i64 planned_entries(const VerifyArgs& a, bool& enabled) {
     enabled = *a.enable != 0;
     i64 n = *a.num_valid;
     if (n < 0) n = 0;
     if (n > a.capacity) n = a.capacity;
+    return n;
+}
+
+// Block 0 counts the launch (and, when enabled, its n entries) in the half's health counters.
+__device__ __forceinline__ void count_launch(const VerifyArgs& a, bool enabled, i64 n) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         atomic_add_i64(a.kernel_counter, 1);
         if (enabled) atomic_add_i64(a.slot_counter, n);
     }
+}
+
+__device__ __forceinline__ i64 active_entries(const VerifyArgs& a, bool& enabled) {
+    const i64 n = planned_entries(a, enabled);
+    count_launch(a, enabled, n);
     return enabled ? n : 0;
 }
 
@@ -128,7 +144,10 @@ enum KvKind { KV_NONE = 0, KV_PARTIAL = 1 };
 //
 // Per round a lane waits on one random access: its plan columns (slot, predecessor, expected
 // position and token) are loaded a round ahead, and its canary records and real-KV pieces go
-// out together, before any of them is hashed.
+// out together, before any of them is hashed. With early_columns (the step API's tail verify:
+// the plan is at least one of this crate's launches back, see VerifyArgs::early_columns) the
+// first round's columns are loaded before the wait for the launch ahead, so after it a lane's
+// first loads are its records and pieces.
 struct PlanColumns {
     i64 slot = 0, prev = 0, position = 0, token = -1;
 };
@@ -150,8 +169,13 @@ __device__ __forceinline__ void verify_single(const VerifyArgs& a) {
     // Columns a round ahead only with a fold: without one, the extra registers spill at the
     // 32 that four blocks a multiprocessor leave (measured slower).
     constexpr bool AHEAD = KV != KV_NONE;
+    const bool early = AHEAD && a.early_columns != 0;
+    if (!early) grid_prologue();
+    // Plan outputs only until the wait below (early): no canary byte, no real-KV byte, no
+    // counter, no status word.
     bool enabled;
-    const i64 n = active_entries(a, enabled);
+    const i64 planned = planned_entries(a, enabled);
+    const i64 n = enabled ? planned : 0;
     const Ring ring = {a.ring, a.ring_capacity, a.write_index};
     const int lane = threadIdx.x & 31;
     const i64 step = static_cast<i64>(gridDim.x) * blockDim.x;
@@ -159,6 +183,8 @@ __device__ __forceinline__ void verify_single(const VerifyArgs& a) {
     const i64 first = static_cast<i64>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31u);
     PlanColumns next;
     if (AHEAD) next = load_columns<CHECK_TOKEN>(a, first + lane, n);
+    if (early) grid_prologue();
+    count_launch(a, enabled, planned);
     for (i64 base = first; base < n; base += step) {
         const i64 e = base + lane;
         const PlanColumns c = AHEAD ? next : load_columns<CHECK_TOKEN>(a, e, n);
@@ -540,6 +566,20 @@ struct VerifyPairArgs {
 KVC_CHECK_LAYOUT_VerifyPairArgs(VerifyPairArgs);
 
 // Each entry point NAME comes with NAME_pair, its K+V pair launch.
+// verify_single runs grid_prologue() itself (after the early loads it may do first).
+#define KVC_VERIFY_SINGLE_ENTRY(NAME, KV, CHECK, MIN_BLOCKS)                                         \
+    extern "C" __global__ void __launch_bounds__(kvc::VERIFY_THREADS, MIN_BLOCKS) NAME(VerifyArgs a) { \
+        kvc::verify_single<KV, CHECK>(a);                                                           \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(kvc::VERIFY_THREADS, MIN_BLOCKS)                   \
+        NAME##_pair(VerifyPairArgs p) {                                                             \
+        if (blockIdx.y == 0) {                                                                      \
+            kvc::verify_single<KV, CHECK>(p.k);                                                     \
+        } else {                                                                                    \
+            kvc::verify_single<KV, CHECK>(p.v);                                                     \
+        }                                                                                           \
+    }
+
 #define KVC_VERIFY_ENTRY(NAME, BODY, KV, CHECK, MIN_BLOCKS)                                        \
     extern "C" __global__ void __launch_bounds__(kvc::VERIFY_THREADS, MIN_BLOCKS) NAME(VerifyArgs a) { \
         kvc::grid_prologue();                                                                       \
@@ -549,10 +589,10 @@ KVC_CHECK_LAYOUT_VerifyPairArgs(VerifyPairArgs);
 
 // Name suffixes: _tokens = expected-token check on; _partial / _all = real-KV fold; _pair = the
 // K+V pair launch.
-KVC_VERIFY_ENTRY(kv_canary_verify, verify_single, kvc::KV_NONE, false, 4)
-KVC_VERIFY_ENTRY(kv_canary_verify_tokens, verify_single, kvc::KV_NONE, true, 4)
-KVC_VERIFY_ENTRY(kv_canary_verify_partial, verify_single, kvc::KV_PARTIAL, false, 2)
-KVC_VERIFY_ENTRY(kv_canary_verify_partial_tokens, verify_single, kvc::KV_PARTIAL, true, 2)
+KVC_VERIFY_SINGLE_ENTRY(kv_canary_verify, kvc::KV_NONE, false, 4)
+KVC_VERIFY_SINGLE_ENTRY(kv_canary_verify_tokens, kvc::KV_NONE, true, 4)
+KVC_VERIFY_SINGLE_ENTRY(kv_canary_verify_partial, kvc::KV_PARTIAL, false, 2)
+KVC_VERIFY_SINGLE_ENTRY(kv_canary_verify_partial_tokens, kvc::KV_PARTIAL, true, 2)
 // ALL: one block of 512 a multiprocessor, so that each lane keeps its source's 128 bytes in
 // registers (8 x 16-byte loads in flight) without spilling.
 KVC_VERIFY_ENTRY(kv_canary_verify_all, verify_grouped, 2, false, 1)

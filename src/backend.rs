@@ -92,6 +92,16 @@ pub trait Backend {
         settings
     }
 
+    /// The settings of a verify launch the step API queues after its own launches of the
+    /// step's head stage (the tail verify: the plan, then the head verify and write, perhaps
+    /// the engine's forward pass, then this launch); a backend may use that (the CUDA one lets
+    /// such a verify load its first plan columns before the launch ahead completes, since the
+    /// plan completed before the head launches started). Unchanged by default.
+    #[doc(hidden)]
+    fn after_own_head_stage<'k>(settings: Self::Settings<'k>) -> Self::Settings<'k> {
+        settings
+    }
+
     /// `Ok` when every active source of `real_kv` covers slots `[0, slots)`, so that no launch
     /// over a canary of `slots` slots can fail on a real-KV read half-way through a step;
     /// otherwise [`Error::RealKvSlotOutOfRange`] naming the first source that falls short.

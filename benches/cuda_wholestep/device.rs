@@ -556,7 +556,8 @@ pub struct StepParts<'a> {
     /// Head K, head V, tail K, tail V.
     buffers: [&'a CanaryBuffer<Uc, Device>; 4],
     counters: [&'a HealthCounters<Device>; 4],
-    /// The verify launches' settings, in `buffers` order.
+    /// The verify launches' settings, in `buffers` order: the tail's marked as following the
+    /// head stage, as the step API marks them.
     settings: [DeviceSettings<'a>; 4],
     /// The write launches' settings: the tail's marked as following the tail verify, as the
     /// step API marks them.
@@ -580,7 +581,15 @@ impl<'a> StepParts<'a> {
         let counter = |i: usize| c.counters(tags[i]).ok_or("a counter pair is missing");
         let (verify, write) = c.plans();
         let fold = [DeviceRealKv::NONE, DeviceRealKv::NONE, kv.k, kv.v];
-        let settings = [0, 1, 2, 3].map(|i| DeviceSettings::new(tags[i]).with_real_kv(fold[i]));
+        // The tail verifies marked as following the head stage, as the step API marks them.
+        let settings = [0, 1, 2, 3].map(|i| {
+            let s = DeviceSettings::new(tags[i]).with_real_kv(fold[i]);
+            if i < 2 {
+                s
+            } else {
+                s.following_head_stage()
+            }
+        });
         Ok(StepParts {
             shape: c.shape(),
             plan_inputs,

@@ -144,11 +144,16 @@ impl Backend for Stream {
             real_kv,
             chain_position_assert: ChainAssert::Fixed(chain_position_assert),
             follows_verify: false,
+            follows_head_stage: false,
         }
     }
 
     fn after_own_verify<'k>(settings: Self::Settings<'k>) -> Self::Settings<'k> {
         settings.following_verify()
+    }
+
+    fn after_own_head_stage<'k>(settings: Self::Settings<'k>) -> Self::Settings<'k> {
+        settings.following_head_stage()
     }
 
     fn check_real_kv_covers(real_kv: &DeviceRealKv<'_>, slots: usize) -> Result<(), Error> {

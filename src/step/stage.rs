@@ -493,6 +493,11 @@ where
             progress,
         } = self;
         let settings = c.checked_settings(G::TAIL, real_kv)?;
+        // The head verify and write launches lie between the plan and these.
+        let settings = KvPair {
+            k: B::after_own_head_stage(settings.k),
+            v: B::after_own_head_stage(settings.v),
+        };
         let tail_verify = verify_both(c, Verified::Tail, &settings, progress.token_check)?;
         // The tail writes follow the tail verify launches just queued, nothing between.
         let write_settings = KvPair {

@@ -493,14 +493,14 @@ pub fn on_gpu<C>(
     Offload::with_default(|gpu| run(c, gpu, st))
 }
 
-/// [`on_gpu`] with its writes launched as the step API's tail writes (their reading half
-/// before the wait: `Offload::with_early_writes`).
+/// [`on_gpu`] with its launches marked as the step API's tail stage's (a write's reading half,
+/// a PARTIAL verify's first plan columns before the wait: `Offload::with_early_launches`).
 pub fn on_gpu_early<C>(
     c: &C,
     st: &mut State,
     run: fn(&C, &Offload, &mut State) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    Offload::with_default_early_writes(|gpu| run(c, gpu, st))
+    Offload::with_default_early_launches(|gpu| run(c, gpu, st))
 }
 
 /// Random verify cases, GPU against CPU.
@@ -510,21 +510,29 @@ pub fn verify_differential(_: &Gpu) -> Result<(), String> {
     for seed in 0..cases {
         let mut rng = Rng::new(0x0007_E21F_0000 + seed);
         let c = random_verify_case(&mut rng, seed % 10 == 0);
-        let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
+        let (mut cs, mut gs, mut es) = (c.state.clone(), c.state.clone(), c.state.clone());
         let cpu = run_verify(&c, &Cpu, &mut cs);
         let gpu = on_gpu(&c, &mut gs, run_verify);
+        let early = on_gpu_early(&c, &mut es, run_verify);
         let label = format!("verify case seed {seed}");
         ensure!(
-            cpu.is_ok() && gpu.is_ok(),
-            "{label}: CPU {cpu:?}, GPU {gpu:?}"
+            cpu.is_ok() && gpu.is_ok() && early.is_ok(),
+            "{label}: CPU {cpu:?}, GPU {gpu:?}, GPU with early columns {early:?}"
         );
         let all = all_rows(&c.state, |s| run_verify(&c, &Cpu, s));
         same_state(&label, &cs, &gs, c.state.ring.write_index(), &all)?;
+        same_state(
+            &format!("{label} (early columns)"),
+            &cs,
+            &es,
+            c.state.ring.write_index(),
+            &all,
+        )?;
         rows += i64::from(cs.ring.write_index() - c.state.ring.write_index());
         overflows += usize::from(cs.ring.dropped() > c.state.ring.dropped());
     }
     println!(
-        "    {cases} random verify cases equal ({rows} violation rows, {overflows} ring overflows)"
+        "    {cases} random verify cases equal, each also with early columns ({rows} violation rows, {overflows} ring overflows)"
     );
     ensure!(
         cases < 1000 || (rows > 1000 && overflows > 20),

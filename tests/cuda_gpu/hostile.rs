@@ -303,8 +303,9 @@ trait LaunchCase {
     fn on_cpu(&self, st: &mut State) -> Result<(), Error>;
     /// The launch on the GPU (through `Offload`).
     fn on_device(&self, st: &mut State) -> Result<(), Error>;
-    /// For a write, the launch on the GPU as the step API's tail writes (`on_gpu_early`),
-    /// which the campaign holds to the same outcome and state; `None` for other launches.
+    /// For a write or a verify, the launch on the GPU as the step API's tail stage launches it
+    /// (`on_gpu_early`), which the campaign holds to the same outcome and state; `None` for
+    /// other launches.
     fn on_device_early(&self, _st: &mut State) -> Option<Result<(), Error>> {
         None
     }
@@ -335,6 +336,9 @@ impl LaunchCase for VerifyCase {
     fn on_device(&self, st: &mut State) -> Result<(), Error> {
         on_gpu(self, st, run_verify)
     }
+    fn on_device_early(&self, st: &mut State) -> Option<Result<(), Error>> {
+        Some(on_gpu_early(self, st, run_verify))
+    }
 }
 
 /// CPU and GPU on `c`: the same result, equal state.
@@ -351,14 +355,14 @@ fn exact<C: LaunchCase>(c: &C, label: &str) -> Result<String, String> {
     if let Some(early) = &early {
         ensure!(
             outcome(&cpu) == outcome(early),
-            "{label}: CPU {cpu:?}, GPU with early writes {early:?}"
+            "{label}: CPU {cpu:?}, GPU launched early {early:?}"
         );
     }
     if cpu.is_ok() {
         let all = all_rows(c.state(), |s| c.on_cpu(s));
         same_state(label, &cs, &gs, c.state().ring.write_index(), &all)?;
         if early.is_some() {
-            let early_label = format!("{label} (early writes)");
+            let early_label = format!("{label} (launched early)");
             same_state(&early_label, &cs, &es, c.state().ring.write_index(), &all)?;
         }
     } else {
@@ -398,10 +402,10 @@ fn modelled<C: LaunchCase>(c: &C, model: &C, label: &str, skipped: &str) -> Resu
     if let Some(early) = c.on_device_early(&mut es) {
         ensure!(
             outcome(&cpu) == outcome(&early),
-            "{label}: CPU {cpu:?}, GPU with early writes {early:?}"
+            "{label}: CPU {cpu:?}, GPU launched early {early:?}"
         );
         same_state(
-            &format!("{label} (GPU with early writes vs the CPU with {skipped} skipped)"),
+            &format!("{label} (GPU launched early vs the CPU with {skipped} skipped)"),
             &ms,
             &es,
             c.state().ring.write_index(),

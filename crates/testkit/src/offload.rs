@@ -32,7 +32,7 @@ use kv_canary::{VerifyPlan, WritePlan};
 #[derive(Debug)]
 pub struct Offload {
     stream: Stream,
-    early_writes: bool,
+    early_launches: bool,
 }
 
 impl Offload {
@@ -40,20 +40,33 @@ impl Offload {
     pub fn new(gpu: &Gpu) -> Result<Self, Error> {
         Ok(Offload {
             stream: Stream::new(gpu)?,
-            early_writes: false,
+            early_launches: false,
         })
     }
 
-    /// An offload path whose writes are launched as the step API launches its tail writes
-    /// ([`DeviceSettings::following_verify`]): the kernel's reading half (loads, folds, the
-    /// chain of a decode-sized request) runs before it waits for the launch ahead, its stores
-    /// after. Sound here as well: what is ahead of a write on this stream is an upload, which
-    /// a kernel never starts early behind. The GPU tests run their write cases both ways.
-    pub fn with_early_writes(gpu: &Gpu) -> Result<Self, Error> {
+    /// An offload path whose launches are marked as the step API marks its tail stage's: writes
+    /// as following their verify ([`DeviceSettings::following_verify`]: the kernel's reading
+    /// half, loads, folds and the chain of a decode-sized request, runs before it waits for the
+    /// launch ahead, its stores after), verifies as following the head stage
+    /// ([`DeviceSettings::following_head_stage`]: the PARTIAL kernel's first plan columns are
+    /// loaded before its wait). Sound here as well: what is ahead of a launch on this stream is
+    /// an upload, which a kernel never starts early behind. The GPU tests run their write and
+    /// verify cases both ways.
+    pub fn with_early_launches(gpu: &Gpu) -> Result<Self, Error> {
         Ok(Offload {
             stream: Stream::new(gpu)?,
-            early_writes: true,
+            early_launches: true,
         })
+    }
+
+    /// `settings` as this path launches a verify: marked as following the head stage on an
+    /// early-launches path.
+    fn verify_settings<'a>(&self, settings: DeviceSettings<'a>) -> DeviceSettings<'a> {
+        if self.early_launches {
+            settings.following_head_stage()
+        } else {
+            settings
+        }
     }
 
     /// The stream it launches on.
@@ -105,7 +118,10 @@ impl Offload {
             SourceBytes::upload(launch.0)?,
             SourceBytes::upload(launch.1)?,
         );
-        let (k, v) = (sk.settings(launch.0)?, sv.settings(launch.1)?);
+        let (k, v) = (
+            self.verify_settings(sk.settings(launch.0)?),
+            self.verify_settings(sv.settings(launch.1)?),
+        );
         let s = &self.stream;
         s.clear_status()?;
         cuda::verify_pair(s, shape, &dp, check, (&k, &v), (&dk, &dv), &dr, (&nk, &nv))?;
@@ -148,7 +164,7 @@ impl Offload {
         );
         let sources = SourceBytes::upload(launch)?;
         let settings = sources.settings(launch)?;
-        let settings = if self.early_writes {
+        let settings = if self.early_launches {
             settings.following_verify()
         } else {
             settings
@@ -247,7 +263,7 @@ impl Backend for Offload {
             counters.to_device(gpu)?,
         );
         let sources = SourceBytes::upload(launch)?;
-        let settings = sources.settings(launch)?;
+        let settings = self.verify_settings(sources.settings(launch)?);
         let s = &self.stream;
         s.clear_status()?;
         cuda::verify(s, shape, &dp, check, &settings, &dc, &dr, &dn)?;
@@ -496,7 +512,7 @@ type ThreadOffload = std::cell::OnceCell<Result<&'static Offload, Error>>;
 
 thread_local! {
     static DEFAULT: ThreadOffload = const { std::cell::OnceCell::new() };
-    static EARLY_WRITES: ThreadOffload = const { std::cell::OnceCell::new() };
+    static EARLY_LAUNCHES: ThreadOffload = const { std::cell::OnceCell::new() };
 }
 
 /// Runs `f` with the offload path of `key` on this thread, made by `make` on device 0 the
@@ -523,11 +539,11 @@ impl Offload {
         with_thread_offload(&DEFAULT, Offload::new, f)
     }
 
-    /// [`Offload::with_default`] with this thread's early-writes path
-    /// ([`Offload::with_early_writes`], device 0).
-    pub fn with_default_early_writes<R>(
+    /// [`Offload::with_default`] with this thread's early-launches path
+    /// ([`Offload::with_early_launches`], device 0).
+    pub fn with_default_early_launches<R>(
         f: impl FnOnce(&Offload) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        with_thread_offload(&EARLY_WRITES, Offload::with_early_writes, f)
+        with_thread_offload(&EARLY_LAUNCHES, Offload::with_early_launches, f)
     }
 }

@@ -173,6 +173,10 @@ kernel_args! {
         status: DevPtr<i64>,
         /// Real-KV sources.
         kv: RealKv,
+        /// 1: the plan is complete before the launch can start (this crate's head-stage
+        /// launches lie between them on the stream), so the PARTIAL kernel loads its first
+        /// plan columns before its wait.
+        early_columns: i64,
     }
 }
 

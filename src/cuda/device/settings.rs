@@ -299,6 +299,13 @@ pub struct DeviceSettings<'a> {
     /// and chain before waiting for them (`WriteArgs::early_fold`). Set by the step API, or by
     /// [`DeviceSettings::following_verify`].
     pub(crate) follows_verify: bool,
+    /// A verify launch queued after this crate's launches of the step's head stage (the head
+    /// verify and write, on the same queue as the plan and this launch; the step API's tail
+    /// verify): the plan was complete before this launch could start, so the PARTIAL verify
+    /// loads its first plan columns before waiting for the launch ahead
+    /// (`VerifyArgs::early_columns`). Set by the step API, or by
+    /// [`DeviceSettings::following_head_stage`].
+    pub(crate) follows_head_stage: bool,
 }
 
 impl DeviceSettings<'static> {
@@ -309,6 +316,7 @@ impl DeviceSettings<'static> {
             real_kv: DeviceRealKv::NONE,
             chain_position_assert: ChainAssert::Fixed(ChainPositionAssert::ON),
             follows_verify: false,
+            follows_head_stage: false,
         }
     }
 }
@@ -324,6 +332,7 @@ impl<'a> DeviceSettings<'a> {
             real_kv,
             chain_position_assert: self.chain_position_assert,
             follows_verify: self.follows_verify,
+            follows_head_stage: self.follows_head_stage,
         }
     }
 
@@ -337,6 +346,7 @@ impl<'a> DeviceSettings<'a> {
             real_kv: self.real_kv,
             chain_position_assert: ChainAssert::Flag(flag),
             follows_verify: self.follows_verify,
+            follows_head_stage: self.follows_head_stage,
         }
     }
 
@@ -357,6 +367,24 @@ impl<'a> DeviceSettings<'a> {
     pub fn following_verify(self) -> Self {
         DeviceSettings {
             follows_verify: true,
+            ..self
+        }
+    }
+
+    /// The same verify launch, marked as queued after this crate's launches of the step's head
+    /// stage: after the plan launch that wrote its plan, at least one of this crate's verify or
+    /// write launches on the same queue, and nothing that writes the plan (the step API's tail
+    /// verify marks its launches so itself). On compute capability 9.0 and later with
+    /// overlapped launches, the PARTIAL verify then loads its first round of plan columns (and
+    /// the plan's `enable` and `verify_num_valid`) while the launch ahead still runs, and
+    /// everything else (records, real-KV bytes, counters, rows) after it: a launch can start
+    /// early only once the launch ahead has passed its own wait, which this crate's launches
+    /// do before anything else, so the plan launch before them has completed. Mark nothing
+    /// else: right behind the plan launch the verify would read columns still being written.
+    /// Write launches ignore it.
+    pub fn following_head_stage(self) -> Self {
+        DeviceSettings {
+            follows_head_stage: true,
             ..self
         }
     }
@@ -399,6 +427,26 @@ mod tests {
         );
         assert!(!from_step.follows_verify);
         assert!(<Stream as Backend>::after_own_verify(from_step).follows_verify);
+    }
+
+    #[test]
+    fn only_a_verify_marked_behind_the_head_stage_loads_columns_early() {
+        let plain = DeviceSettings::new(LaunchTag::TailKFull);
+        assert!(!plain.follows_head_stage);
+        let marked = plain.following_head_stage();
+        assert!(marked.follows_head_stage && !marked.follows_verify);
+        let kept = marked
+            .with_real_kv(DeviceRealKv::NONE)
+            .with_chain_position_assert(ChainPositionAssert::OFF)
+            .following_verify();
+        assert!(kept.follows_head_stage && kept.tag == LaunchTag::TailKFull);
+        let from_step = <Stream as Backend>::settings(
+            LaunchTag::TailVFull,
+            DeviceRealKv::NONE,
+            ChainPositionAssert::ON,
+        );
+        assert!(!from_step.follows_head_stage);
+        assert!(<Stream as Backend>::after_own_head_stage(from_step).follows_head_stage);
     }
 
     /// A view at a made-up address that no test dereferences (only the host-side checks run).

@@ -214,6 +214,7 @@ where
         tag: settings.tag.value(),
         status: target.status,
         kv: kv.abi(),
+        early_columns: i64::from(settings.follows_head_stage),
     };
     let fold = kv.fold();
     let config = target.gpu.kernel_tuning();
