@@ -42,8 +42,8 @@ fn ctx(what: &'static str) -> impl Fn(Error) -> String {
 /// What the host calls of the step API cost, over a run of steps.
 #[derive(Clone, Debug, Default)]
 pub struct HostTimes {
-    /// `[plan, verify_head, write, verify_tail, try_take]`, µs, every call.
-    pub calls: [Vec<f64>; 5],
+    /// `[plan, verify_head_and_write, verify_tail, try_take]`, µs, every call.
+    pub calls: [Vec<f64>; 4],
     /// `wait` calls (a report not ready at the next step), µs.
     pub waits: Vec<f64>,
     /// `try_take` calls that found the report ready.
@@ -55,7 +55,7 @@ pub struct HostTimes {
 }
 
 /// Names of [`HostTimes::calls`].
-pub const HOST_CALLS: [&str; 5] = ["plan", "verify_head", "write", "verify_tail", "try_take"];
+pub const HOST_CALLS: [&str; 4] = ["plan", "verify_head_and_write", "verify_tail", "try_take"];
 
 impl HostTimes {
     /// Calls longer than `stall_us`, `wait` excluded.
@@ -68,14 +68,14 @@ impl HostTimes {
     }
 
     /// The largest call of each kind, µs.
-    pub fn max(&self) -> [f64; 5] {
+    pub fn max(&self) -> [f64; 4] {
         self.calls
             .each_ref()
             .map(|c| c.iter().copied().fold(0.0, f64::max))
     }
 
     /// Median of each kind, µs.
-    pub fn median(&self) -> [f64; 5] {
+    pub fn median(&self) -> [f64; 4] {
         self.calls.each_ref().map(|c| median(c))
     }
 
@@ -270,8 +270,7 @@ fn step_and_wait(
     kv: TailKvOnDevice<'_>,
 ) -> Result<DeviceStepReport, String> {
     c.plan(inputs)
-        .and_then(|s| s.verify_head())
-        .and_then(|s| s.write(write))
+        .and_then(|s| s.verify_head_and_write(write))
         .and_then(|s| s.verify_tail(kv))
         .and_then(|p| p.wait())
         .map_err(ctx("step API step"))
@@ -315,27 +314,26 @@ fn step_api_run(
         let t0 = Instant::now();
         let s = c.plan(inputs).map_err(ctx("plan"))?;
         let t1 = Instant::now();
-        let s = s.verify_head().map_err(ctx("verify_head"))?;
-        let t2 = Instant::now();
-        let s = s.write(write).map_err(ctx("write"))?;
+        let s = s
+            .verify_head_and_write(write)
+            .map_err(ctx("verify_head_and_write"))?;
         let t3 = Instant::now();
         spin_host(forward);
         let t4 = Instant::now();
         let pending = s.verify_tail(kv).map_err(ctx("verify_tail"))?;
         let t5 = Instant::now();
         c.backend().record(stop).map_err(ctx("record"))?;
-        for (i, d) in [(0, t1 - t0), (1, t2 - t1), (2, t3 - t2), (3, t5 - t4)] {
+        for (i, d) in [(0, t1 - t0), (1, t3 - t1), (2, t5 - t4)] {
             host.calls[i].push(d.as_secs_f64() * 1e6);
         }
         let mut line = format!(
-            "    step {n}: plan at +{:.1} us ({:.1} us), verify_head {:.1} us, write {:.1} us, \
+            "    step {n}: plan at +{:.1} us ({:.1} us), verify_head_and_write {:.1} us, \
              forward {:.0} us, verify_tail {:.1} us: queued at +{:.1} us",
             us(t0),
             host.calls[0][n],
             host.calls[1][n],
-            host.calls[2][n],
             (t4 - t3).as_secs_f64() * 1e6,
-            host.calls[3][n],
+            host.calls[2][n],
             us(t5)
         );
         if let Some(prev) = unread.take() {
@@ -343,7 +341,7 @@ fn step_api_run(
             let polled: Polled =
                 kv_canary::cuda::PendingDeviceReport::try_take(prev).map_err(ctx("try_take"))?;
             let t7 = Instant::now();
-            host.calls[4].push((t7 - t6).as_secs_f64() * 1e6);
+            host.calls[3].push((t7 - t6).as_secs_f64() * 1e6);
             let (report, how) = match polled {
                 Polled::Ready(r) => {
                     host.ready += 1;
@@ -450,8 +448,7 @@ fn step_graph_run(
             },
         };
         c.plan(&cuda::PlanInputs::full(&k.batch, &k.table))?
-            .verify_head()?
-            .write(&k.write)?
+            .verify_head_and_write(&k.write)?
             .verify_tail(kv)
     });
     graph.capture().map_err(ctx("step graph capture"))?;
@@ -559,8 +556,8 @@ pub struct StepParts<'a> {
     /// The verify launches' settings, in `buffers` order: the tail's marked as following the
     /// head stage, as the step API marks them.
     settings: [DeviceSettings<'a>; 4],
-    /// The write launches' settings: the tail's marked as following the tail verify, as the
-    /// step API marks them.
+    /// The write launches' settings: each marked as following its end's verify, as the step
+    /// API marks them (`verify_head_and_write`, `verify_tail`).
     write_settings: [DeviceSettings<'a>; 4],
     ring: &'a ViolationRing<Uc, Device>,
     halves: usize,
@@ -599,10 +596,7 @@ impl<'a> StepParts<'a> {
             buffers: [buffer(0)?, buffer(1)?, buffer(2)?, buffer(3)?],
             counters: [counter(0)?, counter(1)?, counter(2)?, counter(3)?],
             settings,
-            write_settings: [0, 1, 2, 3].map(|i| match i {
-                0 | 1 => settings[i],
-                _ => settings[i].following_verify(),
-            }),
+            write_settings: settings.map(DeviceSettings::following_verify),
             ring: c.ring(),
             halves: mode.halves(),
             pairs: mode.halves() == 2 && c.backend().gpu().kernel_tuning().pair_launches,

@@ -400,7 +400,7 @@ fn print_results(rows: &[RowResult], o: &Options) {
             r.step,
             r.mode.name(),
             h.ready,
-            h.calls[4].len(),
+            h.calls[3].len(),
             h.waits.len(),
             h.stagings,
             h.steps()

@@ -11,7 +11,10 @@
 //! ```
 //!
 //! Each stage consumes the previous one ([`Step`]), so verifying before planning, writing before
-//! the head verify or ending a step without its write does not compile.
+//! the head verify or ending a step without its write does not compile. An engine whose write
+//! inputs are ready before its head verify calls
+//! [`verify_head_and_write`](Step::verify_head_and_write) instead of the two: the same launches
+//! back to back, which lets a CUDA canary overlap the head writes' reads with the head verify.
 //!
 //! # What is modelled
 //!

@@ -457,12 +457,63 @@ where
         E: SameWriteEntryCapacity<I::Capacity>,
         B: WritesFrom<I>,
     {
+        self.write_head(inputs, false)
+    }
+
+    /// [`verify_head`](Self::verify_head) and then [`write`](Self::write) of `inputs`, queued
+    /// back to back, for an engine whose write inputs are ready before its head verify: the
+    /// same launches, rows, counters and report. On a CUDA stream the head writes then do the
+    /// reading half of their decode-sized requests while the head verify still runs, as the
+    /// tail writes do behind the tail verify; after a separate `verify_head` they cannot,
+    /// since the engine may queue work between the two calls that writes the inputs. No
+    /// [`head_findings`](Step::head_findings) between the two.
+    #[allow(
+        clippy::type_complexity,
+        reason = "the next stage's type spells out the canary's seven parameters"
+    )]
+    pub fn verify_head_and_write<'w, I>(
+        self,
+        inputs: &'w I,
+    ) -> Result<Step<'c, Written<'w, I>, CanaryOf<V, W, E, S, R, G, B>>, Error>
+    where
+        St: ReadyForHeadVerify,
+        I: WriteInputSource + ?Sized,
+        E: SameWriteEntryCapacity<I::Capacity>,
+        B: WritesFrom<I>,
+    {
+        self.verify_head()?.write_head(inputs, true)
+    }
+
+    /// [`write`](Self::write), its settings marked as following this step's own head verify
+    /// launches when `behind_own_verify` ([`Backend::after_own_verify`]).
+    #[allow(
+        clippy::type_complexity,
+        reason = "the next stage's type spells out the canary's seven parameters"
+    )]
+    fn write_head<'w, I>(
+        self,
+        inputs: &'w I,
+        behind_own_verify: bool,
+    ) -> Result<Step<'c, Written<'w, I>, CanaryOf<V, W, E, S, R, G, B>>, Error>
+    where
+        St: ReadyToWrite,
+        I: WriteInputSource + ?Sized,
+        E: SameWriteEntryCapacity<I::Capacity>,
+        B: WritesFrom<I>,
+    {
         let Step {
             canary: c,
             mut progress,
             ..
         } = self;
-        let settings = G::HEAD.map(|tag| c.settings(tag, B::no_real_kv()));
+        let settings = G::HEAD.map(|tag| {
+            let settings = c.settings(tag, B::no_real_kv());
+            if behind_own_verify {
+                B::after_own_verify(settings)
+            } else {
+                settings
+            }
+        });
         let stage = Written { inputs };
         progress.head_write = write_both(c, End::Head, &settings, &stage)?;
         Ok(Step {

@@ -227,6 +227,55 @@ fn a_corrupted_head_record_is_reported_before_the_write() {
 }
 
 #[test]
+fn verify_head_and_write_is_verify_head_then_write() {
+    // Two canaries through the same steps, one calling the stages one by one, the other the
+    // head verify and write in one call; a head record spoiled in both before the last step.
+    let (mut one, mut separate) = (Engine::new(), canary());
+    let (mut other, mut combined) = (Engine::new(), canary());
+    prefill(&mut one, &mut separate);
+    prefill(&mut other, &mut combined);
+    for c in [&mut separate, &mut combined] {
+        let buf = c.buffer_mut(LaunchTag::HeadVFull).unwrap();
+        let slot = buf.slot(8).unwrap();
+        buf.set_slot(8, CanarySlot { token: 5, ..slot }).unwrap();
+    }
+    let batch = Batch::from_columns([1], [3], [1]);
+    let tokens = [(11, 103, 3)];
+    let table = one.table.clone();
+    let by_stages = {
+        let inputs = inputs(&separate, &tokens);
+        let step = separate
+            .plan(&PlanInputs::full(&batch, &table))
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&inputs)
+            .unwrap();
+        one.forward(&tokens);
+        step.verify_tail(one.tail_kv()).unwrap()
+    };
+    let in_one_call = {
+        let inputs = inputs(&combined, &tokens);
+        let step = combined
+            .plan(&PlanInputs::full(&batch, &table))
+            .unwrap()
+            .verify_head_and_write(&inputs)
+            .unwrap();
+        other.forward(&tokens);
+        step.verify_tail(other.tail_kv()).unwrap()
+    };
+    assert_eq!(tags(&by_stages.violations), [LaunchTag::HeadVFull]);
+    assert_eq!(in_one_call.violations, by_stages.violations);
+    assert_eq!(
+        (in_one_call.entries_checked(), in_one_call.entries_written()),
+        (by_stages.entries_checked(), by_stages.entries_written())
+    );
+    for tag in [LaunchTag::HeadKFull, LaunchTag::HeadVFull] {
+        assert_eq!(combined.buffer(tag), separate.buffer(tag), "{tag:?}");
+    }
+}
+
+#[test]
 fn kv_bytes_changed_after_their_write_are_reported_by_their_half_of_the_tail() {
     let (mut engine, mut canary) = (Engine::new(), canary());
     prefill(&mut engine, &mut canary);

@@ -398,10 +398,17 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
             .and_then(|s| s.verify_head())
             .and_then(|s| s.write(&inputs))
             .map_err(fail("cpu step"))?;
+        // Every other device step queues its head verify and write in one call (the head
+        // writes then read ahead of their wait, behind the head verify): the same report.
         let dev_step = dev
             .plan(&cuda::PlanInputs::full(&dbatch, &dtable))
-            .and_then(|s| s.verify_head())
-            .and_then(|s| s.write(&dinputs))
+            .and_then(|s| {
+                if step % 2 == 1 {
+                    s.verify_head_and_write(&dinputs)
+                } else {
+                    s.verify_head().and_then(|s| s.write(&dinputs))
+                }
+            })
             .map_err(fail("device step"))?;
         // The forward pass: this step's KV bytes.
         for &(s, t, pos) in &tokens {
