@@ -256,16 +256,20 @@ KVC_CHECK_LAYOUT_RealKv(kvc::RealKv);
 // of y = 0 run BODY over the K half's arguments (p.k), those of y = 1 over the V half's (p.v):
 // each half is exactly the single launch over its own grid x (BODY reads blockIdx.x and
 // gridDim.x only), so one launch replaces two dependent ones and the halves run side by side.
-// BODY is a parenthesised function (its template arguments hold commas).
-#define KVC_PAIR_ENTRY(NAME, THREADS, MIN_BLOCKS, PAIR_ARGS, BODY)                             \
+// BODY is a parenthesised function (its template arguments hold commas). PROLOGUE is what runs
+// before it: `kvc::grid_prologue();` (KVC_PAIR_ENTRY), or nothing for a BODY that runs
+// grid_prologue() itself after the early loads it may do first (the NONE and PARTIAL verify).
+#define KVC_PAIR_ENTRY_WITH(NAME, THREADS, MIN_BLOCKS, PAIR_ARGS, PROLOGUE, BODY)               \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) NAME##_pair(PAIR_ARGS p) { \
-        kvc::grid_prologue();                                                                   \
+        PROLOGUE                                                                                \
         if (blockIdx.y == 0) {                                                                  \
             BODY(p.k);                                                                          \
         } else {                                                                                \
             BODY(p.v);                                                                          \
         }                                                                                       \
     }
+#define KVC_PAIR_ENTRY(NAME, THREADS, MIN_BLOCKS, PAIR_ARGS, BODY) \
+    KVC_PAIR_ENTRY_WITH(NAME, THREADS, MIN_BLOCKS, PAIR_ARGS, kvc::grid_prologue();, BODY)
 
 // KVC_PAIR_ENTRY for a BODY that runs grid_prologue() itself (the write op: its early work).
 // BODY is instantiated once, over the half's arguments picked by blockIdx.y (read from the

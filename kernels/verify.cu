@@ -565,27 +565,20 @@ struct VerifyPairArgs {
 };
 KVC_CHECK_LAYOUT_VerifyPairArgs(VerifyPairArgs);
 
-// Each entry point NAME comes with NAME_pair, its K+V pair launch.
-// verify_single runs grid_prologue() itself (after the early loads it may do first).
-#define KVC_VERIFY_SINGLE_ENTRY(NAME, KV, CHECK, MIN_BLOCKS)                                         \
+// Each entry point NAME comes with NAME_pair, its K+V pair launch; PROLOGUE runs before BODY
+// (KVC_PAIR_ENTRY_WITH in common.cuh).
+#define KVC_VERIFY_ENTRY_WITH(NAME, BODY, KV, CHECK, MIN_BLOCKS, PROLOGUE)                         \
     extern "C" __global__ void __launch_bounds__(kvc::VERIFY_THREADS, MIN_BLOCKS) NAME(VerifyArgs a) { \
-        kvc::verify_single<KV, CHECK>(a);                                                           \
-    }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(kvc::VERIFY_THREADS, MIN_BLOCKS)                   \
-        NAME##_pair(VerifyPairArgs p) {                                                             \
-        if (blockIdx.y == 0) {                                                                      \
-            kvc::verify_single<KV, CHECK>(p.k);                                                     \
-        } else {                                                                                    \
-            kvc::verify_single<KV, CHECK>(p.v);                                                     \
-        }                                                                                           \
-    }
-
-#define KVC_VERIFY_ENTRY(NAME, BODY, KV, CHECK, MIN_BLOCKS)                                        \
-    extern "C" __global__ void __launch_bounds__(kvc::VERIFY_THREADS, MIN_BLOCKS) NAME(VerifyArgs a) { \
-        kvc::grid_prologue();                                                                       \
+        PROLOGUE                                                                                    \
         kvc::BODY<KV, CHECK>(a);                                                                    \
     }                                                                                               \
-    KVC_PAIR_ENTRY(NAME, kvc::VERIFY_THREADS, MIN_BLOCKS, VerifyPairArgs, (kvc::BODY<KV, CHECK>))
+    KVC_PAIR_ENTRY_WITH(NAME, kvc::VERIFY_THREADS, MIN_BLOCKS, VerifyPairArgs, PROLOGUE,             \
+                        (kvc::BODY<KV, CHECK>))
+#define KVC_VERIFY_ENTRY(NAME, BODY, KV, CHECK, MIN_BLOCKS) \
+    KVC_VERIFY_ENTRY_WITH(NAME, BODY, KV, CHECK, MIN_BLOCKS, kvc::grid_prologue();)
+// verify_single runs grid_prologue() itself (after the early column loads it may do first).
+#define KVC_VERIFY_SINGLE_ENTRY(NAME, KV, CHECK, MIN_BLOCKS) \
+    KVC_VERIFY_ENTRY_WITH(NAME, verify_single, KV, CHECK, MIN_BLOCKS, )
 
 // Name suffixes: _tokens = expected-token check on; _partial / _all = real-KV fold; _pair = the
 // K+V pair launch.
