@@ -346,6 +346,30 @@ pub fn run_write<B: HostBackend>(c: &WriteCase, backend: &B, st: &mut State) -> 
     .map(drop)
 }
 
+/// One launch from `initial` on the CPU, on the GPU and on the GPU with the step API's early
+/// marks (`early`, as the messages name them): all three succeed and the GPU states equal the
+/// CPU's, which is returned.
+fn equal_three_ways(
+    label: &str,
+    initial: &State,
+    early: &str,
+    cpu: impl Fn(&mut State) -> Result<(), Error>,
+    gpu: impl Fn(&mut State) -> Result<(), Error>,
+    gpu_early: impl Fn(&mut State) -> Result<(), Error>,
+) -> Result<State, String> {
+    let (mut cs, mut gs, mut es) = (initial.clone(), initial.clone(), initial.clone());
+    let (c, g, e) = (cpu(&mut cs), gpu(&mut gs), gpu_early(&mut es));
+    ensure!(
+        c.is_ok() && g.is_ok() && e.is_ok(),
+        "{label}: CPU {c:?}, GPU {g:?}, GPU with {early} {e:?}"
+    );
+    let all = all_rows(initial, cpu);
+    let index = initial.ring.write_index();
+    same_state(label, &cs, &gs, index, &all)?;
+    same_state(&format!("{label} ({early})"), &cs, &es, index, &all)?;
+    Ok(cs)
+}
+
 /// Random write cases (short and multi-tile requests), GPU against CPU.
 pub fn write_differential(_: &Gpu) -> Result<(), String> {
     let cases = crate::scaled(1200);
@@ -354,23 +378,13 @@ pub fn write_differential(_: &Gpu) -> Result<(), String> {
         let mut rng = Rng::new(0x0003_217E_0000 + seed);
         let c = random_write_case(&mut rng, seed % 8 == 0);
         long += usize::from(c.plan.offsets().windows(2).any(|w| w[1] - w[0] > 256));
-        let (mut cs, mut gs, mut es) = (c.state.clone(), c.state.clone(), c.state.clone());
-        let cpu = run_write(&c, &Cpu, &mut cs);
-        let gpu = on_gpu(&c, &mut gs, run_write);
-        let early = on_gpu_early(&c, &mut es, run_write);
-        let label = format!("write case seed {seed}");
-        ensure!(
-            cpu.is_ok() && gpu.is_ok() && early.is_ok(),
-            "{label}: CPU {cpu:?}, GPU {gpu:?}, GPU with early writes {early:?}"
-        );
-        let all = all_rows(&c.state, |s| run_write(&c, &Cpu, s));
-        same_state(&label, &cs, &gs, c.state.ring.write_index(), &all)?;
-        same_state(
-            &format!("{label} (early writes)"),
-            &cs,
-            &es,
-            c.state.ring.write_index(),
-            &all,
+        let cs = equal_three_ways(
+            &format!("write case seed {seed}"),
+            &c.state,
+            "early writes",
+            |s| run_write(&c, &Cpu, s),
+            |s| on_gpu(&c, s, run_write),
+            |s| on_gpu_early(&c, s, run_write),
         )?;
         rows += i64::from(cs.ring.write_index() - c.state.ring.write_index());
         overflows += usize::from(cs.ring.dropped() > c.state.ring.dropped());
@@ -510,23 +524,13 @@ pub fn verify_differential(_: &Gpu) -> Result<(), String> {
     for seed in 0..cases {
         let mut rng = Rng::new(0x0007_E21F_0000 + seed);
         let c = random_verify_case(&mut rng, seed % 10 == 0);
-        let (mut cs, mut gs, mut es) = (c.state.clone(), c.state.clone(), c.state.clone());
-        let cpu = run_verify(&c, &Cpu, &mut cs);
-        let gpu = on_gpu(&c, &mut gs, run_verify);
-        let early = on_gpu_early(&c, &mut es, run_verify);
-        let label = format!("verify case seed {seed}");
-        ensure!(
-            cpu.is_ok() && gpu.is_ok() && early.is_ok(),
-            "{label}: CPU {cpu:?}, GPU {gpu:?}, GPU with early columns {early:?}"
-        );
-        let all = all_rows(&c.state, |s| run_verify(&c, &Cpu, s));
-        same_state(&label, &cs, &gs, c.state.ring.write_index(), &all)?;
-        same_state(
-            &format!("{label} (early columns)"),
-            &cs,
-            &es,
-            c.state.ring.write_index(),
-            &all,
+        let cs = equal_three_ways(
+            &format!("verify case seed {seed}"),
+            &c.state,
+            "early columns",
+            |s| run_verify(&c, &Cpu, s),
+            |s| on_gpu(&c, s, run_verify),
+            |s| on_gpu_early(&c, s, run_verify),
         )?;
         rows += i64::from(cs.ring.write_index() - c.state.ring.write_index());
         overflows += usize::from(cs.ring.dropped() > c.state.ring.dropped());
