@@ -30,6 +30,7 @@
 //
 // Differences from the CPU reference are listed in src/cuda/ops/plan.rs.
 #include "common.cuh"
+#include "verify_checks.cuh"
 
 namespace kvc {
 
@@ -38,6 +39,48 @@ constexpr u32 NO_ERR = 0xFFFFFFFFu;  // error key of a row without error (keys a
 
 // LUT handling of a variant.
 enum LutMode { NO_LUT = 0, LUT_CLAMP = 1, LUT_CHECKED = 2 };
+
+// The head verify a plan launch runs over the entries it plans (`kv_canary_plan_verify_head*`):
+// the K half's arguments, and the V half's for a pair (HEADS = 2). HEADS = 0: a plain plan.
+struct HeadVerify {
+    const VerifyArgs* k;
+    const VerifyArgs* v;
+};
+
+// Checks entry f (slot s, predecessor prev, expected token tok, position pos) against HEADS
+// head buffers, as verify_single<KV_NONE, false> checks a planned entry: the same range checks,
+// records, predecessor hash (the lane before's when it holds the predecessor) and rows. Every
+// lane of the warp calls it (shuffles); `in` says whether the lane holds an entry.
+template <int HEADS>
+__device__ __forceinline__ void head_check(const HeadVerify& hv, bool in, i64 f, i64 s, i64 prev,
+                                           i64 tok, i64 pos) {
+    const int lane = threadIdx.x & 31;
+    const i64 s_before = __shfl_up_sync(0xffffffffu, s, 1);
+    // Every half's records are loaded before the first is hashed (all in flight together).
+    bool ok[2], from_before[2];
+    Slot st[2] = {}, pv[2] = {};
+#pragma unroll
+    for (int h = 0; h < HEADS; ++h) {
+        const VerifyArgs& a = h == 0 ? *hv.k : *hv.v;
+        ok[h] = in && entry_in_range<false>(a, f, s, prev);
+        const bool ok_before = __shfl_up_sync(0xffffffffu, ok[h], 1);
+        from_before[h] = lane > 0 && ok_before && prev > 0 && prev == s_before;
+        if (ok[h]) {
+            st[h] = load_slot(a.buf, a.stride, s);
+            if (prev > 0 && !from_before[h]) pv[h] = load_slot(a.buf, a.stride, prev);
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < HEADS; ++h) {
+        const VerifyArgs& a = h == 0 ? *hv.k : *hv.v;
+        const u64 before = __shfl_up_sync(0xffffffffu, ok[h] ? slot_hash(st[h]) : 0ull, 1);
+        if (ok[h]) {
+            const Ring ring = {a.ring, a.ring_capacity, a.write_index};
+            const u64 pv_hash = from_before[h] ? before : prev > 0 ? slot_hash(pv[h]) : 0;
+            check_hashed<false>(a, ring, f, s, prev, st[h], pv_hash, 0, tok, pos);
+        }
+    }
+}
 
 struct PlanArgs {
     const i64* req_pool_indices;
@@ -438,9 +481,9 @@ __device__ __forceinline__ void emit_chunk(const PlanArgs& a, const Smem& sm, i6
 // entry_blocks regions). A round's table loads are in flight together, then its LUT gathers,
 // then its stores; each thread finds its round's first row by a binary search. Fewer registers
 // than `emit_chunk`, so more warps per multiprocessor keep loads in flight instead.
-template <int THREADS, int U, bool HAS_POOL, int MODE>
+template <int THREADS, int U, bool HAS_POOL, int MODE, int HEADS>
 __device__ __forceinline__ void emit_grid_stride(const PlanArgs& a, const Smem& sm, i64 bs,
-                                                 i64 total) {
+                                                 i64 total, const HeadVerify& hv) {
     constexpr i64 ROUND = static_cast<i64>(U) * THREADS;
     if (static_cast<i64>(blockIdx.x) >= a.entry_blocks) return;
     const i64 stride = a.entry_blocks * ROUND;
@@ -453,6 +496,18 @@ __device__ __forceinline__ void emit_grid_stride(const PlanArgs& a, const Smem& 
         load_lanes<THREADS, U, HAS_POOL>(a, sm, c, base, total, L);
         translate_lanes<MODE, U>(a, L, slot, pown);
         emit_lanes<THREADS, U>(a, base, L, slot, pown);
+        if (HEADS > 0) {
+            // The head verify of the entries just planned, from the registers that hold them
+            // (emit_lanes's predecessor: the row's own seed at a row's head, else the lane
+            // before's slot).
+#pragma unroll
+            for (int k = 0; k < U; ++k) {
+                const i64 f = base + static_cast<i64>(k) * THREADS + threadIdx.x;
+                const i64 left = __shfl_up_sync(0xffffffffu, slot[k], 1);
+                const i64 prev = L.head[k] ? pown[k] : left;
+                head_check<HEADS>(hv, L.ok[k], f, slot[k], prev, L.tok[k], L.pos[k]);
+            }
+        }
     }
 }
 
@@ -557,8 +612,8 @@ __device__ __forceinline__ void check_rows(const PlanArgs& a, const Smem& sm, in
 // RPT: rows a thread scans at most (THREADS * RPT >= smem_rows, host check); PIPE: a block's
 // chunk of entries software-pipelined (`emit_chunk`), else grid-strided rounds one at a time
 // (`emit_grid_stride`).
-template <int THREADS, int U, bool HAS_POOL, int MODE, int RPT, bool PIPE>
-__device__ __forceinline__ void plan_body(const PlanArgs& a) {
+template <int THREADS, int U, bool HAS_POOL, int MODE, int RPT, bool PIPE, int HEADS = 0>
+__device__ __forceinline__ void plan_body(const PlanArgs& a, HeadVerify hv = {nullptr, nullptr}) {
     int rpt;
     const Smem sm = smem_layout<THREADS>(a, rpt);
     const int tid = threadIdx.x;
@@ -712,6 +767,13 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
         *a.v_num_valid = static_cast<i32>(enable ? total : a.verify_capacity);
         *a.v_enable = enable ? 1 : 0;
         *a.w_num_valid_reqs = static_cast<i32>(bs);
+        // The head verify's counts, as its own launch would make them (count_launch).
+#pragma unroll
+        for (int h = 0; h < HEADS; ++h) {
+            const VerifyArgs& v = h == 0 ? *hv.k : *hv.v;
+            atomic_add_i64(v.kernel_counter, 1);
+            if (enable) atomic_add_i64(v.slot_counter, total);
+        }
     }
 
     // Step 4 (last block): write offsets, seeds, tail zeros.
@@ -743,7 +805,7 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a) {
     if (PIPE) {
         if (has_chunk) emit_chunk<THREADS, U, HAS_POOL, MODE>(a, sm, bs, ch.c0, ch.c1, first_f);
     } else {
-        emit_grid_stride<THREADS, U, HAS_POOL, MODE>(a, sm, bs, total);
+        emit_grid_stride<THREADS, U, HAS_POOL, MODE, HEADS>(a, sm, bs, total, hv);
     }
 }
 
@@ -767,6 +829,35 @@ KVC_CHECK_LAYOUT_PlanArgs(PlanArgs);
         kvc::grid_prologue();                                                                \
         kvc::plan_body<THREADS, U, POOL, MODE, RPT, PIPE>(a);                                \
     }
+// The plan and the head verify of the K half (`_pair`: of the K and the V half) in one launch:
+// the lean plan's rounds at one entry a thread (no LUT, no expected-token pool), each entry
+// checked against the head buffers by the thread that planned it, no token check, no real-KV
+// fold (src/cuda/ops/plan_verify.rs). The plan columns are stored as by the plain plan; the
+// head verify's rows, write index, status and counters are those its own launch makes.
+struct PlanVerifyHeadArgs {
+    PlanArgs plan;
+    kvc::VerifyArgs k;
+};
+KVC_CHECK_LAYOUT_PlanVerifyHeadArgs(PlanVerifyHeadArgs);
+struct PlanVerifyHeadPairArgs {
+    PlanArgs plan;
+    kvc::VerifyArgs k;
+    kvc::VerifyArgs v;
+};
+KVC_CHECK_LAYOUT_PlanVerifyHeadPairArgs(PlanVerifyHeadPairArgs);
+extern "C" __global__ void __launch_bounds__(kvc::PLAN_VERIFY_THREADS, kvc::PLAN_VERIFY_BLOCKS_PER_SM)
+    kv_canary_plan_verify_head(PlanVerifyHeadArgs a) {
+    kvc::grid_prologue();
+    kvc::plan_body<kvc::PLAN_VERIFY_THREADS, kvc::PLAN_VERIFY_UNROLL, false, kvc::NO_LUT, 4, false, 1>(
+        a.plan, kvc::HeadVerify{&a.k, nullptr});
+}
+extern "C" __global__ void __launch_bounds__(kvc::PLAN_VERIFY_THREADS, kvc::PLAN_VERIFY_BLOCKS_PER_SM)
+    kv_canary_plan_verify_head_pair(PlanVerifyHeadPairArgs a) {
+    kvc::grid_prologue();
+    kvc::plan_body<kvc::PLAN_VERIFY_THREADS, kvc::PLAN_VERIFY_UNROLL, false, kvc::NO_LUT, 4, false, 2>(
+        a.plan, kvc::HeadVerify{&a.k, &a.v});
+}
+
 #define KVC_PLAN_FAMILY(NAME, THREADS, MINB, U, RPT, PIPE)                                   \
     KVC_PLAN_ENTRY(NAME, THREADS, MINB, U, RPT, PIPE, false, kvc::NO_LUT)                    \
     KVC_PLAN_ENTRY(NAME##_pool, THREADS, MINB, U, RPT, PIPE, true, kvc::NO_LUT)              \

@@ -216,6 +216,50 @@ pub trait PlanWith<I: ?Sized, V: Capacity, W: Capacity, E: Capacity>: Backend {
         W: SameWriteReqCapacity<WB>,
         VB: Capacity,
         WB: Capacity;
+
+    /// [`plan`](Self::plan), then [`Backend::clear_ring`] of `ring`, then the head verify
+    /// against the plan just made, with no token check ([`Backend::verify`] of the K half,
+    /// [`Backend::verify_pair`] when a V half is given): the calls of the step API's
+    /// `plan_and_verify_head`, for a backend that can make them in fewer launches (the CUDA
+    /// one: `cuda::plan_verify_head`). Returns the plan's and the verify launches' returns (the
+    /// V half's default when there is none), or `None`, having done nothing, when it has no
+    /// such form for these inputs: the caller then makes the three calls. `None` by default.
+    #[doc(hidden)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the plan's and the verify's own arguments"
+    )]
+    #[allow(clippy::type_complexity, reason = "the returns of the three launches")]
+    fn plan_verify_head<VB, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        inputs: &I,
+        verify: &mut VerifyPlan<VB, Self::Memory>,
+        write: &mut WritePlan<WB, Self::Memory>,
+        settings: (&Self::Settings<'_>, Option<&Self::Settings<'_>>),
+        canary: (
+            &CanaryBuffer<S, Self::Memory>,
+            Option<&CanaryBuffer<S, Self::Memory>>,
+        ),
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: (
+            &mut HealthCounters<Self::Memory>,
+            Option<&mut HealthCounters<Self::Memory>>,
+        ),
+    ) -> Result<Option<(Self::PlanDone, Self::VerifyDone, Self::VerifyDone)>, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: SameWriteReqCapacity<WB>,
+        VB: Capacity,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        let _ = (
+            shape, inputs, verify, write, settings, canary, ring, counters,
+        );
+        Ok(None)
+    }
 }
 
 /// The write op (spec §4) of a backend, for write inputs with the input assert `A`
@@ -445,6 +489,41 @@ where
             group: inputs.swa,
             expected: inputs.expected,
             |typed| PlanWith::plan(self, shape, &typed, verify, write)
+        )
+    }
+
+    fn plan_verify_head<VB, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        inputs: &RuntimePlanInputs<'a>,
+        verify: &mut VerifyPlan<VB, Self::Memory>,
+        write: &mut WritePlan<WB, Self::Memory>,
+        settings: (&Self::Settings<'_>, Option<&Self::Settings<'_>>),
+        canary: (
+            &CanaryBuffer<S, Self::Memory>,
+            Option<&CanaryBuffer<S, Self::Memory>>,
+        ),
+        ring: &mut ViolationRing<R, Self::Memory>,
+        counters: (
+            &mut HealthCounters<Self::Memory>,
+            Option<&mut HealthCounters<Self::Memory>>,
+        ),
+    ) -> Result<Option<(Self::PlanDone, Self::VerifyDone, Self::VerifyDone)>, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: SameWriteReqCapacity<WB>,
+        VB: Capacity,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        crate::with_plan_inputs_choice!(
+            inputs.base,
+            group: inputs.swa,
+            expected: inputs.expected,
+            |typed| PlanWith::plan_verify_head(
+                self, shape, &typed, verify, write, settings, canary, ring, counters
+            )
         )
     }
 }

@@ -15,7 +15,7 @@ use crate::Options;
 use cust::memory::DeviceBuffer;
 use kv_canary::cuda::{
     self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, DeviceReqToToken, DeviceSettings,
-    DeviceStepReport, Gpu, Polled, Queue, StepGraph, Stream, TailKvOnDevice,
+    DeviceStepReport, Gpu, PlanKernel, Polled, Queue, StepGraph, Stream, TailKvOnDevice,
 };
 use kv_canary::step::{Canary, KvPair};
 use kv_canary::{
@@ -42,8 +42,8 @@ fn ctx(what: &'static str) -> impl Fn(Error) -> String {
 /// What the host calls of the step API cost, over a run of steps.
 #[derive(Clone, Debug, Default)]
 pub struct HostTimes {
-    /// `[plan, verify_head_and_write, verify_tail, try_take]`, µs, every call.
-    pub calls: [Vec<f64>; 4],
+    /// `[plan_verify_head_and_write, verify_tail, try_take]`, µs, every call.
+    pub calls: [Vec<f64>; 3],
     /// `wait` calls (a report not ready at the next step), µs.
     pub waits: Vec<f64>,
     /// `try_take` calls that found the report ready.
@@ -55,7 +55,7 @@ pub struct HostTimes {
 }
 
 /// Names of [`HostTimes::calls`].
-pub const HOST_CALLS: [&str; 4] = ["plan", "verify_head_and_write", "verify_tail", "try_take"];
+pub const HOST_CALLS: [&str; 3] = ["plan_verify_head_and_write", "verify_tail", "try_take"];
 
 impl HostTimes {
     /// Calls longer than `stall_us`, `wait` excluded.
@@ -68,14 +68,14 @@ impl HostTimes {
     }
 
     /// The largest call of each kind, µs.
-    pub fn max(&self) -> [f64; 4] {
+    pub fn max(&self) -> [f64; 3] {
         self.calls
             .each_ref()
             .map(|c| c.iter().copied().fold(0.0, f64::max))
     }
 
     /// Median of each kind, µs.
-    pub fn median(&self) -> [f64; 4] {
+    pub fn median(&self) -> [f64; 3] {
         self.calls.each_ref().map(|c| median(c))
     }
 
@@ -269,8 +269,7 @@ fn step_and_wait(
     write: &DeviceInputs,
     kv: TailKvOnDevice<'_>,
 ) -> Result<DeviceStepReport, String> {
-    c.plan(inputs)
-        .and_then(|s| s.verify_head_and_write(write))
+    c.plan_verify_head_and_write(inputs, write)
         .and_then(|s| s.verify_tail(kv))
         .and_then(|p| p.wait())
         .map_err(ctx("step API step"))
@@ -312,28 +311,25 @@ fn step_api_run(
     for (n, (start, stop)) in events.iter().enumerate() {
         c.backend().record(start).map_err(ctx("record"))?;
         let t0 = Instant::now();
-        let s = c.plan(inputs).map_err(ctx("plan"))?;
-        let t1 = Instant::now();
-        let s = s
-            .verify_head_and_write(write)
-            .map_err(ctx("verify_head_and_write"))?;
+        let s = c
+            .plan_verify_head_and_write(inputs, write)
+            .map_err(ctx("plan_verify_head_and_write"))?;
         let t3 = Instant::now();
         spin_host(forward);
         let t4 = Instant::now();
         let pending = s.verify_tail(kv).map_err(ctx("verify_tail"))?;
         let t5 = Instant::now();
         c.backend().record(stop).map_err(ctx("record"))?;
-        for (i, d) in [(0, t1 - t0), (1, t3 - t1), (2, t5 - t4)] {
+        for (i, d) in [(0, t3 - t0), (1, t5 - t4)] {
             host.calls[i].push(d.as_secs_f64() * 1e6);
         }
         let mut line = format!(
-            "    step {n}: plan at +{:.1} us ({:.1} us), verify_head_and_write {:.1} us, \
+            "    step {n}: plan_verify_head_and_write at +{:.1} us ({:.1} us), \
              forward {:.0} us, verify_tail {:.1} us: queued at +{:.1} us",
             us(t0),
             host.calls[0][n],
-            host.calls[1][n],
             (t4 - t3).as_secs_f64() * 1e6,
-            host.calls[2][n],
+            host.calls[1][n],
             us(t5)
         );
         if let Some(prev) = unread.take() {
@@ -341,7 +337,7 @@ fn step_api_run(
             let polled: Polled =
                 kv_canary::cuda::PendingDeviceReport::try_take(prev).map_err(ctx("try_take"))?;
             let t7 = Instant::now();
-            host.calls[3].push((t7 - t6).as_secs_f64() * 1e6);
+            host.calls[2].push((t7 - t6).as_secs_f64() * 1e6);
             let (report, how) = match polled {
                 Polled::Ready(r) => {
                     host.ready += 1;
@@ -447,8 +443,7 @@ fn step_graph_run(
                 DeviceRealKv::NONE
             },
         };
-        c.plan(&cuda::PlanInputs::full(&k.batch, &k.table))?
-            .verify_head_and_write(&k.write)?
+        c.plan_verify_head_and_write(&cuda::PlanInputs::full(&k.batch, &k.table), &k.write)?
             .verify_tail(kv)
     });
     graph.capture().map_err(ctx("step graph capture"))?;
@@ -556,13 +551,17 @@ pub struct StepParts<'a> {
     /// The verify launches' settings, in `buffers` order: the tail's marked as following the
     /// head stage, as the step API marks them.
     settings: [DeviceSettings<'a>; 4],
-    /// The write launches' settings: each marked as following its end's verify, as the step
-    /// API marks them (`verify_head_and_write`, `verify_tail`).
+    /// The write launches' settings, marked as the step API marks them
+    /// (`plan_verify_head_and_write`, `verify_tail`).
     write_settings: [DeviceSettings<'a>; 4],
     ring: &'a ViolationRing<Uc, Device>,
     halves: usize,
     /// K and V of each stage as one pair launch (the step API's choice, from the tuning).
     pairs: bool,
+    /// The plan and the head verify as one launch (`cuda::plan_verify_head`'s choice, from
+    /// the tuning: the lean plan kernel, which `PlanKernel::Auto` takes for at most 1024 rows;
+    /// the benchmark's plans have no LUT or expected-token pool).
+    fused_head: bool,
 }
 
 impl<'a> StepParts<'a> {
@@ -578,6 +577,10 @@ impl<'a> StepParts<'a> {
         let counter = |i: usize| c.counters(tags[i]).ok_or("a counter pair is missing");
         let (verify, write) = c.plans();
         let fold = [DeviceRealKv::NONE, DeviceRealKv::NONE, kv.k, kv.v];
+        let tuning = c.backend().gpu().kernel_tuning();
+        let fused_head = tuning.plan_verify_fusion
+            && matches!(tuning.plan_kernel, PlanKernel::Auto | PlanKernel::Lean)
+            && kv_canary::Capacity::get(c.shape().write_req_capacity()) <= 1024;
         // The tail verifies marked as following the head stage, as the step API marks them.
         let settings = [0, 1, 2, 3].map(|i| {
             let s = DeviceSettings::new(tags[i]).with_real_kv(fold[i]);
@@ -596,10 +599,19 @@ impl<'a> StepParts<'a> {
             buffers: [buffer(0)?, buffer(1)?, buffer(2)?, buffer(3)?],
             counters: [counter(0)?, counter(1)?, counter(2)?, counter(3)?],
             settings,
-            write_settings: settings.map(DeviceSettings::following_verify),
+            // As the step API marks them: the tail writes, and the head writes unless they
+            // follow the fused plan launch (whose write plan they would read early).
+            write_settings: [0, 1, 2, 3].map(|i| {
+                if i < 2 && fused_head {
+                    settings[i]
+                } else {
+                    settings[i].following_verify()
+                }
+            }),
             ring: c.ring(),
             halves: mode.halves(),
             pairs: mode.halves() == 2 && c.backend().gpu().kernel_tuning().pair_launches,
+            fused_head,
         })
     }
 
@@ -611,18 +623,26 @@ impl<'a> StepParts<'a> {
             &["TAIL_K verify", "TAIL_V verify"],
             &["TAIL_K write", "TAIL_V write"],
         ];
-        let mut names = vec!["plan"];
-        if self.pairs {
-            names.extend([
-                "HEAD verify (K+V pair)",
-                "HEAD write (K+V pair)",
-                "TAIL verify (K+V pair)",
-                "TAIL write (K+V pair)",
-            ]);
-            return names;
-        }
-        for pair in all {
-            names.extend(&pair[..self.halves]);
+        let mut names = vec![match (self.fused_head, self.halves) {
+            (false, _) => "plan",
+            (true, 2) => "plan + HEAD verify (K+V)",
+            (true, _) => "plan + HEAD_K verify",
+        }];
+        let pairs = [
+            "HEAD verify (K+V pair)",
+            "HEAD write (K+V pair)",
+            "TAIL verify (K+V pair)",
+            "TAIL write (K+V pair)",
+        ];
+        for (n, (pair, halves)) in pairs.into_iter().zip(all).enumerate() {
+            if n == 0 && self.fused_head {
+                continue;
+            }
+            if self.pairs {
+                names.push(pair);
+            } else {
+                names.extend(&halves[..self.halves]);
+            }
         }
         names
     }
@@ -635,26 +655,61 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
     p: &StepParts<'a>,
     mut after: impl FnMut(usize) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    cuda::plan(on, p.shape, &p.plan_inputs, p.verify, p.write)?;
     let mut i = 0;
-    after(i)?;
-    if p.pairs {
-        // The step API's launches: one pair launch per stage and end.
-        for end in [0, 2] {
-            let (k, v) = (end, end + 1);
-            cuda::verify_pair(
+    let mut next = |r: Result<(), Error>| {
+        r?;
+        let done = after(i);
+        i += 1;
+        done
+    };
+    if p.fused_head {
+        // The plan with the head verify (`plan_verify_head_and_write`'s first launch).
+        next(if p.halves == 2 {
+            cuda::plan_verify_head_pair(
                 on,
                 p.shape,
+                &p.plan_inputs,
                 p.verify,
-                TokenCheckOff,
-                (&p.settings[k], &p.settings[v]),
-                (p.buffers[k], p.buffers[v]),
+                p.write,
+                (&p.settings[0], &p.settings[1]),
+                (p.buffers[0], p.buffers[1]),
                 p.ring,
-                (p.counters[k], p.counters[v]),
-            )?;
-            i += 1;
-            after(i)?;
-            cuda::write_pair(
+                (p.counters[0], p.counters[1]),
+            )
+        } else {
+            cuda::plan_verify_head(
+                on,
+                p.shape,
+                &p.plan_inputs,
+                p.verify,
+                p.write,
+                &p.settings[0],
+                p.buffers[0],
+                p.ring,
+                p.counters[0],
+            )
+        })?;
+    } else {
+        next(cuda::plan(on, p.shape, &p.plan_inputs, p.verify, p.write))?;
+    }
+    for end in [0, 2] {
+        let (k, v) = (end, end + 1);
+        let verified = end == 0 && p.fused_head;
+        if p.pairs {
+            // The step API's launches: one pair launch per stage and end.
+            if !verified {
+                next(cuda::verify_pair(
+                    on,
+                    p.shape,
+                    p.verify,
+                    TokenCheckOff,
+                    (&p.settings[k], &p.settings[v]),
+                    (p.buffers[k], p.buffers[v]),
+                    p.ring,
+                    (p.counters[k], p.counters[v]),
+                ))?;
+            }
+            next(cuda::write_pair(
                 on,
                 p.shape,
                 p.write,
@@ -663,16 +718,11 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
                 (p.buffers[k], p.buffers[v]),
                 p.ring,
                 (p.counters[k], p.counters[v]),
-            )?;
-            i += 1;
-            after(i)?;
+            ))?;
+            continue;
         }
-        return Ok(());
-    }
-    for end in [0, 2] {
-        for h in 0..p.halves {
-            let b = end + h;
-            cuda::verify(
+        for b in (end..end + p.halves).filter(|_| !verified) {
+            next(cuda::verify(
                 on,
                 p.shape,
                 p.verify,
@@ -681,13 +731,10 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
                 p.buffers[b],
                 p.ring,
                 p.counters[b],
-            )?;
-            i += 1;
-            after(i)?;
+            ))?;
         }
-        for h in 0..p.halves {
-            let b = end + h;
-            cuda::write(
+        for b in end..end + p.halves {
+            next(cuda::write(
                 on,
                 p.shape,
                 p.write,
@@ -696,9 +743,7 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
                 p.buffers[b],
                 p.ring,
                 p.counters[b],
-            )?;
-            i += 1;
-            after(i)?;
+            ))?;
         }
     }
     Ok(())

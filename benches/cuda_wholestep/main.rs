@@ -6,13 +6,16 @@
 //!
 //! ```text
 //! cargo bench --features cuda --bench cuda_wholestep -- [--out DIR] [--reps N] [--quick]
-//!     [--devices N] [--filter TEXT] [--stall-us US] [--no-pairs] [--no-overlap] [--dry-run]
+//!     [--devices N] [--filter TEXT] [--stall-us US] [--no-pairs] [--no-overlap]
+//!     [--no-plan-fusion] [--dry-run]
 //! ```
 //!
 //! `--no-pairs` turns the K+V pair launches off (`KernelTuning::pair_launches`): every half
 //! its own launch, 9 launches a K+V step instead of 5, in the graphs and the step API alike.
 //! `--no-overlap` turns the programmatic dependent launches off (`KernelTuning::overlap_launches`):
-//! every launch starts after the kernel ahead of it has finished.
+//! every launch starts after the kernel ahead of it has finished. `--no-plan-fusion` queues the
+//! plan and the head verify as two launches (`KernelTuning::plan_verify_fusion`), as before
+//! session 10.
 //!
 //! Per row: the whole step captured into one CUDA graph and replayed (stream idle before each
 //! replay, as SGLang measured; and queued behind a spin kernel), eager steps through the step
@@ -70,6 +73,8 @@ pub struct Options {
     pub no_pairs: bool,
     /// No programmatic dependent launches.
     pub no_overlap: bool,
+    /// The plan and the head verify as two launches.
+    pub no_plan_fusion: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -86,6 +91,7 @@ fn options() -> Result<Options, String> {
         dry_run: false,
         no_pairs: false,
         no_overlap: false,
+        no_plan_fusion: false,
     };
     let mut args = std::env::args().skip(1);
     let number = |v: Option<String>, what: &str| -> Result<usize, String> {
@@ -104,6 +110,7 @@ fn options() -> Result<Options, String> {
             "--dry-run" => o.dry_run = true,
             "--no-pairs" => o.no_pairs = true,
             "--no-overlap" => o.no_overlap = true,
+            "--no-plan-fusion" => o.no_plan_fusion = true,
             _ => {} // cargo bench passes --bench
         }
     }
@@ -123,11 +130,12 @@ fn main() {
 }
 
 /// Turns the K+V pair launches off on `gpu` under `--no-pairs`, the programmatic dependent
-/// launches under `--no-overlap`.
+/// launches under `--no-overlap`, the plan-and-head-verify launch under `--no-plan-fusion`.
 fn with_pairs(gpu: &mut Gpu, o: &Options) {
     let mut tuning = gpu.kernel_tuning();
     tuning.pair_launches &= !o.no_pairs;
     tuning.overlap_launches &= !o.no_overlap;
+    tuning.plan_verify_fusion &= !o.no_plan_fusion;
     gpu.set_kernel_tuning(tuning);
 }
 
@@ -163,7 +171,7 @@ fn run(o: Options) -> Result<(), String> {
     with_pairs(&mut gpu, &o);
     println!(
         "device: {} ({} SMs); graph replays {}, step-API steps {}, raw steps {}, timeline steps \
-         {}; K+V pair launches {}, overlapped launches {}",
+         {}; K+V pair launches {}, overlapped launches {}, plan with head verify {}",
         gpu.name(),
         gpu.sm_count(),
         o.reps,
@@ -175,6 +183,11 @@ fn run(o: Options) -> Result<(), String> {
             "off (--no-overlap)"
         } else {
             "on (compute capability 9.0+)"
+        },
+        if o.no_plan_fusion {
+            "off (--no-plan-fusion)"
+        } else {
+            "on (lean plans)"
         }
     );
     std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
@@ -400,7 +413,7 @@ fn print_results(rows: &[RowResult], o: &Options) {
             r.step,
             r.mode.name(),
             h.ready,
-            h.calls[3].len(),
+            h.calls[2].len(),
             h.waits.len(),
             h.stagings,
             h.steps()

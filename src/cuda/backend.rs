@@ -370,6 +370,58 @@ where
     {
         ops::plan::plan(self, shape, inputs, verify, write)
     }
+
+    /// One `kv_canary_plan_verify_head[_pair]` launch after the ring's clear when
+    /// [`plan_verify_head`](super::plan_verify_head) would fuse (checked before anything is
+    /// queued); else `None`, nothing queued.
+    fn plan_verify_head<VB, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        inputs: &PlanInputs<'a, BB, G, X>,
+        verify: &mut VerifyPlan<VB, Device>,
+        write: &mut WritePlan<WB, Device>,
+        settings: (&DeviceSettings<'_>, Option<&DeviceSettings<'_>>),
+        canary: (&CanaryBuffer<S, Device>, Option<&CanaryBuffer<S, Device>>),
+        ring: &mut ViolationRing<R, Device>,
+        counters: (
+            &mut HealthCounters<Device>,
+            Option<&mut HealthCounters<Device>>,
+        ),
+    ) -> Result<Option<((), (), ())>, Error>
+    where
+        V: SameVerifyCapacity<VB>,
+        W: SameWriteReqCapacity<WB>,
+        VB: Capacity,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        let target = super::device::stream::sealed::LaunchTarget::target(self);
+        let v = match (settings.1, canary.1, counters.1) {
+            (Some(s), Some(c), Some(n)) => Some((s, c, &*n)),
+            (None, None, None) => None,
+            _ => return Ok(None),
+        };
+        let launches = ops::plan_verify::prepare(
+            &target,
+            shape,
+            inputs,
+            verify,
+            write,
+            (settings.0, canary.0, &*counters.0),
+            v,
+            ring,
+        )?;
+        if !launches.fused() {
+            return Ok(None);
+        }
+        Backend::clear_ring(self, ring)?;
+        // SAFETY: built by `prepare` for this stream's target (the bounds of `plan::prepare`
+        // and `verify::prepare` hold), over buffers the caller keeps alive for as long as the
+        // stream's launches can run, as for the backend's other launches on this stream.
+        unsafe { launches.queue(&target) }?;
+        Ok(Some(((), (), ())))
+    }
 }
 
 /// Device plan inputs for a FULL canary: the [`Full`](crate::Full) group.

@@ -195,11 +195,13 @@ pub(crate) use sweep::sweep_gaps;
 pub use sweep::{FinishedSweep, SweepReport, Sweeps};
 pub use sweep_entries::SweepEntries;
 
-use crate::backend::{Backend, Cpu, PlanWith};
+use crate::backend::{Backend, Cpu, PlanWith, WritesFrom};
 use crate::canary::{CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, ViolationRing};
-use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity, StaticCapacity};
+use crate::capacity::{
+    Capacity, SameVerifyCapacity, SameWriteEntryCapacity, SameWriteReqCapacity, StaticCapacity,
+};
 use crate::error::Error;
-use crate::input::{Full, InputAssertOff, WriteInputs};
+use crate::input::{Full, InputAssertOff, WriteInputSource, WriteInputs};
 use crate::memory::static_size;
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::shape::Shape;
@@ -737,6 +739,115 @@ where
         self.in_flight = true;
         let token_check = inputs.checks_tokens();
         Ok(Step::planned(self, summary, token_check))
+    }
+
+    /// [`plan`](Self::plan) and then [`verify_head`](Step::verify_head), for an engine that
+    /// queues nothing of its own between the two: the same plan, rows, counters, head findings
+    /// and report. On a CUDA stream the plan and the head verify are one launch whenever the
+    /// plan is the lean kernel without a LUT or an expected-token pool
+    /// (`cuda::KernelTuning::plan_verify_fusion`): each entry is checked by the thread that
+    /// plans it, and a step has a launch fewer. Otherwise, and on the CPU, the two calls.
+    ///
+    /// Errors as for `plan` and `verify_head`; an error ends the step, counted as abandoned.
+    #[allow(
+        clippy::type_complexity,
+        reason = "the step's type spells out the canary's seven parameters"
+    )]
+    pub fn plan_and_verify_head<I>(
+        &mut self,
+        inputs: &I,
+    ) -> Result<Step<'_, HeadVerified, Self>, Error>
+    where
+        I: PlanInputsOf<G::Pool> + ?Sized,
+        B: PlanWith<I, V, W, E>,
+        V: SameVerifyCapacity<V>,
+        W: SameWriteReqCapacity<W>,
+    {
+        self.plan_and_verify_head_as(inputs).map(|(step, _)| step)
+    }
+
+    /// [`plan_and_verify_head`](Self::plan_and_verify_head), and whether the backend made the
+    /// plan and the head verify one launch.
+    #[allow(
+        clippy::type_complexity,
+        reason = "the step's type spells out the canary's seven parameters"
+    )]
+    fn plan_and_verify_head_as<I>(
+        &mut self,
+        inputs: &I,
+    ) -> Result<(Step<'_, HeadVerified, Self>, bool), Error>
+    where
+        I: PlanInputsOf<G::Pool> + ?Sized,
+        B: PlanWith<I, V, W, E>,
+        V: SameVerifyCapacity<V>,
+        W: SameWriteReqCapacity<W>,
+    {
+        if inputs.checks_tokens() {
+            return Ok((self.plan(inputs)?.verify_head()?, false));
+        }
+        let settings = G::HEAD.map(|tag| self.settings(tag, B::no_real_kv()));
+        let was_in_flight = core::mem::take(&mut self.in_flight);
+        let (v_settings, v_buffer, v_counters) = match &self.head.v {
+            Some(buffer) => (
+                Some(&settings.v),
+                Some(buffer),
+                Some(&mut self.head_counters.v),
+            ),
+            None => (None, None, None),
+        };
+        let fused = self
+            .backend
+            .plan_verify_head(
+                &self.shape,
+                inputs,
+                &mut self.verify_plan,
+                &mut self.write_plan,
+                (&settings.k, v_settings),
+                (&self.head.k, v_buffer),
+                &mut self.ring,
+                (&mut self.head_counters.k, v_counters),
+            )
+            .inspect_err(|_| self.abandoned += 1 + u64::from(was_in_flight))?;
+        let Some((summary, k, v)) = fused else {
+            self.in_flight = was_in_flight;
+            return Ok((self.plan(inputs)?.verify_head()?, false));
+        };
+        if was_in_flight {
+            self.abandoned += 1;
+        }
+        self.in_flight = true;
+        Ok((Step::head_verified(self, summary, KvPair { k, v }), true))
+    }
+
+    /// The whole head stage in one call, for an engine whose write inputs are ready when it
+    /// plans: [`plan`](Self::plan), [`verify_head`](Step::verify_head) and
+    /// [`write`](Step::write) of `write_inputs`, with the same rows, counters and report as the
+    /// three calls, queued the fastest way the backend has. On a CUDA stream: the plan and the
+    /// head verify as one launch where [`plan_and_verify_head`](Self::plan_and_verify_head)
+    /// makes them one (a K+V step is then four launches: the plan with the head verify, the
+    /// head write, the tail verify, the tail write), the head write after it; otherwise
+    /// `plan` and then [`Step::verify_head_and_write`], whose head writes do the reading half
+    /// of their decode-sized requests while the head verify runs. (A head write right behind
+    /// the fused launch cannot read early: it reads the write plan that launch writes.)
+    #[allow(
+        clippy::type_complexity,
+        reason = "the step's type spells out the canary's seven parameters"
+    )]
+    pub fn plan_verify_head_and_write<'w, I, WI>(
+        &mut self,
+        inputs: &I,
+        write_inputs: &'w WI,
+    ) -> Result<Step<'_, Written<'w, WI>, Self>, Error>
+    where
+        I: PlanInputsOf<G::Pool> + ?Sized,
+        B: PlanWith<I, V, W, E> + WritesFrom<WI>,
+        V: SameVerifyCapacity<V>,
+        W: SameWriteReqCapacity<W>,
+        WI: WriteInputSource + ?Sized,
+        E: SameWriteEntryCapacity<WI::Capacity>,
+    {
+        let (step, fused) = self.plan_and_verify_head_as(inputs)?;
+        step.write_head(write_inputs, !fused)
     }
 }
 

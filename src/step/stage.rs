@@ -330,6 +330,36 @@ where
     }
 }
 
+impl<'c, V, W, E, S, R, G, B> Step<'c, HeadVerified, CanaryOf<V, W, E, S, R, G, B>>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+    B: Backend,
+{
+    /// A step whose plan and head verify ran as one call (called by
+    /// [`Canary::plan_and_verify_head`]; never a token check: its inputs had no pool).
+    pub(super) fn head_verified(
+        canary: &'c mut CanaryOf<V, W, E, S, R, G, B>,
+        plan: B::PlanDone,
+        head_verify: KvPair<B::VerifyDone>,
+    ) -> Self {
+        Step {
+            canary,
+            stage: HeadVerified,
+            progress: Progress {
+                plan,
+                token_check: false,
+                head_verify,
+                head_write: KvPair::default(),
+            },
+        }
+    }
+}
+
 impl<'c, St, V, W, E, S, R, G, B> Step<'c, St, CanaryOf<V, W, E, S, R, G, B>>
 where
     V: Capacity,
@@ -490,7 +520,7 @@ where
         clippy::type_complexity,
         reason = "the next stage's type spells out the canary's seven parameters"
     )]
-    fn write_head<'w, I>(
+    pub(super) fn write_head<'w, I>(
         self,
         inputs: &'w I,
         behind_own_verify: bool,

@@ -26,6 +26,8 @@ struct Engine {
 
 /// One token of a step: (slot, token id, position).
 type Token = (i64, i64, i64);
+/// A step of a [`Small`] canary after its head write.
+type Written<'c> = Step<'c, super::Written<'c, WriteInputs<Cap<16>>>, Small>;
 
 impl Engine {
     fn new() -> Self {
@@ -227,52 +229,93 @@ fn a_corrupted_head_record_is_reported_before_the_write() {
 }
 
 #[test]
-fn verify_head_and_write_is_verify_head_then_write() {
-    // Two canaries through the same steps, one calling the stages one by one, the other the
-    // head verify and write in one call; a head record spoiled in both before the last step.
-    let (mut one, mut separate) = (Engine::new(), canary());
-    let (mut other, mut combined) = (Engine::new(), canary());
-    prefill(&mut one, &mut separate);
-    prefill(&mut other, &mut combined);
-    for c in [&mut separate, &mut combined] {
-        let buf = c.buffer_mut(LaunchTag::HeadVFull).unwrap();
+fn the_head_stage_in_fewer_calls_is_the_stages_one_by_one() {
+    // Canaries through the same steps, one calling the stages one by one, the others the head
+    // verify and write in one call, the plan and the head verify in one, and all three in one;
+    // a head record spoiled in each before the last step.
+    type Way = for<'c> fn(
+        &'c mut Small,
+        &PlanInputs<'_, Full, crate::input::NoExpectedTokens>,
+        &'c WriteInputs<Cap<16>>,
+    ) -> Written<'c>;
+    let ways: [(&str, Way); 4] = [
+        ("by stages", |c, p, i| {
+            c.plan(p).unwrap().verify_head().unwrap().write(i).unwrap()
+        }),
+        ("verify_head_and_write", |c, p, i| {
+            c.plan(p).unwrap().verify_head_and_write(i).unwrap()
+        }),
+        ("plan_and_verify_head", |c, p, i| {
+            let step = c.plan_and_verify_head(p).unwrap();
+            assert_eq!(
+                tags(&step.head_findings().unwrap().violations),
+                [LaunchTag::HeadVFull]
+            );
+            step.write(i).unwrap()
+        }),
+        ("plan_verify_head_and_write", |c, p, i| {
+            c.plan_verify_head_and_write(p, i).unwrap()
+        }),
+    ];
+    let mut outcomes = Vec::new();
+    for (name, way) in ways {
+        let (mut engine, mut canary) = (Engine::new(), canary());
+        prefill(&mut engine, &mut canary);
+        let buf = canary.buffer_mut(LaunchTag::HeadVFull).unwrap();
         let slot = buf.slot(8).unwrap();
         buf.set_slot(8, CanarySlot { token: 5, ..slot }).unwrap();
+        let batch = Batch::from_columns([1], [3], [1]);
+        let tokens = [(11, 103, 3)];
+        let table = engine.table.clone();
+        let inputs = inputs(&canary, &tokens);
+        let step = way(&mut canary, &PlanInputs::full(&batch, &table), &inputs);
+        engine.forward(&tokens);
+        let report = step.verify_tail(engine.tail_kv()).unwrap();
+        let buffers =
+            [LaunchTag::HeadKFull, LaunchTag::HeadVFull].map(|t| canary.buffer(t).cloned());
+        outcomes.push((
+            name,
+            report,
+            buffers,
+            canary.steps(),
+            canary.abandoned_steps(),
+        ));
     }
-    let batch = Batch::from_columns([1], [3], [1]);
-    let tokens = [(11, 103, 3)];
-    let table = one.table.clone();
-    let by_stages = {
-        let inputs = inputs(&separate, &tokens);
-        let step = separate
-            .plan(&PlanInputs::full(&batch, &table))
-            .unwrap()
-            .verify_head()
-            .unwrap()
-            .write(&inputs)
-            .unwrap();
-        one.forward(&tokens);
-        step.verify_tail(one.tail_kv()).unwrap()
-    };
-    let in_one_call = {
-        let inputs = inputs(&combined, &tokens);
-        let step = combined
-            .plan(&PlanInputs::full(&batch, &table))
-            .unwrap()
-            .verify_head_and_write(&inputs)
-            .unwrap();
-        other.forward(&tokens);
-        step.verify_tail(other.tail_kv()).unwrap()
-    };
+    let (_, by_stages, buffers, steps, abandoned) = &outcomes[0];
     assert_eq!(tags(&by_stages.violations), [LaunchTag::HeadVFull]);
-    assert_eq!(in_one_call.violations, by_stages.violations);
-    assert_eq!(
-        (in_one_call.entries_checked(), in_one_call.entries_written()),
-        (by_stages.entries_checked(), by_stages.entries_written())
-    );
-    for tag in [LaunchTag::HeadKFull, LaunchTag::HeadVFull] {
-        assert_eq!(combined.buffer(tag), separate.buffer(tag), "{tag:?}");
+    for (name, report, other_buffers, other_steps, other_abandoned) in &outcomes[1..] {
+        assert_eq!(report.violations, by_stages.violations, "{name}");
+        assert_eq!(
+            (report.entries_checked(), report.entries_written()),
+            (by_stages.entries_checked(), by_stages.entries_written()),
+            "{name}"
+        );
+        assert_eq!(other_buffers, buffers, "{name}");
+        assert_eq!((other_steps, other_abandoned), (steps, abandoned), "{name}");
     }
+}
+
+#[test]
+fn plan_and_verify_head_counts_the_step_it_interrupts_and_its_own_failure() {
+    let (engine, mut canary) = (Engine::new(), canary());
+    let batch = Batch::from_columns([1], [0], [2]);
+    let step = canary
+        .plan(&PlanInputs::full(&batch, &engine.table))
+        .unwrap();
+    drop(step);
+    // A step in flight is abandoned when the next one starts in one call.
+    let step = canary
+        .plan_and_verify_head(&PlanInputs::full(&batch, &engine.table))
+        .unwrap();
+    drop(step);
+    assert_eq!(canary.abandoned_steps(), 1);
+    // A failing plan: the step in flight and the failed one are both abandoned, nothing runs.
+    let bad = Batch::from_columns([9], [3], [1]); // pool row 9 does not exist
+    let Err(err) = canary.plan_and_verify_head(&PlanInputs::full(&bad, &engine.table)) else {
+        panic!("a batch over a missing pool row was planned");
+    };
+    assert!(err.to_string().starts_with("kv-canary:"), "{err}");
+    assert_eq!(canary.abandoned_steps(), 3);
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod graph;
 mod hostile;
 mod nothing_lost;
 mod plan;
+mod plan_verify;
 mod probe;
 mod reports;
 mod rng;
@@ -59,6 +60,10 @@ const TESTS: &[(&str, TestFn)] = &[
     ("plan_graph_capture_and_replay", graph::plan_replay),
     ("plan_checked_lut_graph_replay", graph::plan_lut_replay),
     ("step_graph_capture_and_replay", graph::step_replay),
+    (
+        "plan_verify_head_matches_two_launches",
+        plan_verify::plan_verify_head_matches_two_launches,
+    ),
     (
         "step_api_on_the_gpu_matches_cpu",
         step::step_api_matches_cpu,

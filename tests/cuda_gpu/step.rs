@@ -398,18 +398,37 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
             .and_then(|s| s.verify_head())
             .and_then(|s| s.write(&inputs))
             .map_err(fail("cpu step"))?;
-        // Every other device step queues its head verify and write in one call (the head
-        // writes then read ahead of their wait, behind the head verify): the same report.
-        let dev_step = dev
-            .plan(&cuda::PlanInputs::full(&dbatch, &dtable))
-            .and_then(|s| {
-                if step % 2 == 1 {
-                    s.verify_head_and_write(&dinputs)
-                } else {
-                    s.verify_head().and_then(|s| s.write(&dinputs))
-                }
-            })
-            .map_err(fail("device step"))?;
+        // The device steps rotate through the three ways to queue the head stage: the three
+        // calls; the plan, then the head verify and write in one call (the head writes then
+        // read ahead of their wait, behind the head verify); and all of it in one call (the
+        // plan and the head verify one launch on these lean, LUT-less plans): the same report.
+        let plan_inputs = cuda::PlanInputs::full(&dbatch, &dtable);
+        let launches_before = cuda::launches_queued();
+        let dev_step = match step % 3 {
+            0 => dev
+                .plan(&plan_inputs)
+                .and_then(|s| s.verify_head())
+                .and_then(|s| s.write(&dinputs)),
+            1 => dev
+                .plan(&plan_inputs)
+                .and_then(|s| s.verify_head_and_write(&dinputs)),
+            _ => dev.plan_verify_head_and_write(&plan_inputs, &dinputs),
+        }
+        .map_err(fail("device step"))?;
+        // The head stage's launches: the plan, a verify and a write (pair launches, or one a
+        // half); in one call the plan and the verify are one launch.
+        let head_launches = cuda::launches_queued() - launches_before;
+        let tuning = dev_step.backend().gpu().kernel_tuning();
+        let per_stage = if tuning.pair_launches { 1 } else { 2 };
+        let want = if step % 3 == 2 && tuning.plan_verify_fusion {
+            1 + per_stage
+        } else {
+            1 + 2 * per_stage
+        };
+        ensure!(
+            head_launches == want,
+            "step {step}: the head stage queued {head_launches} launches, want {want}"
+        );
         // The forward pass: this step's KV bytes.
         for &(s, t, pos) in &tokens {
             let at = s as usize * STRIP;

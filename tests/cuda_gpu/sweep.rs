@@ -174,10 +174,14 @@ pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
             .plan(&kv_canary::PlanInputs::full(batch, &table))
             .and_then(|s| s.verify_head())
             .map_err(fail("cpu head"))?;
-        let dev_step = dev
-            .plan(&cuda::PlanInputs::full(&dbatch, &dtable))
-            .and_then(|s| s.verify_head())
-            .map_err(fail("device head"))?;
+        // Odd steps plan and verify the head in one call (one launch): the same findings.
+        let plan_inputs = cuda::PlanInputs::full(&dbatch, &dtable);
+        let dev_step = if n % 2 == 1 {
+            dev.plan_and_verify_head(&plan_inputs)
+        } else {
+            dev.plan(&plan_inputs).and_then(|s| s.verify_head())
+        }
+        .map_err(fail("device head"))?;
         // The engine waits for the head findings before its forward pass.
         let cf = cpu_step.head_findings().map_err(fail("cpu findings"))?;
         let pending = dev_step.head_findings().map_err(fail("device findings"))?;
@@ -327,11 +331,15 @@ pub fn k_only_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             .and_then(|s| s.verify_head())
             .and_then(|s| s.write(&inputs))
             .map_err(fail("cpu step"))?;
-        let dev_step = dev
-            .plan(&cuda::PlanInputs::full(&dbatch, &dtable))
-            .and_then(|s| s.verify_head())
-            .and_then(|s| s.write(&dinputs))
-            .map_err(fail("device step"))?;
+        // Odd steps plan and verify the head in one call (one launch on the device).
+        let plan_inputs = cuda::PlanInputs::full(&dbatch, &dtable);
+        let dev_step = if n % 2 == 1 {
+            dev.plan_and_verify_head(&plan_inputs)
+        } else {
+            dev.plan(&plan_inputs).and_then(|s| s.verify_head())
+        }
+        .and_then(|s| s.write(&dinputs))
+        .map_err(fail("device step"))?;
         pool.forward(toks)?;
         let c = cpu_step
             .verify_tail(host_kv(&pool.k, p)?)

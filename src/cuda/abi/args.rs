@@ -260,6 +260,30 @@ kernel_args! {
 }
 
 kernel_args! {
+    /// `kvc::PlanVerifyHeadArgs` (kernels/plan.cu): the plan and the K half's head verify in
+    /// one launch.
+    PlanVerifyHeadArgs {
+        /// The plan.
+        plan: PlanArgs,
+        /// The K half's head verify.
+        k: VerifyArgs,
+    }
+}
+
+kernel_args! {
+    /// `kvc::PlanVerifyHeadPairArgs` (kernels/plan.cu): the plan and the head verify of both
+    /// halves in one launch.
+    PlanVerifyHeadPairArgs {
+        /// The plan.
+        plan: PlanArgs,
+        /// The K half's head verify.
+        k: VerifyArgs,
+        /// The V half's head verify.
+        v: VerifyArgs,
+    }
+}
+
+kernel_args! {
     /// `kvc::ScatterArgs` (kernels/scatter.cu).
     ScatterArgs {
         /// Flat token ids.
@@ -304,13 +328,15 @@ kernel_args! {
 
 /// Every argument struct, for the generated layout asserts.
 #[allow(dead_code)] // read by build.rs
-pub const LAYOUTS: [Layout; 8] = [
+pub const LAYOUTS: [Layout; 10] = [
     RealKv::LAYOUT,
     PlanArgs::LAYOUT,
     VerifyArgs::LAYOUT,
     VerifyPairArgs::LAYOUT,
     WriteArgs::LAYOUT,
     WritePairArgs::LAYOUT,
+    PlanVerifyHeadArgs::LAYOUT,
+    PlanVerifyHeadPairArgs::LAYOUT,
     ScatterArgs::LAYOUT,
     ReadbackArgs::LAYOUT,
 ];

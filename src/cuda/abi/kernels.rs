@@ -2,8 +2,8 @@
 //! block size and dynamic shared memory. Ops pick a [`Kernel`]; nothing indexes by arithmetic.
 
 use super::shared::{
-    PLAN_MAX_ROWS, READBACK_THREADS, SCATTER_THREADS, STAGED_THREADS, VERIFY_STAGE_BYTES,
-    VERIFY_STREAMED_SHARED_BYTES, VERIFY_THREADS, WRITE_THREADS,
+    PLAN_MAX_ROWS, PLAN_VERIFY_THREADS, READBACK_THREADS, SCATTER_THREADS, STAGED_THREADS,
+    VERIFY_STAGE_BYTES, VERIFY_STREAMED_SHARED_BYTES, VERIFY_THREADS, WRITE_THREADS,
 };
 
 /// A kernel file, loaded as one module (lazily, on first use of one of its kernels).
@@ -57,6 +57,7 @@ impl ModuleId {
                         [false, true].map(|pool| Kernel::Plan { family, lut, pool })
                     })
                 })
+                .chain([false, true].map(|pair| Kernel::PlanVerifyHead { pair }))
                 .collect(),
             ModuleId::Verify => Fold::ALL
                 .into_iter()
@@ -222,6 +223,13 @@ pub(crate) enum Kernel {
         /// The K+V pair launch (grid y = 2, [`WritePairArgs`](super::args::WritePairArgs)).
         pair: bool,
     },
+    /// `kv_canary_plan_verify_head[_pair]`: the lean plan at one entry a thread a round and the
+    /// head verify of the K half (both halves: `pair`) in one launch.
+    PlanVerifyHead {
+        /// Both halves ([`PlanVerifyHeadPairArgs`](super::args::PlanVerifyHeadPairArgs)), else
+        /// the K half ([`PlanVerifyHeadArgs`](super::args::PlanVerifyHeadArgs)).
+        pair: bool,
+    },
     /// `kv_canary_scatter`.
     Scatter,
     /// `kv_canary_readback`: a report's pieces into its pinned staging.
@@ -235,7 +243,7 @@ impl Kernel {
     /// The module that holds it.
     pub(crate) const fn module(self) -> ModuleId {
         match self {
-            Kernel::Plan { .. } => ModuleId::Plan,
+            Kernel::Plan { .. } | Kernel::PlanVerifyHead { .. } => ModuleId::Plan,
             Kernel::Verify { .. } | Kernel::VerifyStaged { .. } | Kernel::VerifyStreamed { .. } => {
                 ModuleId::Verify
             }
@@ -262,6 +270,9 @@ impl Kernel {
             }
             Kernel::Write { fold, assert, pair } => {
                 (fold as usize * 2 + assert as usize) * 2 + pair as usize
+            }
+            Kernel::PlanVerifyHead { pair } => {
+                PlanFamily::ALL.len() * LutMode::ALL.len() * 2 + pair as usize
             }
             Kernel::Scatter | Kernel::Readback => 0,
         }
@@ -314,6 +325,9 @@ impl Kernel {
                 on(assert, "_assert"),
                 on(pair, "_pair")
             ),
+            Kernel::PlanVerifyHead { pair } => {
+                format!("kv_canary_plan_verify_head{}", on(pair, "_pair"))
+            }
             Kernel::Scatter => "kv_canary_scatter".to_owned(),
             Kernel::Readback => "kv_canary_readback".to_owned(),
         }
@@ -339,7 +353,10 @@ impl Kernel {
                 assert,
                 pair: true,
             }),
-            Kernel::Plan { .. } | Kernel::Scatter | Kernel::Readback => None,
+            Kernel::Plan { .. }
+            | Kernel::PlanVerifyHead { .. }
+            | Kernel::Scatter
+            | Kernel::Readback => None,
         }
     }
 
@@ -347,6 +364,7 @@ impl Kernel {
     pub(crate) const fn threads(self) -> u32 {
         match self {
             Kernel::Plan { family, .. } => family.block().0,
+            Kernel::PlanVerifyHead { .. } => PLAN_VERIFY_THREADS,
             Kernel::Verify { .. } => VERIFY_THREADS,
             Kernel::VerifyStaged { .. } | Kernel::VerifyStreamed { .. } => STAGED_THREADS,
             Kernel::Write { .. } => WRITE_THREADS,
@@ -359,7 +377,9 @@ impl Kernel {
     /// loads): plan blocks keep up to `PLAN_MAX_ROWS` rows, a staged verify block its stages.
     pub(crate) const fn max_shared_bytes(self) -> u32 {
         match self {
-            Kernel::Plan { .. } => plan_shared_bytes(PLAN_MAX_ROWS, 512),
+            Kernel::Plan { .. } | Kernel::PlanVerifyHead { .. } => {
+                plan_shared_bytes(PLAN_MAX_ROWS, 512)
+            }
             Kernel::VerifyStaged { .. } => STAGED_SHARED_BYTES,
             Kernel::VerifyStreamed { .. } => VERIFY_STREAMED_SHARED_BYTES,
             _ => 0,

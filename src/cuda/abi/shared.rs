@@ -34,6 +34,16 @@ pub const STATUS_WORDS: usize = 8;
 pub const PLAN_MAX_ROWS: usize = 4096;
 /// Threads of a verify block.
 pub const VERIFY_THREADS: u32 = 512;
+/// Threads of a plan-and-head-verify block (`kv_canary_plan_verify_head*`: one entry a thread
+/// a round).
+pub const PLAN_VERIFY_THREADS: u32 = 256;
+/// Blocks of a plan-and-head-verify kernel a multiprocessor holds (its `__launch_bounds__`
+/// minimum, kernels/plan.cu): four fit its 62 registers without a spill, and measured faster
+/// than three (68 registers) on every decode row but one (docs/benchmarks.md, session 10).
+pub const PLAN_VERIFY_BLOCKS_PER_SM: u32 = 4;
+/// Entries a thread of a plan-and-head-verify kernel plans and checks a round (two measured
+/// slower: docs/benchmarks.md, session 10).
+pub const PLAN_VERIFY_UNROLL: u32 = 1;
 /// Threads of a staged ALL verify block.
 pub const STAGED_THREADS: u32 = 256;
 /// Entries one warp of a staged ALL verify takes per batch (`STAGE_ENTRIES` in
@@ -64,6 +74,13 @@ pub const SCALARS: &[HeaderConst] = &[
     ("int", "STATUS_WORDS", STATUS_WORDS as u64),
     ("int", "PLAN_MAX_ROWS", PLAN_MAX_ROWS as u64),
     ("int", "VERIFY_THREADS", VERIFY_THREADS as u64),
+    ("int", "PLAN_VERIFY_THREADS", PLAN_VERIFY_THREADS as u64),
+    (
+        "int",
+        "PLAN_VERIFY_BLOCKS_PER_SM",
+        PLAN_VERIFY_BLOCKS_PER_SM as u64,
+    ),
+    ("int", "PLAN_VERIFY_UNROLL", PLAN_VERIFY_UNROLL as u64),
     ("int", "STAGED_THREADS", STAGED_THREADS as u64),
     ("int", "VERIFY_STAGE_ENTRIES", VERIFY_STAGE_ENTRIES as u64),
     ("int", "SCATTER_THREADS", SCATTER_THREADS as u64),

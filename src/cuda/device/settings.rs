@@ -363,7 +363,9 @@ impl<'a> DeviceSettings<'a> {
     /// the head writes) was complete before the first of them started. Mark nothing else:
     /// behind another kernel the write could read records, KV bytes or inputs that kernel is
     /// still writing (every read stays bounds-checked, but the chain or the fingerprint would be
-    /// wrong). Verify launches ignore it.
+    /// wrong); that includes a head verify made in one launch with the plan
+    /// ([`plan_verify_head`](crate::cuda::plan_verify_head)), which writes the write plan.
+    /// Verify launches ignore it.
     pub fn following_verify(self) -> Self {
         DeviceSettings {
             follows_verify: true,

@@ -63,6 +63,12 @@ pub struct KernelTuning {
     /// PARTIAL verify pair whose halves each fit in the full grid but not both together runs
     /// each on half the grid, so that both planes are resident at once.)
     pub pair_launches: bool,
+    /// The plan and the head verify of a step as one launch (`kv_canary_plan_verify_head`,
+    /// [`plan_verify_head`](crate::cuda::plan_verify_head)), whenever the plan is the lean
+    /// kernel (at most 1024 write requests) without a LUT or an expected-token pool: each entry
+    /// is checked against the head buffers by the thread that plans it, so the head verify
+    /// loads no plan column and needs no launch of its own. Off: the two launches.
+    pub plan_verify_fusion: bool,
     /// Programmatic dependent launches (compute capability 9.0 and later; ignored before): each
     /// of the library's launches may start while the kernel ahead of it in the stream is still
     /// running, and waits for that grid (`griddepcontrol.wait`) before it touches memory. So the
@@ -87,6 +93,7 @@ impl Default for KernelTuning {
             verify_all_streamed: true,
             verify_all_streamed_blocks_per_sm: 3,
             pair_launches: true,
+            plan_verify_fusion: true,
             overlap_launches: true,
         }
     }
@@ -108,6 +115,7 @@ impl KernelTuning {
             verify_all_streamed: self.verify_all_streamed,
             verify_all_streamed_blocks_per_sm: self.verify_all_streamed_blocks_per_sm.max(1),
             pair_launches: self.pair_launches,
+            plan_verify_fusion: self.plan_verify_fusion,
             overlap_launches: self.overlap_launches,
         }
     }

@@ -90,6 +90,39 @@ pub(crate) unsafe fn launch(
     dims: LaunchDims,
     params: &mut [*mut core::ffi::c_void],
 ) -> Result<(), Error> {
+    // SAFETY: forwarded; the caller's contract is this function's.
+    let queued = unsafe { queue_kernel(context, stream, kernel, dims, params) };
+    if queued.is_ok() {
+        LAUNCHES.with(|n| n.set(n.get() + 1));
+    }
+    queued
+}
+
+thread_local! {
+    /// Kernel launches this thread has queued through [`launch`].
+    static LAUNCHES: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// Kernel launches the calling thread has queued through this crate so far: the library's
+/// kernels (a K+V pair launch is one), report readbacks and custom kernels, each counted when
+/// it is queued on a stream or recorded into a capture (a graph's replays queue none). The
+/// difference of two readings around a step is the step's launches.
+pub fn launches_queued() -> u64 {
+    LAUNCHES.with(core::cell::Cell::get)
+}
+
+/// [`launch`] without the count.
+///
+/// # Safety
+///
+/// As for [`launch`].
+unsafe fn queue_kernel(
+    context: &PrimaryContext,
+    stream: CUstream,
+    kernel: Function,
+    dims: LaunchDims,
+    params: &mut [*mut core::ffi::c_void],
+) -> Result<(), Error> {
     context.make_current()?;
     let kernel = kernel.raw();
     let params_ptr = if params.is_empty() {

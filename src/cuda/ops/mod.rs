@@ -3,6 +3,7 @@
 
 pub(crate) mod custom;
 pub(crate) mod plan;
+pub(crate) mod plan_verify;
 pub(crate) mod prepared;
 pub(crate) mod scatter;
 pub(crate) mod verify;

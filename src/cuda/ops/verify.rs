@@ -129,7 +129,7 @@ where
 /// Only when the halves will run as one pair launch (`fuses_as_pair`, the condition
 /// `queue_pair` applies); separate launches keep their own grid. The ALL kernels keep
 /// theirs: their rounds are bound by the strips' bandwidth, not by latency.
-fn share_pair_grid(target: &Target<'_>, k: &mut VerifyLaunch, v: &mut VerifyLaunch) {
+pub(super) fn share_pair_grid(target: &Target<'_>, k: &mut VerifyLaunch, v: &mut VerifyLaunch) {
     let Kernel::Verify {
         fold: fold @ (Fold::None | Fold::Partial),
         ..
