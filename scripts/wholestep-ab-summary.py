@@ -17,8 +17,9 @@ STEP = r"(decode bs \d+, ~2k prefix|prefill 8192 tokens)"
 MODE = r"(K\+V PARTIAL|K only PARTIAL|K\+V ALL)"
 # The results table: step, mode, ours, queued, StepGraph, step API, SGLang, speed-up, floor, ...
 TABLE = re.compile(rf"^  {STEP}\s+{MODE}\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)x\s+([\d.]+)\s")
-# The eager launches: "plan 11.8, HEAD verify (K+V pair) 24.9, ..., sum 116.3".
-EAGER = re.compile(rf"^  {STEP}\s+{MODE}\s+(plan [\d.]+,.*)$")
+# The eager launches: "plan 11.8, HEAD verify (K+V pair) 24.9, ..., sum 116.3" (or, with the
+# plan and the head verify in one launch, "plan + HEAD verify (K+V) 12.1, ...").
+EAGER = re.compile(rf"^  {STEP}\s+{MODE}\s+(plan (?:\+ [^,]+ )?[\d.]+,.*)$")
 LAUNCH = re.compile(r"\s*(.+?) ([\d.]+)$")
 
 

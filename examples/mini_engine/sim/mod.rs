@@ -5,9 +5,10 @@
 //!
 //! ```text
 //! schedule   admit (sharing a prompt prefix), allocate KV slots, write req_to_token, batch
-//! plan       canary.plan(batch, req_to_token, expected-token pool)
-//! head       .verify_head_and_write(input_ids, positions, out_cache_loc): the inputs are
-//!            filled before the plan, so the head verify and write go in one call
+//! head       canary.plan_verify_head_and_write(plan inputs, write inputs): the batch,
+//!            req_to_token and expected-token pool are planned, the head buffers verified and
+//!            input_ids / positions / out_cache_loc stamped in one call (the inputs are filled
+//!            before the plan; `plan(..)?.verify_head()?.write(..)?` does the same)
 //! forward    write the K and V bytes of this step's tokens; sample
 //! tail       .verify_tail(K and V bytes)  -> StepReport
 //! finish     retire finished requests: free rows and (refcounted) slots
@@ -172,14 +173,14 @@ pub fn run(cfg: &Config) -> Result<Outcome, kv_canary::Error> {
         engine.fill_write_inputs(&mut inputs, false);
         let pool = engine.expected.with_valid_lens(&engine.valid_lens);
         let plan = PlanInputs::full(&engine.batch, &engine.req_to_token).with_expected(pool);
-        // The write inputs are filled before the plan: the head verify and write in one call
-        // (`verify_head()?.write(..)?` runs the same launches).
-        let full_step = full.plan(&plan)?.verify_head_and_write(&inputs)?;
+        // The write inputs are filled before the plan: the whole head stage in one call
+        // (`plan(..)?.verify_head()?.write(..)?` gives the same report).
+        let full_step = full.plan_verify_head_and_write(&plan, &inputs)?;
         let swa_step = match cfg.swa_window {
             Some(window) => {
                 engine.fill_write_inputs(&mut swa_inputs, true);
                 let plan = plan.with_group(Swa::window(window).with_lut(&engine.lut));
-                Some(swa.plan(&plan)?.verify_head_and_write(&swa_inputs)?)
+                Some(swa.plan_verify_head_and_write(&plan, &swa_inputs)?)
             }
             None => None,
         };

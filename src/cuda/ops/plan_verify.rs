@@ -29,8 +29,10 @@ use crate::Error;
 /// launches: each entry is checked by the thread that plans it, from the slot, predecessor,
 /// position and token in its registers (the predecessor's record most often the lane
 /// before's), with the verify kernel's range checks and rows. A plan over its verify
-/// capacity checks nothing and counts the launch, as the verify launch would; a plan that
-/// fails its launch-level checks records its error and verifies nothing.
+/// capacity checks nothing and counts the launch, as the verify launch would. One difference:
+/// a plan that fails its launch-level checks (a batch size or valid-lengths error in the status
+/// word) records its error and neither verifies nor counts the head verify's launch, where the
+/// separate verify launch would have checked the previous step's plan columns.
 ///
 /// Everything is checked before anything is queued: the errors of [`plan`](crate::cuda::plan)
 /// and [`verify`](crate::cuda::verify).
