@@ -11,10 +11,14 @@
 //! ```
 //!
 //! Each stage consumes the previous one ([`Step`]), so verifying before planning, writing before
-//! the head verify or ending a step without its write does not compile. An engine whose write
-//! inputs are ready before its head verify calls
-//! [`verify_head_and_write`](Step::verify_head_and_write) instead of the two: the same launches
-//! back to back, which lets a CUDA canary overlap the head writes' reads with the head verify.
+//! the head verify or ending a step without its write does not compile. Fewer calls give the
+//! same report, and let a CUDA canary queue fewer or overlapped launches:
+//! [`Canary::plan_verify_head_and_write`] runs the whole head stage (for an engine whose write
+//! inputs are ready when it plans: on a CUDA stream the plan and the head verify become one
+//! launch), [`Canary::plan_and_verify_head`] the first two stages (then
+//! [`head_findings`](Step::head_findings) and `write`), and
+//! [`verify_head_and_write`](Step::verify_head_and_write) the last two (the head writes' reads
+//! overlap the head verify).
 //!
 //! # What is modelled
 //!
