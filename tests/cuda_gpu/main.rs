@@ -6,9 +6,10 @@
 //! golden_gpu`).
 //!
 //! A harness of its own (`harness = false`), so that without a CUDA device every test prints
-//! `SKIPPED` on the console instead of passing silently. Arguments, as libtest's: name filters
-//! (a test runs if its name contains any of them), `--skip NAME` (repeatable: a test whose name
-//! contains NAME does not run); `--list` lists the tests they select; other `--flags` of libtest are
+//! `SKIPPED` on the console instead of passing silently. Arguments, as libtest's
+//! (`kv_canary_testkit::TestSelection`): name filters (a test runs if its name contains any of
+//! them), `--skip NAME` (repeatable: a test whose name contains NAME does not run), `--exact`
+//! (both match whole names); `--list` lists the tests they select; libtest's other options are
 //! accepted and ignored.
 
 mod canary;
@@ -30,6 +31,7 @@ mod views_graph;
 
 use kv_canary::cuda::Gpu;
 use kv_canary::Error;
+use kv_canary_testkit::TestSelection;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -172,41 +174,22 @@ pub fn fail<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |e| format!("{what}: {e}")
 }
 
-/// The name filters (a test runs if its name contains any of them, or there are none) and the
-/// `--skip NAME` filters (a test whose name contains one does not run), as libtest reads them;
-/// other `--flags` are ignored.
-fn name_filters(args: &[String]) -> (Vec<&str>, Vec<&str>) {
-    let (mut filters, mut skips) = (Vec::new(), Vec::new());
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        if arg == "--skip" {
-            skips.extend(args.next().map(String::as_str));
-        } else if let Some(skip) = arg.strip_prefix("--skip=") {
-            skips.push(skip);
-        } else if !arg.starts_with('-') {
-            filters.push(arg.as_str());
-        }
-    }
-    (filters, skips)
-}
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (filters, skips) = name_filters(&args);
+    let selection = TestSelection::from_env();
     let selected: Vec<_> = TESTS
         .iter()
-        .filter(|(name, _)| {
-            (filters.is_empty() || filters.iter().any(|f| name.contains(f)))
-                && !skips.iter().any(|s| name.contains(s))
-        })
+        .filter(|(name, _)| selection.selects(name))
         .collect();
-    if args.iter().any(|a| a == "--list") {
+    if selection.lists() {
         for (name, _) in &selected {
             println!("{name}: test");
         }
         return ExitCode::SUCCESS;
     }
     println!("\nrunning {} GPU tests", selected.len());
+    if selection.filters_by_name() {
+        println!("({} filtered out)", TESTS.len() - selected.len());
+    }
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,
         Err(Error::NoCudaDevice { detail }) => {

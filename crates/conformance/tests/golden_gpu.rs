@@ -4,12 +4,14 @@
 //! `cargo run -p kv-canary-conformance --features cuda -- tests/golden --backend cuda`.
 //!
 //! A harness of its own (`harness = false`), so that without a CUDA device it prints `SKIPPED`
-//! on the console instead of passing silently. The golden vectors are read from
+//! on the console instead of passing silently. Its arguments select as libtest's do
+//! (`kv_canary_testkit::TestSelection`: a name filter or `--skip` may leave it out). The golden vectors are read from
 //! `$KV_CANARY_GOLDEN_DIR`, else `tests/golden` under the current directory, else under the
 //! workspace root this was built from.
 
 use kv_canary::cuda::Gpu;
 use kv_canary_conformance::{run_dir, Backend, Outcome, RunOptions};
+use kv_canary_testkit::TestSelection;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -53,6 +55,18 @@ fn golden_vectors() -> Result<(), String> {
 
 fn main() -> ExitCode {
     let name = "golden_vectors_on_the_gpu";
+    let selection = TestSelection::from_env();
+    let selected = selection.selects(name);
+    if selection.lists() {
+        if selected {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if !selected {
+        println!("\nrunning 0 GPU tests\n(1 filtered out)");
+        return ExitCode::SUCCESS;
+    }
     println!("\nrunning 1 GPU test");
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,

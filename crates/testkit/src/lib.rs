@@ -2,7 +2,9 @@
 //! is for engines.
 //!
 //! Always: [`HostBackend`], what the conformance runner and the differential tests ask of a
-//! backend (host buffers, every op), implemented by `kv_canary::backend::Cpu`.
+//! backend (host buffers, every op), implemented by `kv_canary::backend::Cpu`; and
+//! [`TestSelection`], the tests that libtest's command line selects, for the harnesses of our
+//! own (the GPU tests, the fuzz targets).
 //!
 //! With the `cuda` feature:
 //! * `floors`: the hardware floors the CUDA benchmark measures beside the ops (device copies,
@@ -12,7 +14,7 @@
 //! * `Offload`: the CUDA ops on *host* buffers, a [`HostBackend`] for the conformance runner and
 //!   the GPU-vs-CPU differential tests.
 //!
-//! Without it the crate holds only [`HostBackend`], so that `cargo test` of the workspace needs no CUDA.
+//! Without it the crate holds only [`HostBackend`] and [`TestSelection`], so that `cargo test` of the workspace needs no CUDA.
 #![cfg_attr(feature = "cuda", deny(clippy::undocumented_unsafe_blocks))]
 #![warn(missing_docs)]
 
@@ -21,7 +23,9 @@ pub mod floors;
 mod host_backend;
 #[cfg(feature = "cuda")]
 mod offload;
+mod test_selection;
 
 pub use host_backend::HostBackend;
 #[cfg(feature = "cuda")]
 pub use offload::Offload;
+pub use test_selection::TestSelection;

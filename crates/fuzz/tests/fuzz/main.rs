@@ -19,7 +19,9 @@
 //!   rarest outcomes (a success or an error kind) of this run, ten per target (how the corpus
 //!   was made).
 //!
-//! Arguments are target names to run (all by default).
+//! Arguments, as libtest's (`kv_canary_testkit::TestSelection`): name filters (a target runs if
+//! its name contains one; all by default), `--skip NAME`, `--exact`, `--list`; libtest's other
+//! options are accepted and ignored.
 
 mod constructors;
 mod gen;
@@ -33,6 +35,7 @@ mod toy;
 mod views;
 
 use arbitrary::Unstructured;
+use kv_canary_testkit::TestSelection;
 use rand::{Rng as _, RngExt as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -275,10 +278,7 @@ fn fuzz(target: &Target, budget: Duration, seed: u64, save: bool) -> Stats {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let selection = TestSelection::from_env();
     let seconds: f64 = env("KV_CANARY_FUZZ_SECONDS").unwrap_or(1.5);
     let seed: u64 = env("KV_CANARY_FUZZ_SEED").unwrap_or(0x6b76_2d63_616e_6172);
     let save = env::<u8>("KV_CANARY_FUZZ_SAVE_CORPUS") == Some(1);
@@ -291,12 +291,28 @@ fn main() {
             .unwrap_or_default();
         PANIC_AT.with(|p| *p.borrow_mut() = at);
     }));
-    println!("fuzz: {seconds} s per target, seed {seed:#x}");
-    let mut failed = false;
-    for target in TARGETS {
-        if !args.is_empty() && !args.iter().any(|a| a == target.name) {
-            continue;
+    let selected: Vec<_> = TARGETS
+        .iter()
+        .filter(|t| selection.selects(t.name))
+        .collect();
+    if selection.lists() {
+        for target in &selected {
+            println!("{}: test", target.name);
         }
+        return;
+    }
+    println!(
+        "fuzz: {seconds} s per target, seed {seed:#x}, {} of {} targets{}",
+        selected.len(),
+        TARGETS.len(),
+        if selection.filters_by_name() {
+            " (selected by name)"
+        } else {
+            ""
+        }
+    );
+    let mut failed = false;
+    for target in selected {
         let stats = fuzz(target, budget, seed, save);
         println!(
             "fuzz {:<14} {:>9} cases ({} corpus), {} outcome kinds, {} failures",
