@@ -5,9 +5,9 @@
 //!
 //! A harness of its own (`harness = false`), so that without a CUDA device it prints `SKIPPED`
 //! on the console instead of passing silently. Its arguments select as libtest's do
-//! (`kv_canary_testkit::TestSelection`: a name filter or `--skip` may leave it out). The golden vectors are read from
-//! `$KV_CANARY_GOLDEN_DIR`, else `tests/golden` under the current directory, else under the
-//! workspace root this was built from.
+//! (`kv_canary_testkit::TestSelection`: a name filter or `--skip` may leave it out). The golden
+//! vectors are read from `$KV_CANARY_GOLDEN_DIR`, else `tests/golden` under the current
+//! directory, else under the workspace root this was built from.
 
 use kv_canary::cuda::Gpu;
 use kv_canary_conformance::{run_dir, Backend, Outcome, RunOptions};
