@@ -35,6 +35,18 @@ pub enum Error {
         /// The length given.
         found: usize,
     },
+    /// A per-token write input ([`WriteInputs`](crate::WriteInputs),
+    /// [`WriteInputsView`](crate::WriteInputsView)) does not hold exactly the shape's write entry
+    /// capacity of entries.
+    WriteInputsLength {
+        /// Which input (`input_ids`, `positions`, `out_cache_loc`, `expected_input_tokens`,
+        /// `expected_input_positions`).
+        what: &'static str,
+        /// The write entry capacity.
+        capacity: usize,
+        /// The length given.
+        found: usize,
+    },
     /// A 2-D table's data does not fill `rows x cols`.
     TableShape {
         /// Which table.
@@ -355,6 +367,16 @@ impl fmt::Display for Error {
                 expected,
                 found,
             } => write!(f, "{what} length must be {expected}, got {found}"),
+            WriteInputsLength {
+                what,
+                capacity,
+                found,
+            } => write!(
+                f,
+                "{what} length is {found}, but write inputs are exactly as long as the write \
+                 entry capacity, {capacity}: pad this step's tokens to it (entries past the \
+                 plan's tokens are never read)"
+            ),
             ElementOutOfRange {
                 what,
                 index,

@@ -323,8 +323,47 @@ pub type BrandedShape<'id> =
     Shape<VerifyCapacity<'id>, WriteReqCapacity<'id>, WriteEntryCapacity<'id>>;
 
 /// A shape whose capacities were computed at run time and named by the engine's type `T`
-/// ([`capacity::named`](crate::capacity::NamedVerifyCapacity)): storable in an engine struct, and
-/// a buffer of another name is a compile error.
+/// ([`NamedVerifyCapacity`], [`NamedWriteReqCapacity`], [`NamedWriteEntryCapacity`]): storable
+/// in an engine struct, and a buffer of another name is a compile error.
+///
+/// Branded capacities ([`Shape::branded`]) need a closure: their brand is a lifetime that cannot
+/// be named outside it. A named capacity is branded by a type instead, which an engine names in
+/// its structs:
+///
+/// ```
+/// use kv_canary::step::{Canary, NamedCanary};
+/// use kv_canary::{Capacity, EngineKnobs, NamedShape, UncheckedCapacity};
+///
+/// /// The draft model's canary configuration (a marker type of the engine's).
+/// #[derive(Clone, Copy, Debug)]
+/// struct Draft;
+///
+/// struct Engine {
+///     // `Canary<NamedVerifyCapacity<Draft>, NamedWriteReqCapacity<Draft>,
+///     // NamedWriteEntryCapacity<Draft>, UncheckedCapacity, UncheckedCapacity>`
+///     canary: NamedCanary<Draft>,
+/// }
+///
+/// let knobs = EngineKnobs::speculative(8, 3, 1024); // read from the config file
+/// let shape = NamedShape::<Draft>::named(&knobs)?;
+/// let slots = UncheckedCapacity::new("slots", 1024)?;
+/// let rows = UncheckedCapacity::new("ring rows", 64)?;
+/// let mut engine = Engine { canary: Canary::try_full(shape, slots, rows)? };
+/// assert_eq!(engine.canary.shape().verify_capacity().get(), 3 * 1024);
+///
+/// // The configuration changes (a larger batch): the canary moves in place, keeping its state.
+/// engine.canary.reshape(NamedShape::named(&EngineKnobs::speculative(16, 3, 1024))?)?;
+/// assert_eq!(engine.canary.shape().write_req_capacity().get(), 16);
+/// # Ok::<(), kv_canary::Error>(())
+/// ```
+///
+/// A verify plan of another configuration's shape does not compile: `NamedVerifyCapacity<Draft>`
+/// and `NamedVerifyCapacity<Target>` are different types, and the error names both
+/// (`ui-tests/fail/verify_capacity_named.rs`). Two shapes of the *same* name made from different
+/// numbers are compared at each launch, like [`UncheckedCapacity`]
+/// ([`Error::CapacityMismatch`] naming both): give each configuration its own name. A canary of
+/// such a shape moves to new numbers in place with
+/// [`Canary::reshape`](crate::step::Canary::reshape).
 pub type NamedShape<T> =
     Shape<NamedVerifyCapacity<T>, NamedWriteReqCapacity<T>, NamedWriteEntryCapacity<T>>;
 

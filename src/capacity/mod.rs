@@ -1,19 +1,7 @@
 //! Capacities: how many elements a buffer holds, carried in the buffer's type.
 //!
-//! Every plan buffer, the canary buffer and the violation ring are generic over a [`Capacity`].
-//! There are four kinds, all behind the one trait:
-//!
-//! | kind | type | when | a mismatch is |
-//! |---|---|---|---|
-//! | static | [`Cap<N>`] | capacities known when the engine is compiled | a compile error that reads in decimal (`Cap<40>` vs `Cap<32>`) |
-//! | derived | [`Derived<T>`]: `Cap<N>` below 1024, [`TypenumCap<T>`] from 1024 up | arithmetic over generic parameters (typenum) | below 1024 the same decimal compile error; from 1024 up a `cargo build` error naming both numbers in decimal |
-//! | branded | [`VerifyCapacity<'id>`], [`WriteReqCapacity<'id>`], [`WriteEntryCapacity<'id>`] | read from a config at start-up | a compile (borrow-check) error: two brands never unify |
-//! | named | [`NamedVerifyCapacity<T>`], [`NamedWriteReqCapacity<T>`], [`NamedWriteEntryCapacity<T>`] | read from a config, held in an engine struct | a compile error naming both configurations' types (equal names: compared at run time) |
-//! | unchecked | [`UncheckedCapacity`] | FFI, quick experiments | a run-time [`Error::CapacityMismatch`] naming both numbers |
-//!
-//! Capacities are always positive: `Cap<0>` is rejected when a buffer of it is built (a
-//! post-monomorphization error, visible in `cargo build`), `TypenumCap<U0>` and `Derived<U0>`
-//! by the type checker, the run-time kinds at construction.
+//! The kinds, and what a mismatch of each is: on [`Capacity`], where the rendered docs show
+//! them.
 
 mod brand;
 mod constraint;
@@ -36,9 +24,22 @@ pub(crate) use sealed::Sealed;
 
 /// A number of elements, carried in a type.
 ///
-/// Implemented by [`Cap<N>`] (static), the branded run-time capacities of
-/// [`Shape::branded`](crate::Shape::branded) and [`UncheckedCapacity`]. Sealed: the guarantees of
-/// the typed API rest on every implementation being one of these.
+/// Every plan buffer, the canary buffer and the violation ring are generic over a [`Capacity`].
+/// There are five kinds, all behind this one trait:
+///
+/// | kind | type | when | a mismatch is |
+/// |---|---|---|---|
+/// | static | [`Cap<N>`] | capacities known when the engine is compiled | a compile error that reads in decimal (`Cap<40>` vs `Cap<32>`) |
+/// | derived | [`Derived<T>`]: `Cap<N>` below 1024, [`TypenumCap<T>`] from 1024 up | arithmetic over generic parameters (typenum) | below 1024 the same decimal compile error; from 1024 up a `cargo build` error naming both numbers in decimal |
+/// | branded | [`VerifyCapacity<'id>`], [`WriteReqCapacity<'id>`], [`WriteEntryCapacity<'id>`] | read from a config at start-up | a compile (borrow-check) error: two brands never unify |
+/// | named | [`NamedVerifyCapacity<T>`], [`NamedWriteReqCapacity<T>`], [`NamedWriteEntryCapacity<T>`] | read from a config, held in an engine struct | a compile error naming both configurations' types (equal names: compared at run time) |
+/// | unchecked | [`UncheckedCapacity`] | FFI, quick experiments | a run-time [`Error::CapacityMismatch`](crate::Error::CapacityMismatch) naming both numbers |
+///
+/// Capacities are always positive: `Cap<0>` is rejected when a buffer of it is built (a
+/// post-monomorphization error, visible in `cargo build`), `TypenumCap<U0>` and `Derived<U0>`
+/// by the type checker, the run-time kinds at construction.
+///
+/// Sealed: the guarantees of the typed API rest on every implementation being one of these.
 pub trait Capacity: Copy + fmt::Debug + Sealed {
     /// The number of elements (always at least 1).
     fn get(self) -> usize;
@@ -173,6 +174,16 @@ impl<T: Unsigned + NonZero> Capacity for TypenumCap<T> {
 
 /// A capacity fixed when the program is compiled: [`Cap<N>`] and [`TypenumCap<T>`] (and so every
 /// [`Derived`]). It can be made from nothing and its number is a constant.
+///
+/// Run-time capacities (branded, named, unchecked) are not static: where a method is only for
+/// static ones (`Canary::write_inputs`, `Canary::full`, `Shape::verify_plan`), its fallible `try_`
+/// form ([`Canary::try_write_inputs`](crate::step::Canary::try_write_inputs),
+/// [`Canary::try_full`](crate::step::Canary::try_full),
+/// [`Shape::try_verify_plan`](crate::Shape::try_verify_plan), ...) serves them.
+#[diagnostic::on_unimplemented(
+    message = "kv-canary: `{Self}` is a run-time capacity, and this needs a static one (`Cap<N>`)",
+    note = "run-time capacities use the fallible forms: `Canary::try_write_inputs`, `Canary::try_full`, `Shape::try_verify_plan`, ..."
+)]
 pub trait StaticCapacity: Capacity {
     /// The capacity value.
     const VALUE: Self;

@@ -2,44 +2,8 @@
 //! by a type of the engine's, so that an engine struct can hold a canary of run-time capacities
 //! and still get a compile error when buffers of two configurations meet.
 //!
-//! Branded capacities ([`Shape::branded`](crate::Shape::branded)) need a closure: their brand
-//! is a lifetime that cannot be named outside it. A named capacity is branded by a type instead,
-//! which an engine names in its structs:
-//!
-//! ```
-//! use kv_canary::{Capacity, NamedVerifyCapacity, UncheckedCapacity};
-//! use kv_canary::step::Canary;
-//! use kv_canary::{EngineKnobs, NamedShape};
-//!
-//! /// The draft model's canary configuration (a marker type of the engine's).
-//! #[derive(Clone, Copy, Debug)]
-//! struct Draft;
-//!
-//! struct Engine {
-//!     canary: Canary<
-//!         NamedVerifyCapacity<Draft>,
-//!         kv_canary::NamedWriteReqCapacity<Draft>,
-//!         kv_canary::NamedWriteEntryCapacity<Draft>,
-//!         UncheckedCapacity,
-//!         UncheckedCapacity,
-//!     >,
-//! }
-//!
-//! let knobs = EngineKnobs::speculative(8, 3, 1024); // read from the config file
-//! let shape = NamedShape::<Draft>::named(&knobs)?;
-//! let slots = UncheckedCapacity::new("slots", 1024)?;
-//! let rows = UncheckedCapacity::new("ring rows", 64)?;
-//! let engine = Engine { canary: Canary::try_full(shape, slots, rows)? };
-//! assert_eq!(engine.canary.shape().verify_capacity().get(), 3 * 1024);
-//! # Ok::<(), kv_canary::Error>(())
-//! ```
-//!
-//! A verify plan of another configuration's shape does not compile: `NamedVerifyCapacity<Draft>`
-//! and `NamedVerifyCapacity<Target>` are different types, and the error names both
-//! (`ui-tests/fail/verify_capacity_named.rs`). Two shapes of the *same* name made from different
-//! numbers are compared at each launch, like [`UncheckedCapacity`](super::UncheckedCapacity)
-//! ([`Error::CapacityMismatch`](crate::Error::CapacityMismatch) naming both): give each
-//! configuration its own name.
+//! Why named and not branded, the engine-struct example, and how shapes of one name compare: on
+//! [`NamedShape`](crate::NamedShape), where the rendered docs show them.
 
 use super::{Capacity, Sealed};
 use core::fmt;

@@ -248,6 +248,14 @@ impl<'a, K: TableKind> From<&'a ReqTable<K>> for ReqTableView<'a, K, i32> {
     }
 }
 
+/// A view from a reference to one (views are `Copy`), so that what takes
+/// `impl Into<ReqTableView>` takes `&table` whether `table` is an owned table or a view.
+impl<'a, K: TableKind, T: IndexElement> From<&ReqTableView<'a, K, T>> for ReqTableView<'a, K, T> {
+    fn from(view: &ReqTableView<'a, K, T>) -> Self {
+        *view
+    }
+}
+
 impl<K: TableKind, T: IndexElement> fmt::Debug for ReqTableView<'_, K, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(K::NAME)

@@ -162,13 +162,14 @@ impl<const N: usize> Default for WriteInputs<Cap<N>> {
     }
 }
 
-fn check_len(what: &'static str, expected: usize, v: &[i64]) -> Result<(), Error> {
-    if v.len() == expected {
+/// `Ok` when the write input `what` holds exactly the write entry `capacity` of entries.
+fn check_len<T>(what: &'static str, capacity: usize, v: &[T]) -> Result<(), Error> {
+    if v.len() == capacity {
         Ok(())
     } else {
-        Err(Error::LengthMismatch {
+        Err(Error::WriteInputsLength {
             what,
-            expected,
+            capacity,
             found: v.len(),
         })
     }
@@ -433,18 +434,6 @@ impl<'a, const N: usize, T: IndexElement> WriteInputsView<'a, Cap<N>, InputAsser
     }
 }
 
-fn check_view_len<T>(what: &'static str, expected: usize, v: &[T]) -> Result<(), Error> {
-    if v.len() == expected {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            what,
-            expected,
-            found: v.len(),
-        })
-    }
-}
-
 impl<'a, E: Capacity, T: IndexElement> WriteInputsView<'a, E, InputAssertOff, T> {
     /// A view of three slices of exactly `capacity` entries each (the checks of
     /// [`WriteInputs::from_parts`]), input assert off.
@@ -455,9 +444,9 @@ impl<'a, E: Capacity, T: IndexElement> WriteInputsView<'a, E, InputAssertOff, T>
         out_cache_loc: &'a [T],
     ) -> Result<Self, Error> {
         let n = capacity.get();
-        check_view_len("input_ids", n, input_ids)?;
-        check_view_len("positions", n, positions)?;
-        check_view_len("out_cache_loc", n, out_cache_loc)?;
+        check_len("input_ids", n, input_ids)?;
+        check_len("positions", n, positions)?;
+        check_len("out_cache_loc", n, out_cache_loc)?;
         Ok(WriteInputsView {
             capacity,
             input_ids,
@@ -475,8 +464,8 @@ impl<'a, E: Capacity, T: IndexElement> WriteInputsView<'a, E, InputAssertOff, T>
         expected_input_positions: &'a [T],
     ) -> Result<WriteInputsView<'a, E, InputAssertOn, T>, Error> {
         let n = self.capacity.get();
-        check_view_len("expected_input_tokens", n, expected_input_tokens)?;
-        check_view_len("expected_input_positions", n, expected_input_positions)?;
+        check_len("expected_input_tokens", n, expected_input_tokens)?;
+        check_len("expected_input_positions", n, expected_input_positions)?;
         Ok(WriteInputsView {
             capacity: self.capacity,
             input_ids: self.input_ids,
@@ -633,8 +622,18 @@ mod tests {
         assert_eq!(on.input_assert_tensors(), Some((&b[..], &a[..])));
         let err = WriteInputsView::new(cap, &a, &b, &c[..1]).unwrap_err();
         assert_eq!(
+            err,
+            Error::WriteInputsLength {
+                what: "out_cache_loc",
+                capacity: 2,
+                found: 1
+            }
+        );
+        assert_eq!(
             err.to_string(),
-            "kv-canary: out_cache_loc length must be 2, got 1"
+            "kv-canary: out_cache_loc length is 1, but write inputs are exactly as long as the \
+             write entry capacity, 2: pad this step's tokens to it (entries past the plan's \
+             tokens are never read)"
         );
         assert!(off.with_expected(&b, &a[..1]).is_err());
         let owned = WriteInputs::<Cap<3>>::new().with_input_assert();
@@ -650,8 +649,12 @@ mod tests {
         let cap = UncheckedCapacity::new("write_entry_capacity", 2).unwrap();
         let err = WriteInputs::from_parts(cap, vec![0; 2], vec![0; 2], vec![0; 3]).unwrap_err();
         assert_eq!(
-            err.to_string(),
-            "kv-canary: out_cache_loc length must be 2, got 3"
+            err,
+            Error::WriteInputsLength {
+                what: "out_cache_loc",
+                capacity: 2,
+                found: 3
+            }
         );
         let err = WriteInputs::from_parts_with_expected(
             cap,

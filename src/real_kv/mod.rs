@@ -75,6 +75,22 @@ impl<'a> RealKv<'a> {
         RealKv { mode, sources }
     }
 
+    /// One dense pool hashed under `mode`: `bytes` holds every slot's strip of `bytes_per_token`
+    /// bytes, slot after slot (a page size of 1; in ALL mode the whole strip is hashed). The
+    /// common layout of one K or V pool: [`RealKvSource::new`] with
+    /// `RealKvParams::new(1, bytes_per_token, bytes_per_token)`, the only source. Errors as that
+    /// constructor's: `bytes_per_token` a positive multiple of 16, `bytes` a whole number of
+    /// strips, each value within the CUDA ABI's `int32`.
+    pub fn dense(
+        mode: RealKvHashMode,
+        bytes: &'a [u8],
+        bytes_per_token: usize,
+    ) -> Result<Self, Error> {
+        let n = i64::try_from(bytes_per_token).unwrap_or(i64::MAX);
+        let source = RealKvSource::new(bytes, bytes_per_token, RealKvParams::new(1, n, n))?;
+        Ok(RealKv::new(mode, RealKvSources::from_array([source])))
+    }
+
     /// The mode.
     pub fn mode(&self) -> RealKvHashMode {
         self.mode
@@ -164,6 +180,21 @@ mod tests {
             assert_eq!(rk.hash(0) as u64, 0x6041_5808_49E6_407D, "{mode:?}");
         }
         assert_eq!(RealKv::new(RealKvHashMode::None, sources).hash(0), 0);
+    }
+
+    #[test]
+    fn a_dense_pool_is_one_source_of_one_token_a_row() {
+        let bytes = [STRIP, STRIP, STRIP].concat();
+        let dense = RealKv::dense(RealKvHashMode::All, &bytes, 16).unwrap();
+        let src = RealKvSource::new(&bytes, 16, RealKvParams::new(1, 16, 16)).unwrap();
+        let by_hand = RealKv::new(RealKvHashMode::All, RealKvSources::from_array([src]));
+        assert_eq!(dense, by_hand);
+        assert_eq!(dense.hash(2), by_hand.hash(2));
+        // The source's rules, with its errors: strips of a multiple of 16 bytes, whole strips.
+        for (len, per_token) in [(48, 0), (48, 24), (40, 16)] {
+            let err = RealKv::dense(RealKvHashMode::All, &bytes[..len], per_token).unwrap_err();
+            assert!(err.to_string().starts_with("kv-canary: "), "{err}");
+        }
     }
 
     /// Spec §2.11 written out for one slot: row `s / page`, strip `s % page`, fold, combine.

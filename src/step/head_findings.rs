@@ -55,17 +55,7 @@ impl HeadFindings {
 impl fmt::Display for HeadFindings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("head verify: ")?;
-        match self.status() {
-            StepStatus::Clean => f.write_str("clean"),
-            StepStatus::Violations { recorded } => {
-                write!(f, "{recorded} violations ({} dropped)", self.dropped)
-            }
-            StepStatus::Unverified { gaps, recorded } => write!(
-                f,
-                "UNVERIFIED: {gaps}; {recorded} violations ({} dropped)",
-                self.dropped
-            ),
-        }
+        self.status().write_line(f, self.dropped)
     }
 }
 

@@ -108,7 +108,9 @@
 //!
 //! [`Canary::try_reshape`] moves a canary to a new [`Shape`] (a new top-k, a new batch size) and
 //! keeps its canary buffers, ring and counters, so requests in flight stay verified; a new
-//! canary would report every cached prefix as a violation.
+//! canary would report every cached prefix as a violation. A canary of run-time capacities held
+//! in an engine struct ([`NamedShape`](crate::NamedShape)) moves in place with
+//! [`Canary::reshape`].
 //!
 //! ```
 //! use kv_canary::step::{Canary, TailKv};
@@ -130,13 +132,22 @@
 //! let report = step.verify_tail(TailKv::NONE)?;
 //! assert!(report.is_clean());
 //!
-//! // Step 2: it decodes token 10 into slot 11; all four buffers re-check its 3-token prefix.
+//! // The configuration changes: 64 verify entries, 8 requests, 32 tokens a step. The canary
+//! // buffers, ring and counters move over; the plans and write inputs are the new shape's.
+//! let mut canary = canary
+//!     .try_reshape(Shape::<Cap<64>, Cap<8>, Cap<32>>::new())
+//!     .map_err(|(_, err)| err)?;
+//! let mut inputs = canary.write_inputs();
+//!
+//! // Step 2: it decodes token 10 into slot 11; all four buffers re-check its 3-token prefix,
+//! // stamped before the change.
 //! let batch = Batch::from_columns([1], [3], [1]);
 //! let p = inputs.parts_mut();
 //! (p.input_ids[0], p.positions[0], p.out_cache_loc[0]) = (10, 3, 11);
 //! let step = canary.plan(&PlanInputs::full(&batch, &table))?.verify_head()?.write(&inputs)?;
 //! let report = step.verify_tail(TailKv::NONE)?;
 //! assert_eq!((report.entries_checked(), report.recorded()), (4 * 3, 0));
+//! assert_eq!(canary.steps(), 2);
 //! # Ok::<(), kv_canary::Error>(())
 //! ```
 //!
@@ -255,6 +266,20 @@ where
     abandoned: u64,
     group: PhantomData<G>,
 }
+
+/// A canary of run-time capacities named by the engine's configuration type `T`
+/// ([`NamedShape`](crate::NamedShape)) with run-time slot and ring-row counts: the type an engine
+/// struct holds when its capacities come from its configuration (the example on `NamedShape`).
+/// `G` and `B` as for [`Canary`].
+pub type NamedCanary<T, G = Full, B = Cpu> = Canary<
+    crate::NamedVerifyCapacity<T>,
+    crate::NamedWriteReqCapacity<T>,
+    crate::NamedWriteEntryCapacity<T>,
+    crate::UncheckedCapacity,
+    crate::UncheckedCapacity,
+    G,
+    B,
+>;
 
 impl<V, W, E, S, R> Canary<V, W, E, S, R, Full>
 where
@@ -486,7 +511,9 @@ where
     /// [`write_inputs`](Canary::write_inputs)).
     ///
     /// On error (the backend could not allocate the new plans) the canary is returned unchanged
-    /// beside the error.
+    /// beside the error. A canary in a struct field whose capacity types stay the same (run-time
+    /// capacities with new numbers) is moved more simply with [`reshape`](Self::reshape), in
+    /// place.
     #[allow(
         clippy::type_complexity,
         clippy::result_large_err,
@@ -509,6 +536,22 @@ where
             Ok((verify_plan, write_plan)) => Ok(self.with_plans(shape, verify_plan, write_plan)),
             Err(err) => Err((self, err)),
         }
+    }
+
+    /// [`try_reshape`](Self::try_reshape) in place, to a shape of the same capacity types: the
+    /// form for a canary held in an engine struct whose capacities are read from its run-time
+    /// configuration ([`NamedShape`](crate::NamedShape) or
+    /// [`UncheckedShape`](crate::UncheckedShape) with new numbers). The canary buffers, the
+    /// ring, the counters and the step counts stay; only the plans are allocated anew, and the
+    /// write inputs (the crate's or views of the engine's own slices) must be of the new write
+    /// entry capacity.
+    ///
+    /// On error (the backend could not allocate the new plans) the canary is unchanged.
+    pub fn reshape(&mut self, shape: Shape<V, W, E>) -> Result<(), Error> {
+        let verify_plan = self.backend.verify_plan(shape.verify_capacity())?;
+        let write_plan = self.backend.write_plan(shape.write_req_capacity())?;
+        (self.verify_plan, self.write_plan, self.shape) = (verify_plan, write_plan, shape);
+        Ok(())
     }
 
     /// This canary's state with another shape and its plans.

@@ -3,7 +3,8 @@
 
 use crate::canary::{HealthCounters, Violation};
 use crate::cpu::{PlanSummary, VerifySummary, WriteSummary};
-use crate::real_kv::RealKv;
+use crate::error::Error;
+use crate::real_kv::{RealKv, RealKvHashMode};
 use core::fmt;
 
 /// One value per half of a KV pool: `k` for the K half, `v` for the V half.
@@ -47,6 +48,60 @@ impl<'a> KvPair<RealKv<'a>> {
     /// The K half folds `k`, the V half `v`.
     pub fn new(k: RealKv<'a>, v: RealKv<'a>) -> Self {
         KvPair { k, v }
+    }
+
+    /// The tail fingerprints of a dense K pool and a dense V pool, each holding every slot's
+    /// strip of `bytes_per_token` bytes, slot after slot, hashed under `mode`
+    /// ([`RealKv::dense`], whose errors these are). A paged pool, strided rows or several
+    /// sources per half are built from [`RealKvSource`](crate::RealKvSource)s and
+    /// [`RealKv::new`].
+    ///
+    /// ```
+    /// use kv_canary::step::{Canary, TailKv};
+    /// use kv_canary::{Batch, Cap, PlanInputs, RealKvHashMode, ReqToToken, Shape};
+    ///
+    /// const BYTES: usize = 32; // one token's K (and V) strip
+    /// let mut canary = Canary::full(Shape::<Cap<32>, Cap<4>, Cap<16>>::new(), Cap::<64>, Cap::<16>);
+    /// let table = ReqToToken::from_vec(4, 8, (0..32).collect())?; // row r, position p: slot 8r + p
+    /// let (mut k, mut v) = (vec![0u8; 64 * BYTES], vec![0u8; 64 * BYTES]); // the engine's pools
+    /// let mut inputs = canary.write_inputs();
+    ///
+    /// // The request in row 1 prefills 3 tokens into slots 8, 9, 10; the forward pass writes
+    /// // their K and V, which the tail launches fingerprint.
+    /// let p = inputs.parts_mut();
+    /// p.input_ids[..3].copy_from_slice(&[7, 8, 9]);
+    /// p.positions[..3].copy_from_slice(&[0, 1, 2]);
+    /// p.out_cache_loc[..3].copy_from_slice(&[8, 9, 10]);
+    /// let batch = Batch::from_columns([1], [0], [3]);
+    /// let step = canary.plan(&PlanInputs::full(&batch, &table))?.verify_head()?.write(&inputs)?;
+    /// for slot in 8..11 {
+    ///     k[slot * BYTES] = slot as u8;
+    ///     v[slot * BYTES] = 100 + slot as u8;
+    /// }
+    /// let tail = TailKv::dense(RealKvHashMode::All, &k, &v, BYTES)?;
+    /// assert!(step.verify_tail(tail)?.is_clean());
+    ///
+    /// // A stray store changes slot 9's V bytes; the next step re-checks the prefix and finds it.
+    /// v[9 * BYTES + 5] ^= 0xff;
+    /// let p = inputs.parts_mut();
+    /// (p.input_ids[0], p.positions[0], p.out_cache_loc[0]) = (10, 3, 11);
+    /// let batch = Batch::from_columns([1], [3], [1]);
+    /// let step = canary.plan(&PlanInputs::full(&batch, &table))?.verify_head()?.write(&inputs)?;
+    /// let report = step.verify_tail(TailKv::dense(RealKvHashMode::All, &k, &v, BYTES)?)?;
+    /// assert!(report.violations.iter().all(|row| row.slot == 9), "{report}");
+    /// assert!(!report.violations.is_empty());
+    /// # Ok::<(), kv_canary::Error>(())
+    /// ```
+    pub fn dense(
+        mode: RealKvHashMode,
+        k: &'a [u8],
+        v: &'a [u8],
+        bytes_per_token: usize,
+    ) -> Result<Self, Error> {
+        Ok(KvPair {
+            k: RealKv::dense(mode, k, bytes_per_token)?,
+            v: RealKv::dense(mode, v, bytes_per_token)?,
+        })
     }
 }
 
@@ -101,7 +156,9 @@ pub struct PlanOverflow {
 pub struct Unverified {
     /// The step's plan overflowed its verify capacity, so no prefix slot was checked.
     pub plan_overflow: Option<PlanOverflow>,
-    /// Steps before this one (since the previous report) that did not run all their launches.
+    /// Steps before this one (since the previous report) that did not complete: dropped before
+    /// their tail verify, or ended by an error (a plan refused by its checks included, which
+    /// queued nothing: the step it began was not checked either).
     pub abandoned_steps: u64,
 }
 
@@ -113,7 +170,7 @@ impl Unverified {
 }
 
 /// One line: `the plan needed 1200 verify entries but the verify capacity is 32, so no slot was
-/// checked; 1 earlier step did not run all its launches`.
+/// checked; 1 earlier step did not complete (...)`.
 impl fmt::Display for Unverified {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut sep = "";
@@ -134,8 +191,14 @@ impl fmt::Display for Unverified {
         }
         match self.abandoned_steps {
             0 => Ok(()),
-            1 => write!(f, "{sep}1 earlier step did not run all its launches"),
-            n => write!(f, "{sep}{n} earlier steps did not run all their launches"),
+            1 => write!(
+                f,
+                "{sep}1 earlier step did not complete (an error ended it, or it was dropped before its tail verify)"
+            ),
+            n => write!(
+                f,
+                "{sep}{n} earlier steps did not complete (an error ended them, or they were dropped before their tail verify)"
+            ),
         }
     }
 }
@@ -170,6 +233,37 @@ impl StepStatus {
             StepStatus::Violations { recorded }
         } else {
             StepStatus::Clean
+        }
+    }
+}
+
+/// A count and its noun, singular for 1 (`1 violation`, `2 violations`): the reports' one-line
+/// forms.
+pub(super) struct Counted(pub u64, pub &'static str, pub &'static str);
+
+impl fmt::Display for Counted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Counted(n, one, many) = *self;
+        write!(f, "{n} {}", if n == 1 { one } else { many })
+    }
+}
+
+impl StepStatus {
+    /// Writes the status as the reports' one-line forms end: `clean`, `1 violation (0
+    /// dropped)`, `2 violations (1 dropped)` or `UNVERIFIED: <gaps>; 0 violations (0 dropped)`,
+    /// `dropped` being the rows the ring had no room for.
+    pub(super) fn write_line(self, f: &mut fmt::Formatter<'_>, dropped: u64) -> fmt::Result {
+        let violations = |n| Counted(n, "violation", "violations");
+        match self {
+            StepStatus::Clean => f.write_str("clean"),
+            StepStatus::Violations { recorded } => {
+                write!(f, "{} ({dropped} dropped)", violations(recorded))
+            }
+            StepStatus::Unverified { gaps, recorded } => write!(
+                f,
+                "UNVERIFIED: {gaps}; {} ({dropped} dropped)",
+                violations(recorded)
+            ),
         }
     }
 }
@@ -222,28 +316,57 @@ impl fmt::Display for StepReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "bs {}, {} verify entries ({}), {} tokens written; {} slots checked, {} stamped; ",
+            "bs {}, {} ({}), {} written; {} checked, {} stamped; ",
             self.plan.bs,
-            self.plan.requested_entries,
+            Counted(
+                self.plan.requested_entries,
+                "verify entry",
+                "verify entries"
+            ),
             if self.plan.enabled {
                 "enabled"
             } else {
                 "DISABLED: over capacity"
             },
-            self.plan.write_tokens,
-            self.entries_checked(),
+            Counted(self.plan.write_tokens, "token", "tokens"),
+            Counted(self.entries_checked(), "slot", "slots"),
             self.entries_written(),
         )?;
-        match self.status() {
-            StepStatus::Clean => f.write_str("clean"),
-            StepStatus::Violations { recorded } => {
-                write!(f, "{recorded} violations ({} dropped)", self.dropped)
-            }
-            StepStatus::Unverified { gaps, recorded } => write!(
-                f,
-                "UNVERIFIED: {gaps}; {recorded} violations ({} dropped)",
-                self.dropped
-            ),
+        self.status().write_line(f, self.dropped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Counted, StepStatus, Unverified};
+    use core::fmt;
+
+    /// A status line as the reports end theirs.
+    struct Line(StepStatus, u64);
+
+    impl fmt::Display for Line {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            self.0.write_line(f, self.1)
         }
+    }
+
+    #[test]
+    fn status_lines_count_one_in_the_singular() {
+        assert_eq!(Line(StepStatus::Clean, 0).to_string(), "clean");
+        let one = StepStatus::Violations { recorded: 1 };
+        assert_eq!(Line(one, 0).to_string(), "1 violation (0 dropped)");
+        let three = StepStatus::Violations { recorded: 3 };
+        assert_eq!(Line(three, 1).to_string(), "3 violations (1 dropped)");
+        let gaps = Unverified {
+            plan_overflow: None,
+            abandoned_steps: 1,
+        };
+        assert_eq!(
+            Line(StepStatus::Unverified { gaps, recorded: 1 }, 0).to_string(),
+            "UNVERIFIED: 1 earlier step did not complete (an error ended it, or it was dropped \
+             before its tail verify); 1 violation (0 dropped)"
+        );
+        assert_eq!(Counted(1, "slot", "slots").to_string(), "1 slot");
+        assert_eq!(Counted(0, "slot", "slots").to_string(), "0 slots");
     }
 }

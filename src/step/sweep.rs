@@ -8,7 +8,7 @@
 //! buffers ("sweep verifies the most recent canary state"), folding the group's real-KV sources
 //! like the tail verify, token check off (spec §1).
 
-use super::report::{KvPair, PlanOverflow, StepStatus, Unverified};
+use super::report::{Counted, KvPair, PlanOverflow, StepStatus, Unverified};
 use super::stage::{verify_both, Verified};
 use super::{Canary, GroupKind};
 use crate::backend::{Backend, Cpu};
@@ -74,21 +74,11 @@ impl fmt::Display for SweepReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "sweep of {} entries: {} slots checked; ",
-            self.entries,
-            self.entries_checked()
+            "sweep of {}: {} checked; ",
+            Counted(self.entries as u64, "entry", "entries"),
+            Counted(self.entries_checked(), "slot", "slots")
         )?;
-        match self.status() {
-            StepStatus::Clean => f.write_str("clean"),
-            StepStatus::Violations { recorded } => {
-                write!(f, "{recorded} violations ({} dropped)", self.dropped)
-            }
-            StepStatus::Unverified { gaps, recorded } => write!(
-                f,
-                "UNVERIFIED: {gaps}; {recorded} violations ({} dropped)",
-                self.dropped
-            ),
-        }
+        self.status().write_line(f, self.dropped)
     }
 }
 

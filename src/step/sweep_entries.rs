@@ -73,6 +73,12 @@ const LUT: &str = "full_to_swa_index_mapping";
 /// entries.clear();
 /// entries.push_table_row(&table, 1, 5)?;
 /// assert!(canary.sweep(&entries, TailKv::NONE)?.is_clean());
+///
+/// // An engine's own table, viewed ([`ReqToTokenView`]), by reference or by value:
+/// let view = table.view();
+/// let mut again = SweepEntries::new();
+/// again.push_table_row(&view, 1, 5)?;
+/// assert_eq!(again, entries);
 /// # Ok::<(), kv_canary::Error>(())
 /// ```
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -593,7 +593,7 @@ fn a_plan_over_the_verify_capacity_is_unverified_not_clean() {
     );
     assert_eq!(
         decode.to_string(),
-        "bs 1, 3 verify entries (DISABLED: over capacity), 1 tokens written; 0 slots checked, \
+        "bs 1, 3 verify entries (DISABLED: over capacity), 1 token written; 0 slots checked, \
          4 stamped; UNVERIFIED: the plan needed 3 verify entries but the verify capacity is 2, \
          so no slot was checked; 0 violations (0 dropped)"
     );
@@ -622,11 +622,69 @@ fn a_step_that_did_not_run_all_its_launches_makes_the_next_report_unverified() {
     assert_eq!(report.recorded(), 0);
     assert!(!report.is_clean(), "{report}");
     assert!(report.to_string().ends_with(
-        "UNVERIFIED: 2 earlier steps did not run all their launches; 0 violations (0 dropped)"
+        "UNVERIFIED: 2 earlier steps did not complete (an error ended them, or they were \
+         dropped before their tail verify); 0 violations (0 dropped)"
     ));
     // The count was delivered once: the next complete step is clean again.
     assert_eq!(canary.abandoned_steps(), 0);
     assert!(decode(&mut engine, &mut canary, 4).is_clean());
+}
+
+#[test]
+fn a_canary_in_an_engine_struct_reshapes_in_place_and_keeps_its_state() {
+    use crate::capacity::UncheckedCapacity;
+    use crate::shape::{EngineKnobs, NamedShape};
+    #[derive(Clone, Copy, Debug)]
+    struct Config;
+    struct EngineState {
+        canary: NamedCanary<Config>,
+    }
+    let slots = UncheckedCapacity::new("slots", 24).unwrap();
+    let rows = UncheckedCapacity::new("ring rows", 16).unwrap();
+    let shape = NamedShape::<Config>::named(&EngineKnobs::speculative(1, 2, 16)).unwrap();
+    let mut engine = EngineState {
+        canary: Canary::try_full(shape, slots, rows).unwrap(),
+    };
+    // Row r, position p: slot 8r + p (row 0 is the padding row, never read).
+    let table = ReqToToken::from_vec(3, 8, (0..24).collect()).unwrap();
+    let step = |canary: &mut Canary<_, _, _, _, _>, batch: &Batch, tokens: &[Token]| {
+        let mut inputs = canary.try_write_inputs().unwrap();
+        let p = inputs.parts_mut();
+        for (i, &(slot, token, pos)) in tokens.iter().enumerate() {
+            (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (slot, token, pos);
+        }
+        canary
+            .plan(&PlanInputs::full(batch, &table))
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&inputs)
+            .unwrap()
+            .verify_tail(TailKv::NONE)
+            .unwrap()
+    };
+    // One request prefills 3 tokens into slots 8, 9, 10 (the capacities of `max_bs` 1).
+    let batch = Batch::from_columns([1], [0], [3]);
+    let report = step(
+        &mut engine.canary,
+        &batch,
+        &[(8, 7, 0), (9, 8, 1), (10, 9, 2)],
+    );
+    assert!(report.is_clean(), "{report}");
+    // The configuration grows to `max_bs` 2; the struct's canary moves in place.
+    let bigger = NamedShape::<Config>::named(&EngineKnobs::speculative(2, 2, 16)).unwrap();
+    engine.canary.reshape(bigger).unwrap();
+    assert_eq!(engine.canary.shape().write_req_capacity().get(), 2);
+    assert_eq!(engine.canary.shape().write_entry_capacity().get(), 6);
+    assert_eq!(engine.canary.steps(), 1, "the step count stays");
+    // Two requests now: the first decodes behind its 3-token prefix, stamped before the
+    // change and verified by all four buffers; a second prefills in row 2.
+    let batch = Batch::from_columns([1, 2], [3, 0], [1, 2]);
+    let tokens = [(11, 10, 3), (16, 20, 0), (17, 21, 1)];
+    let report = step(&mut engine.canary, &batch, &tokens);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.entries_checked(), 4 * 3, "{report}");
+    assert_eq!(engine.canary.steps(), 2);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use kv_canary::hash::splitmix64;
 use kv_canary::step::TailKv;
-use kv_canary::{RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources};
+use kv_canary::RealKvHashMode;
 
 /// The slot allocator of a paged KV pool with page size 1. Slot 0 is reserved (the padding
 /// slot every stale `req_to_token` cell points to) and never handed out.
@@ -131,17 +131,9 @@ impl KvBytes {
     /// The tail launches' fingerprints: every byte of each slot's K strip (K half) and V strip
     /// (V half), ALL mode.
     pub fn tail_kv(&self) -> TailKv<'_> {
-        let n = KV_BYTES_PER_TOKEN as i64;
-        let params = RealKvParams::new(1, n, n);
-        TailKv::new(fold(&self.k, params), fold(&self.v, params))
+        TailKv::dense(RealKvHashMode::All, &self.k, &self.v, KV_BYTES_PER_TOKEN)
+            .expect("32-byte strips satisfy the 16-byte rules")
     }
-}
-
-/// Every 32-byte strip of `bytes`, one per slot, hashed in ALL mode.
-fn fold(bytes: &[u8], params: RealKvParams) -> RealKv<'_> {
-    let source = RealKvSource::new(bytes, KV_BYTES_PER_TOKEN, params)
-        .expect("32-byte strips satisfy the 16-byte rules");
-    RealKv::new(RealKvHashMode::All, RealKvSources::from_array([source]))
 }
 
 /// A fixed permutation of the slots `1..slots` (slot 0 maps to 0): the SWA sub-pool's slot of
