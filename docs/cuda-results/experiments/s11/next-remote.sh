@@ -3,8 +3,10 @@
 #   here:  scripts/wholestep-ab.sh --tests main=s11-main ends=exp/write-ends-s11
 #          cp docs/cuda-results/experiments/s11/next-remote.sh .device-ab/
 #   there: bash .device-ab/next-remote.sh            (carry .device-ab; ~5 minutes)
-# s11-main is main with session 10's two host refactors again (6dc1c55, 1ac4415, taken off main
-# in session 11 because they never ran on the H200); exp/write-ends-s11 is the prepared
+# s11-main is main with two host-side commits that have not run on the H200: session 10's two
+# refactors again (6dc1c55, 1ac4415, taken off main in session 11 for that reason) and session
+# 11's PlanVerifyLaunches (cuda::plan_verify_head[_pair] say which launches they queued; the GPU
+# test plan_verify_head_matches_two_launches asserts it); exp/write-ends-s11 is the prepared
 # deferred-head-writes experiment (docs/benchmarks.md, session 10, "Prepared, not run") on top
 # of it. Runs both variants' GPU tests, then 4 alternating rounds of main, ends and endsn (ends
 # with --no-defer-head-writes: main's launches), decode rows; writes $OUT/ab-tests.log,
