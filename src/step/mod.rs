@@ -528,14 +528,31 @@ where
         W2: Capacity,
         E2: Capacity,
     {
-        let plans = self
-            .backend
-            .verify_plan(shape.verify_capacity())
-            .and_then(|v| Ok((v, self.backend.write_plan(shape.write_req_capacity())?)));
-        match plans {
+        match self.plans_for(&shape) {
             Ok((verify_plan, write_plan)) => Ok(self.with_plans(shape, verify_plan, write_plan)),
             Err(err) => Err((self, err)),
         }
+    }
+
+    /// The backend's plans for `shape` (what a reshape allocates anew).
+    #[allow(
+        clippy::type_complexity,
+        reason = "the two plans of the new shape's capacities"
+    )]
+    fn plans_for<V2, W2, E2>(
+        &self,
+        shape: &Shape<V2, W2, E2>,
+    ) -> Result<(VerifyPlan<V2, B::Memory>, WritePlan<W2, B::Memory>), Error>
+    where
+        V2: Capacity,
+        W2: Capacity,
+        E2: Capacity,
+    {
+        let verify_plan = self.backend.verify_plan(shape.verify_capacity())?;
+        Ok((
+            verify_plan,
+            self.backend.write_plan(shape.write_req_capacity())?,
+        ))
     }
 
     /// [`try_reshape`](Self::try_reshape) in place, to a shape of the same capacity types: the
@@ -548,9 +565,8 @@ where
     ///
     /// On error (the backend could not allocate the new plans) the canary is unchanged.
     pub fn reshape(&mut self, shape: Shape<V, W, E>) -> Result<(), Error> {
-        let verify_plan = self.backend.verify_plan(shape.verify_capacity())?;
-        let write_plan = self.backend.write_plan(shape.write_req_capacity())?;
-        (self.verify_plan, self.write_plan, self.shape) = (verify_plan, write_plan, shape);
+        (self.verify_plan, self.write_plan) = self.plans_for(&shape)?;
+        self.shape = shape;
         Ok(())
     }
 
