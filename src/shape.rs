@@ -231,8 +231,33 @@ pub struct EngineKnobs {
 }
 
 impl EngineKnobs {
+    /// A serving engine without speculative decoding: decode steps of up to `max_bs` requests
+    /// writing one token each, prefill (or chunked-prefill) steps of up to `max_extend_tokens`
+    /// tokens, over a KV pool of `pool_slots` slots: a write-entry capacity of
+    /// `max(max_bs, max_extend_tokens)` and a verify capacity of `3 x pool_slots`, as
+    /// [`speculative`](Self::speculative) sizes it, so every cached prefix fits.
+    ///
+    /// ```
+    /// use kv_canary::EngineKnobs;
+    /// let knobs = EngineKnobs::serving(64, 8192, 100_000);
+    /// assert_eq!(knobs.write_req_capacity()?, 64);
+    /// assert_eq!(knobs.write_entry_capacity()?, 8192); // a prefill chunk, not 64 x 1
+    /// assert_eq!(knobs.verify_capacity()?, 300_000);
+    /// # Ok::<(), kv_canary::Error>(())
+    /// ```
+    pub fn serving(max_bs: usize, max_extend_tokens: usize, pool_slots: usize) -> Self {
+        EngineKnobs {
+            max_bs,
+            tokens_per_req: 1,
+            max_extend_tokens,
+            verify: VerifyCapacityRule::PoolSlots { pool_slots },
+        }
+    }
+
     /// Speculative decoding with `topk` draft tokens over a KV pool of `pool_slots` slots:
-    /// `tokens_per_req = topk + 1`, no prefill budget beyond that, and a verify capacity of
+    /// `tokens_per_req = topk + 1`, no prefill budget beyond that (an engine that also
+    /// prefills sets [`max_extend_tokens`](Self::max_extend_tokens), or starts from
+    /// [`serving`](Self::serving)), and a verify capacity of
     /// `3 x pool_slots` (SGLang's per-forward sizing), so every cached prefix a step attends to
     /// fits in its verify plan.
     ///

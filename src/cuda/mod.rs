@@ -157,6 +157,9 @@ mod sweep;
 pub use backend::{DeviceGroupTokens, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
 pub use cust::sys::CUresult;
+/// The driver's stream handle, which [`Stream::from_raw`] wraps (re-exported so that an engine
+/// names it without depending on `cust` itself).
+pub use cust::sys::CUstream;
 #[cfg(feature = "cudarc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
 pub use device::cudarc_views::{Borrowed, CudarcKvSource};
@@ -186,5 +189,5 @@ pub use ops::verify::{verify, verify_pair};
 pub use ops::write::{write, write_pair};
 pub use pending::Landed;
 pub use report::{CapturedReport, DeviceStepReport, PendingDeviceReport, Polled};
-pub use step_graph::StepGraph;
+pub use step_graph::{NamedStepGraph, StepGraph};
 pub use sweep::{DeviceSweepReport, PendingSweepReport};

@@ -94,8 +94,15 @@ struct Instance {
 /// });
 /// graph.capture()?;
 /// for _ in 0..3 {
+///     // Two replays in flight is the most: when the device is that far behind (an engine
+///     // refilling its inputs asynchronously can get there), wait for the older one.
+///     if graph.unread() == 2 {
+///         if let Some((replay, report)) = graph.wait()? {
+///             assert!(report.is_clean(), "replay {replay}");
+///         }
+///     }
 ///     graph.inputs().batch.upload(&Batch::from_columns([1], [0], [3]))?;
-///     graph.replay()?; // queued; refused while the replay two back is unread
+///     graph.replay()?; // queued; refused (`Error::ReportUnread`) while the replay two back is unread
 ///     while let Some((replay, report)) = graph.try_take()? {
 ///         assert!(report.is_clean(), "replay {replay}");
 ///     }
@@ -124,6 +131,18 @@ where
     /// Reports taken so far (replays `0..taken` delivered).
     taken: u64,
 }
+
+/// The [`StepGraph`] of a [`NamedCanary`](crate::step::NamedCanary): capacities named by the
+/// engine's configuration type `T`, run-time slot and ring-row counts, inputs `K`, group `G`.
+pub type NamedStepGraph<T, K, G = crate::Full> = StepGraph<
+    crate::NamedVerifyCapacity<T>,
+    crate::NamedWriteReqCapacity<T>,
+    crate::NamedWriteEntryCapacity<T>,
+    crate::UncheckedCapacity,
+    crate::UncheckedCapacity,
+    G,
+    K,
+>;
 
 const _: fn() = || {
     fn owned<T: Send + 'static>() {}
