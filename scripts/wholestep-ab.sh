@@ -4,7 +4,7 @@
 #
 #   scripts/wholestep-ab.sh base=main new=HEAD wip=.     # here (no GPU needed)
 #   # on the GPU machine, from the repository root, with .device-ab/ carried there:
-#   bash .device-ab/ab-remote.sh [--tests] [--rounds N] [-- BENCH-ARGS]
+#   bash .device-ab/ab-remote.sh [--tests] [--rounds N] [--as NAME=VARIANT:ARGS] [-- BENCH-ARGS]
 #
 # --tests also stages each revision's GPU test binary (`cuda_gpu`, release, features cudarc, as
 # scripts/gpu-build.sh builds it; about 5 MB a variant more), so that ab-remote.sh --tests runs
