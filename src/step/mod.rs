@@ -783,25 +783,41 @@ where
         V: SameVerifyCapacity<V>,
         W: SameWriteReqCapacity<W>,
     {
+        let summary = self.start_step(|c| c.queue_plan(inputs))?;
+        let token_check = inputs.checks_tokens();
+        Ok(Step::planned(self, summary, token_check))
+    }
+
+    /// Starts a step with `queue` (its first launches): a step still in flight is counted as
+    /// abandoned first, and so is this one when `queue` fails; otherwise it is in flight.
+    fn start_step<T>(
+        &mut self,
+        queue: impl FnOnce(&mut Self) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         if core::mem::take(&mut self.in_flight) {
             self.abandoned += 1;
         }
-        let planned = self
-            .backend
-            .plan(
-                &self.shape,
-                inputs,
-                &mut self.verify_plan,
-                &mut self.write_plan,
-            )
-            .and_then(|summary| {
-                self.backend.clear_ring(&mut self.ring)?;
-                Ok(summary)
-            });
-        let summary = planned.inspect_err(|_| self.abandoned += 1)?;
+        let started = queue(self).inspect_err(|_| self.abandoned += 1)?;
         self.in_flight = true;
-        let token_check = inputs.checks_tokens();
-        Ok(Step::planned(self, summary, token_check))
+        Ok(started)
+    }
+
+    /// The plan op on `inputs`, then the ring emptied.
+    fn queue_plan<I>(&mut self, inputs: &I) -> Result<B::PlanDone, Error>
+    where
+        B: PlanWith<I, V, W, E>,
+        I: ?Sized,
+        V: SameVerifyCapacity<V>,
+        W: SameWriteReqCapacity<W>,
+    {
+        let summary = self.backend.plan(
+            &self.shape,
+            inputs,
+            &mut self.verify_plan,
+            &mut self.write_plan,
+        )?;
+        self.backend.clear_ring(&mut self.ring)?;
+        Ok(summary)
     }
 
     /// [`plan`](Self::plan) and then [`verify_head`](Step::verify_head), for an engine that
@@ -849,37 +865,35 @@ where
             return Ok((self.plan(inputs)?.verify_head()?, false));
         }
         let settings = G::HEAD.map(|tag| self.settings(tag, B::no_real_kv()));
-        let was_in_flight = core::mem::take(&mut self.in_flight);
-        let (v_settings, v_buffer, v_counters) = match &self.head.v {
-            Some(buffer) => (
-                Some(&settings.v),
-                Some(buffer),
-                Some(&mut self.head_counters.v),
-            ),
-            None => (None, None, None),
-        };
-        let fused = self
-            .backend
-            .plan_verify_head(
-                &self.shape,
+        // The backend's fused launch, or (None: it queued nothing) the plan alone.
+        let (summary, head_verify) = self.start_step(|c| {
+            let (v_settings, v_buffer, v_counters) = match &c.head.v {
+                Some(buffer) => (
+                    Some(&settings.v),
+                    Some(buffer),
+                    Some(&mut c.head_counters.v),
+                ),
+                None => (None, None, None),
+            };
+            let fused = c.backend.plan_verify_head(
+                &c.shape,
                 inputs,
-                &mut self.verify_plan,
-                &mut self.write_plan,
+                &mut c.verify_plan,
+                &mut c.write_plan,
                 (&settings.k, v_settings),
-                (&self.head.k, v_buffer),
-                &mut self.ring,
-                (&mut self.head_counters.k, v_counters),
-            )
-            .inspect_err(|_| self.abandoned += 1 + u64::from(was_in_flight))?;
-        let Some((summary, k, v)) = fused else {
-            self.in_flight = was_in_flight;
-            return Ok((self.plan(inputs)?.verify_head()?, false));
-        };
-        if was_in_flight {
-            self.abandoned += 1;
-        }
-        self.in_flight = true;
-        Ok((Step::head_verified(self, summary, KvPair { k, v }), true))
+                (&c.head.k, v_buffer),
+                &mut c.ring,
+                (&mut c.head_counters.k, v_counters),
+            )?;
+            match fused {
+                Some((summary, k, v)) => Ok((summary, Some(KvPair { k, v }))),
+                None => Ok((c.queue_plan(inputs)?, None)),
+            }
+        })?;
+        Ok(match head_verify {
+            Some(head_verify) => (Step::head_verified(self, summary, head_verify), true),
+            None => (Step::planned(self, summary, false).verify_head()?, false),
+        })
     }
 
     /// The whole head stage in one call, for an engine whose write inputs are ready when it

@@ -4,7 +4,7 @@
 use super::{plan, verify, PlanLaunch, Prepared, VerifyLaunch};
 use crate::canary::{CanaryBuffer, HealthCounters, TokenCheckOff, ViolationRing};
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
-use crate::cuda::abi::args::{PlanVerifyHeadArgs, PlanVerifyHeadPairArgs, VerifyPairArgs};
+use crate::cuda::abi::args::{PlanVerifyHeadArgs, PlanVerifyHeadPairArgs};
 use crate::cuda::abi::kernels::{Fold, Kernel, LutMode, PlanFamily};
 use crate::cuda::abi::shared::{
     PLAN_VERIFY_BLOCKS_PER_SM, PLAN_VERIFY_THREADS, PLAN_VERIFY_UNROLL,
@@ -293,10 +293,7 @@ impl Launches {
             self.plan.queue(target)?;
             match &mut self.v {
                 None => self.k.queue(target),
-                Some(v) => {
-                    verify::share_pair_grid(target, &mut self.k, v);
-                    super::queue_pair(target, &self.k, v, |k, v| VerifyPairArgs { k, v })
-                }
+                Some(v) => verify::queue_halves(target, &mut self.k, v),
             }
         }
     }

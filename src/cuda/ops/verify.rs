@@ -107,11 +107,28 @@ where
     let mut v = prepare(
         &target, shape, plan, check, settings.1, canary.1, ring, counters.1,
     )?;
-    share_pair_grid(&target, &mut k, &mut v);
     // SAFETY: both launches were built by `prepare` for this target (their bounds are stated
-    // there), every buffer they name is borrowed for 'a; the pair kernel's parameter is
-    // `VerifyPairArgs` (K's `VerifyArgs`, then V's).
-    unsafe { super::queue_pair(&target, &k, &v, |k, v| VerifyPairArgs { k, v }) }
+    // there), every buffer they name is borrowed for 'a.
+    unsafe { queue_halves(&target, &mut k, &mut v) }
+}
+
+/// Queues the K and the V verify launch of one end as [`verify_pair`] does: sharing the grid
+/// where [`share_pair_grid`] does, as one pair launch where [`queue_pair`](super::queue_pair)
+/// allows.
+///
+/// # Safety
+///
+/// `k` and `v` were built by [`prepare`] for `target`, every buffer they name live for as
+/// long as the launches can run; the pair kernel's parameter is `VerifyPairArgs` (K's
+/// `VerifyArgs`, then V's).
+pub(super) unsafe fn queue_halves(
+    target: &Target<'_>,
+    k: &mut VerifyLaunch,
+    v: &mut VerifyLaunch,
+) -> Result<(), Error> {
+    share_pair_grid(target, k, v);
+    // SAFETY: the caller's contract; the pair parameter is built from the two halves in order.
+    unsafe { super::queue_pair(target, k, v, |k, v| VerifyPairArgs { k, v }) }
 }
 
 /// Lets the two halves of a pair launch of the one-thread-an-entry kernels (NONE, PARTIAL) share
@@ -129,7 +146,7 @@ where
 /// Only when the halves will run as one pair launch (`fuses_as_pair`, the condition
 /// `queue_pair` applies); separate launches keep their own grid. The ALL kernels keep
 /// theirs: their rounds are bound by the strips' bandwidth, not by latency.
-pub(super) fn share_pair_grid(target: &Target<'_>, k: &mut VerifyLaunch, v: &mut VerifyLaunch) {
+fn share_pair_grid(target: &Target<'_>, k: &mut VerifyLaunch, v: &mut VerifyLaunch) {
     let Kernel::Verify {
         fold: fold @ (Fold::None | Fold::Partial),
         ..
