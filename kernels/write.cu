@@ -610,14 +610,35 @@ struct WritePairArgs {
 };
 KVC_CHECK_LAYOUT_WritePairArgs(WritePairArgs);
 
-// Each entry point NAME comes with NAME_pair, its K+V pair launch. write_body runs
-// grid_prologue() itself (after the early folds it may do first).
+// Deferred head writes (KernelTuning::defer_head_writes): the tail writes of a step and its
+// head writes in one launch of grid y = 4 (tail K, tail V, head K, head V), the head halves
+// over no real-KV source (so their fingerprint is 0, as the NONE kernel's). The head buffers
+// are read and written by nothing between the head verify and the next step's, so their
+// stamp may wait for the tail.
+struct WriteEndsArgs {
+    WriteArgs tail_k;
+    WriteArgs tail_v;
+    WriteArgs head_k;
+    WriteArgs head_v;
+};
+KVC_CHECK_LAYOUT_WriteEndsArgs(WriteEndsArgs);
+
+// Each entry point NAME comes with NAME_pair, its K+V pair launch, and NAME_ends (above).
+// write_body runs grid_prologue() itself (after the early folds it may do first).
 #define KVC_WRITE_ENTRY(NAME, KV, ASSERT)                                                     \
     extern "C" __global__ void __launch_bounds__(kvc::WRITE_THREADS, 2) NAME(WriteArgs a) { \
         kvc::write_body<KV, ASSERT>(a);                                                      \
     }                                                                                        \
     KVC_PAIR_ENTRY_OWN_PROLOGUE(NAME, kvc::WRITE_THREADS, 2, WritePairArgs,                  \
-                                (kvc::write_body<KV, ASSERT>))
+                                (kvc::write_body<KV, ASSERT>))                               \
+    extern "C" __global__ void __launch_bounds__(kvc::WRITE_THREADS, 2)                      \
+        NAME##_ends(WriteEndsArgs p) {                                                       \
+        const unsigned y = blockIdx.y;                                                       \
+        kvc::write_body<KV, ASSERT>(y == 0   ? p.tail_k                                      \
+                                    : y == 1 ? p.tail_v                                      \
+                                    : y == 2 ? p.head_k                                      \
+                                             : p.head_v);                                    \
+    }
 
 // Name suffixes: _partial / _all = real-KV fold; _assert = input assert on; _pair = the K+V
 // pair launch.

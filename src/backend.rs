@@ -102,6 +102,13 @@ pub trait Backend {
         settings
     }
 
+    /// Whether the step API queues a step's head writes with its tail writes
+    /// ([`Writes::write_ends`]) instead of at `write`. `false` by default.
+    #[doc(hidden)]
+    fn defers_head_writes(&self) -> bool {
+        false
+    }
+
     /// `Ok` when every active source of `real_kv` covers slots `[0, slots)`, so that no launch
     /// over a canary of `slots` slots can fail on a real-KV read half-way through a step;
     /// otherwise [`Error::RealKvSlotOutOfRange`] naming the first source that falls short.
@@ -188,6 +195,32 @@ pub trait Backend {
         Ok((k, v))
     }
 }
+
+/// Deferred head writes: the writes of one end of a step, the K half's and the V
+/// half's when the pool has one: their settings, canary buffers and counters.
+#[doc(hidden)]
+#[allow(
+    clippy::type_complexity,
+    reason = "a half and an optional half of each"
+)]
+pub struct EndWrites<'e, 'k, S: Capacity, B: Backend + ?Sized> {
+    /// The K half's settings, and the V half's.
+    pub settings: (&'e B::Settings<'k>, Option<&'e B::Settings<'k>>),
+    /// The K half's buffer, and the V half's.
+    pub canary: (
+        &'e mut CanaryBuffer<S, B::Memory>,
+        Option<&'e mut CanaryBuffer<S, B::Memory>>,
+    ),
+    /// The K half's counters, and the V half's.
+    pub counters: (
+        &'e mut HealthCounters<B::Memory>,
+        Option<&'e mut HealthCounters<B::Memory>>,
+    ),
+}
+
+/// What [`Writes::write_ends`] returns: the tail writes' returns and the head writes' (K, V).
+#[doc(hidden)]
+pub type EndsDone<D> = ((D, D), (D, D));
 
 /// The K and the V half's canary buffers of one end, for the pair ops (`(K, V)`).
 pub type BufferPair<'a, S, M> = (&'a CanaryBuffer<S, M>, &'a CanaryBuffer<S, M>);
@@ -322,6 +355,32 @@ pub trait Writes<A: WriteInputAssert>: Backend {
         let v = self.write(shape, plan, inputs, settings.1, canary.1, ring, counters.1)?;
         Ok((k, v))
     }
+
+    /// The tail writes and the head writes of a step in as few launches as the
+    /// backend can (the CUDA one: one), or `None`, having done nothing: the caller then writes
+    /// the tail and then the head. `None` by default.
+    #[doc(hidden)]
+    fn write_ends<V, W, E, WB, EB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Self::Memory>,
+        inputs: &WriteInputs<EB, A, Self::Memory>,
+        tail: EndWrites<'_, '_, S, Self>,
+        head: EndWrites<'_, '_, S, Self>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+    ) -> Result<Option<EndsDone<Self::WriteDone>>, Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        EB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        let _ = (shape, plan, inputs, tail, head, ring);
+        Ok(None)
+    }
 }
 
 /// The write op of a backend on write inputs `I`, owned or borrowed: every backend writes its
@@ -377,6 +436,29 @@ pub trait WritesFrom<I: WriteInputSource + ?Sized>: Backend {
         let v = self.write_from(shape, plan, inputs, settings.1, canary.1, ring, counters.1)?;
         Ok((k, v))
     }
+
+    /// [`Writes::write_ends`] on these inputs; `None` by default.
+    #[doc(hidden)]
+    fn write_from_ends<V, W, E, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Self::Memory>,
+        inputs: &I,
+        tail: EndWrites<'_, '_, S, Self>,
+        head: EndWrites<'_, '_, S, Self>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+    ) -> Result<Option<EndsDone<Self::WriteDone>>, Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<I::Capacity>,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        let _ = (shape, plan, inputs, tail, head, ring);
+        Ok(None)
+    }
 }
 
 /// Every backend writes its own [`WriteInputs`] through its [`Writes`] implementation.
@@ -426,6 +508,26 @@ where
         R: Capacity,
     {
         self.write_pair(shape, plan, inputs, settings, canary, ring, counters)
+    }
+
+    fn write_from_ends<V, W, E, WB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Self::Memory>,
+        inputs: &WriteInputs<EB, A, B::Memory>,
+        tail: EndWrites<'_, '_, S, Self>,
+        head: EndWrites<'_, '_, S, Self>,
+        ring: &mut ViolationRing<R, Self::Memory>,
+    ) -> Result<Option<EndsDone<Self::WriteDone>>, Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        self.write_ends(shape, plan, inputs, tail, head, ring)
     }
 }
 

@@ -562,6 +562,8 @@ pub struct StepParts<'a> {
     /// the tuning: the lean plan kernel, which `PlanKernel::Auto` takes for at most 1024 rows;
     /// the benchmark's plans have no LUT or expected-token pool).
     fused_head: bool,
+    /// The head writes in the tail writes' launch (`KernelTuning::defer_head_writes`).
+    defer_head_writes: bool,
 }
 
 impl<'a> StepParts<'a> {
@@ -581,10 +583,18 @@ impl<'a> StepParts<'a> {
         let fused_head = tuning.plan_verify_fusion
             && matches!(tuning.plan_kernel, PlanKernel::Auto | PlanKernel::Lean)
             && kv_canary::Capacity::get(c.shape().write_req_capacity()) <= 1024;
+        // The head writes with the tail writes, in one launch behind the tail
+        // verify (`cuda::write_ends`), as the step API queues them under
+        // `KernelTuning::defer_head_writes`.
+        let defer_head_writes = tuning.defer_head_writes;
+        // Whether the tail verify may load its first plan columns early: some launch of the
+        // head stage lies between the plan and it (not when the plan is fused with the head
+        // verify and the head writes wait for the tail).
+        let tail_columns_early = !(fused_head && defer_head_writes);
         // The tail verifies marked as following the head stage, as the step API marks them.
         let settings = [0, 1, 2, 3].map(|i| {
             let s = DeviceSettings::new(tags[i]).with_real_kv(fold[i]);
-            if i < 2 {
+            if i < 2 || !tail_columns_early {
                 s
             } else {
                 s.following_head_stage()
@@ -602,7 +612,7 @@ impl<'a> StepParts<'a> {
             // As the step API marks them: the tail writes, and the head writes unless they
             // follow the fused plan launch (whose write plan they would read early).
             write_settings: [0, 1, 2, 3].map(|i| {
-                if i < 2 && fused_head {
+                if i < 2 && fused_head && !defer_head_writes {
                     settings[i]
                 } else {
                     settings[i].following_verify()
@@ -612,6 +622,7 @@ impl<'a> StepParts<'a> {
             halves: mode.halves(),
             pairs: mode.halves() == 2 && c.backend().gpu().kernel_tuning().pair_launches,
             fused_head,
+            defer_head_writes,
         })
     }
 
@@ -635,7 +646,15 @@ impl<'a> StepParts<'a> {
             "TAIL write (K+V pair)",
         ];
         for (n, (pair, halves)) in pairs.into_iter().zip(all).enumerate() {
-            if n == 0 && self.fused_head {
+            if n == 0 && self.fused_head || n == 1 && self.defer_head_writes {
+                continue;
+            }
+            if n == 3 && self.defer_head_writes {
+                names.push(if self.halves == 2 {
+                    "TAIL + HEAD write (K+V)"
+                } else {
+                    "TAIL_K + HEAD_K write"
+                });
                 continue;
             }
             if self.pairs {
@@ -695,6 +714,64 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
     for end in [0, 2] {
         let (k, v) = (end, end + 1);
         let verified = end == 0 && p.fused_head;
+        if p.defer_head_writes {
+            if verified {
+                continue; // the head verify ran in the plan's launch; the writes go later
+            }
+            if p.pairs {
+                next(cuda::verify_pair(
+                    on,
+                    p.shape,
+                    p.verify,
+                    TokenCheckOff,
+                    (&p.settings[k], &p.settings[v]),
+                    (p.buffers[k], p.buffers[v]),
+                    p.ring,
+                    (p.counters[k], p.counters[v]),
+                ))?;
+            } else {
+                for b in end..end + p.halves {
+                    next(cuda::verify(
+                        on,
+                        p.shape,
+                        p.verify,
+                        TokenCheckOff,
+                        &p.settings[b],
+                        p.buffers[b],
+                        p.ring,
+                        p.counters[b],
+                    ))?;
+                }
+            }
+            if end == 0 {
+                continue; // the head writes go with the tail writes
+            }
+            let w = &p.write_settings;
+            next(if p.halves == 2 {
+                cuda::write_ends(
+                    on,
+                    p.shape,
+                    p.write,
+                    p.inputs,
+                    [&w[2], &w[3], &w[0], &w[1]],
+                    [p.buffers[2], p.buffers[3], p.buffers[0], p.buffers[1]],
+                    p.ring,
+                    [p.counters[2], p.counters[3], p.counters[0], p.counters[1]],
+                )
+            } else {
+                cuda::write_ends_k(
+                    on,
+                    p.shape,
+                    p.write,
+                    p.inputs,
+                    [&w[2], &w[0]],
+                    [p.buffers[2], p.buffers[0]],
+                    p.ring,
+                    [p.counters[2], p.counters[0]],
+                )
+            })?;
+            continue;
+        }
         if p.pairs {
             // The step API's launches: one pair launch per stage and end.
             if !verified {

@@ -7,7 +7,7 @@
 //! ```text
 //! cargo bench --features cuda --bench cuda_wholestep -- [--out DIR] [--reps N] [--quick]
 //!     [--devices N] [--filter TEXT] [--stall-us US] [--no-pairs] [--no-overlap]
-//!     [--no-plan-fusion] [--dry-run]
+//!     [--no-plan-fusion] [--no-defer-head-writes] [--dry-run]
 //! ```
 //!
 //! `--no-pairs` turns the K+V pair launches off (`KernelTuning::pair_launches`): every half
@@ -75,6 +75,8 @@ pub struct Options {
     pub no_overlap: bool,
     /// The plan and the head verify as two launches.
     pub no_plan_fusion: bool,
+    /// The head writes at `write`, not with the tail writes (`--no-defer-head-writes`).
+    pub no_defer_head_writes: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -92,6 +94,7 @@ fn options() -> Result<Options, String> {
         no_pairs: false,
         no_overlap: false,
         no_plan_fusion: false,
+        no_defer_head_writes: false,
     };
     let mut args = std::env::args().skip(1);
     let number = |v: Option<String>, what: &str| -> Result<usize, String> {
@@ -111,6 +114,7 @@ fn options() -> Result<Options, String> {
             "--no-pairs" => o.no_pairs = true,
             "--no-overlap" => o.no_overlap = true,
             "--no-plan-fusion" => o.no_plan_fusion = true,
+            "--no-defer-head-writes" => o.no_defer_head_writes = true,
             _ => {} // cargo bench passes --bench
         }
     }
@@ -136,6 +140,7 @@ fn with_pairs(gpu: &mut Gpu, o: &Options) {
     tuning.pair_launches &= !o.no_pairs;
     tuning.overlap_launches &= !o.no_overlap;
     tuning.plan_verify_fusion &= !o.no_plan_fusion;
+    tuning.defer_head_writes &= !o.no_defer_head_writes;
     gpu.set_kernel_tuning(tuning);
 }
 

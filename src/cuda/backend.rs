@@ -80,7 +80,9 @@ use super::device::stream::Stream;
 use super::device::write_inputs::DeviceInputAssert;
 use super::ops;
 use super::report::{self, PendingDeviceReport};
-use crate::backend::{Backend, BufferPair, BufferPairMut, CountersPairMut, PlanWith, Writes};
+use crate::backend::{
+    Backend, BufferPair, BufferPairMut, CountersPairMut, EndWrites, EndsDone, PlanWith, Writes,
+};
 use crate::canary::{
     CanaryBuffer, ChainPositionAssert, HealthCounters, LaunchTag, SlotStride, TokenCheck,
     ViolationRing,
@@ -154,6 +156,10 @@ impl Backend for Stream {
 
     fn after_own_head_stage<'k>(settings: Self::Settings<'k>) -> Self::Settings<'k> {
         settings.following_head_stage()
+    }
+
+    fn defers_head_writes(&self) -> bool {
+        self.gpu().kernel_tuning().defer_head_writes
     }
 
     fn check_real_kv_covers(real_kv: &DeviceRealKv<'_>, slots: usize) -> Result<(), Error> {
@@ -289,6 +295,73 @@ fn settle<T>(stream: &Stream, allocated: Result<T, Error>) -> Result<T, Error> {
 
 /// The device write kernels implement both input-assert states.
 impl<A: DeviceInputAssert> Writes<A> for Stream {
+    /// One `kv_canary_write*_ends` launch (K and V of both ends), or one pair launch of the tail
+    /// and the head write of a K-only pool.
+    fn write_ends<V, W, E, WB, EB, S, R>(
+        &self,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<WB, Device>,
+        inputs: &WriteInputs<EB, A, Device>,
+        tail: EndWrites<'_, '_, S, Self>,
+        head: EndWrites<'_, '_, S, Self>,
+        ring: &mut ViolationRing<R, Device>,
+    ) -> Result<Option<EndsDone<()>>, Error>
+    where
+        V: Capacity,
+        W: SameWriteReqCapacity<WB>,
+        E: SameWriteEntryCapacity<EB>,
+        WB: Capacity,
+        EB: Capacity,
+        S: Capacity,
+        R: Capacity,
+    {
+        // One kernel for all the halves: the tail halves fold alike, the head halves fold nothing
+        // (else the caller writes the ends separately).
+        let fold = tail.settings.0.real_kv.fold();
+        if tail.settings.1.is_some_and(|v| v.real_kv.fold() != fold)
+            || head.settings.0.real_kv.fold() != crate::cuda::abi::kernels::Fold::None
+            || head
+                .settings
+                .1
+                .is_some_and(|v| v.real_kv.fold() != crate::cuda::abi::kernels::Fold::None)
+        {
+            return Ok(None);
+        }
+        match (
+            tail.settings.1,
+            tail.canary.1,
+            tail.counters.1,
+            head.settings.1,
+            head.canary.1,
+            head.counters.1,
+        ) {
+            (Some(tsv), Some(tbv), Some(tcv), Some(hsv), Some(hbv), Some(hcv)) => {
+                ops::write::write_ends(
+                    self,
+                    shape,
+                    plan,
+                    inputs,
+                    [tail.settings.0, tsv, head.settings.0, hsv],
+                    [&*tail.canary.0, &*tbv, &*head.canary.0, &*hbv],
+                    ring,
+                    [&*tail.counters.0, &*tcv, &*head.counters.0, &*hcv],
+                )?
+            }
+            (None, None, None, None, None, None) => ops::write::write_ends_k(
+                self,
+                shape,
+                plan,
+                inputs,
+                [tail.settings.0, head.settings.0],
+                [&*tail.canary.0, &*head.canary.0],
+                ring,
+                [&*tail.counters.0, &*head.counters.0],
+            )?,
+            _ => return Ok(None),
+        }
+        Ok(Some((((), ()), ((), ()))))
+    }
+
     fn write<V, W, E, WB, EB, S, R>(
         &self,
         shape: &Shape<V, W, E>,

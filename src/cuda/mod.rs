@@ -186,7 +186,7 @@ pub use ops::plan_verify::{plan_verify_head, plan_verify_head_pair};
 pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
 pub use ops::scatter::scatter_req_token_ids;
 pub use ops::verify::{verify, verify_pair};
-pub use ops::write::{write, write_pair};
+pub use ops::write::{write, write_ends, write_ends_k, write_pair};
 pub use pending::Landed;
 pub use report::{CapturedReport, DeviceStepReport, PendingDeviceReport, Polled};
 pub use step_graph::{NamedStepGraph, StepGraph};

@@ -4,7 +4,9 @@
 
 use super::head_findings::{HeadVerifyDone, ReadsHeadFindings};
 use super::{Canary, GroupKind, Halves, KvPair, StepReport};
-use crate::backend::{Backend, BufferPairMut, CountersPairMut, Cpu, WritesFrom};
+use crate::backend::{
+    Backend, BufferPairMut, CountersPairMut, Cpu, EndWrites, EndsDone, WritesFrom,
+};
 use crate::canary::{
     CanaryBuffer, HealthCounters, TokenCheck, TokenCheckOff, TokenCheckOn, Violation, ViolationRing,
 };
@@ -107,6 +109,20 @@ pub trait ReadyForTailVerify<E: Capacity, B: Backend>: sealed::Sealed {
         ring: &mut ViolationRing<R, B::Memory>,
         counters: CountersPairMut<'_, B::Memory>,
     ) -> Result<(B::WriteDone, B::WriteDone), Error>;
+
+    /// Stamps the write inputs of this stage into both ends' buffers at once
+    /// ([`Writes::write_ends`](crate::backend::Writes::write_ends)); `None`, nothing done, when
+    /// the backend has no such launch.
+    #[doc(hidden)]
+    fn stamp_ends<V: Capacity, W: SameWriteReqCapacity<W>, S: Capacity, R: Capacity>(
+        &self,
+        backend: &B,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<W, B::Memory>,
+        tail: EndWrites<'_, '_, S, B>,
+        head: EndWrites<'_, '_, S, B>,
+        ring: &mut ViolationRing<R, B::Memory>,
+    ) -> Result<Option<EndsDone<B::WriteDone>>, Error>;
 }
 
 impl<E, I, B> ReadyForTailVerify<E, B> for Written<'_, I>
@@ -139,6 +155,18 @@ where
         counters: CountersPairMut<'_, B::Memory>,
     ) -> Result<(B::WriteDone, B::WriteDone), Error> {
         backend.write_from_pair(shape, plan, self.inputs, settings, buffers, ring, counters)
+    }
+
+    fn stamp_ends<V: Capacity, W: SameWriteReqCapacity<W>, S: Capacity, R: Capacity>(
+        &self,
+        backend: &B,
+        shape: &Shape<V, W, E>,
+        plan: &WritePlan<W, B::Memory>,
+        tail: EndWrites<'_, '_, S, B>,
+        head: EndWrites<'_, '_, S, B>,
+        ring: &mut ViolationRing<R, B::Memory>,
+    ) -> Result<Option<EndsDone<B::WriteDone>>, Error> {
+        backend.write_from_ends(shape, plan, self.inputs, tail, head, ring)
     }
 }
 
@@ -246,6 +274,11 @@ struct Progress<B: Backend> {
     token_check: bool,
     head_verify: KvPair<B::VerifyDone>,
     head_write: KvPair<B::WriteDone>,
+    /// The plan and the head verify ran as one launch (nothing of this crate's between the
+    /// plan and the next launch).
+    fused_plan: bool,
+    /// The head writes wait for the tail writes' launch ([`Backend::defers_head_writes`]).
+    head_write_deferred: bool,
 }
 
 /// One forward step in progress on a [`Canary`], at stage `St` ([`Planned`], [`HeadVerified`],
@@ -325,6 +358,8 @@ where
                 token_check,
                 head_verify: KvPair::default(),
                 head_write: KvPair::default(),
+                fused_plan: false,
+                head_write_deferred: false,
             },
         }
     }
@@ -355,6 +390,8 @@ where
                 token_check: false,
                 head_verify,
                 head_write: KvPair::default(),
+                fused_plan: true,
+                head_write_deferred: false,
             },
         }
     }
@@ -545,7 +582,13 @@ where
             }
         });
         let stage = Written { inputs };
-        progress.head_write = write_both(c, End::Head, &settings, &stage)?;
+        if c.backend.defers_head_writes() {
+            // Queued with the tail writes (verify_tail): nothing reads or writes the head
+            // buffers in between.
+            progress.head_write_deferred = true;
+        } else {
+            progress.head_write = write_both(c, End::Head, &settings, &stage)?;
+        }
         Ok(Step {
             canary: c,
             stage,
@@ -571,21 +614,63 @@ where
         let Step {
             canary: c,
             stage,
-            progress,
+            mut progress,
         } = self;
         let settings = c.checked_settings(G::TAIL, real_kv)?;
-        // The head verify and write launches lie between the plan and these.
-        let settings = KvPair {
-            k: B::after_own_head_stage(settings.k),
-            v: B::after_own_head_stage(settings.v),
+        // The head verify and write launches lie between the plan and these (unless the plan
+        // was fused with the head verify and the head write deferred: then none does).
+        let settings = if progress.fused_plan && progress.head_write_deferred {
+            settings
+        } else {
+            KvPair {
+                k: B::after_own_head_stage(settings.k),
+                v: B::after_own_head_stage(settings.v),
+            }
         };
         let tail_verify = verify_both(c, Verified::Tail, &settings, progress.token_check)?;
-        // The tail writes follow the tail verify launches just queued, nothing between.
+        // The tail writes follow the tail verify launches just queued, nothing between (and so
+        // do deferred head writes: the tail verify writes nothing they read).
         let write_settings = KvPair {
             k: B::after_own_verify(settings.k),
             v: B::after_own_verify(settings.v),
         };
-        let tail_write = write_both(c, End::Tail, &write_settings, &stage)?;
+        let tail_write = if progress.head_write_deferred {
+            let head_settings =
+                G::HEAD.map(|tag| B::after_own_verify(c.settings(tag, B::no_real_kv())));
+            let has_v = c.tail.v.is_some();
+            let ends = {
+                let tail = EndWrites {
+                    settings: (&write_settings.k, has_v.then_some(&write_settings.v)),
+                    canary: (&mut c.tail.k, c.tail.v.as_mut()),
+                    counters: (
+                        &mut c.tail_counters.k,
+                        has_v.then_some(&mut c.tail_counters.v),
+                    ),
+                };
+                let head = EndWrites {
+                    settings: (&head_settings.k, has_v.then_some(&head_settings.v)),
+                    canary: (&mut c.head.k, c.head.v.as_mut()),
+                    counters: (
+                        &mut c.head_counters.k,
+                        has_v.then_some(&mut c.head_counters.v),
+                    ),
+                };
+                stage.stamp_ends(&c.backend, &c.shape, &c.write_plan, tail, head, &mut c.ring)?
+            };
+            match ends {
+                Some(((tk, tv), (hk, hv))) => {
+                    progress.head_write = KvPair { k: hk, v: hv };
+                    KvPair { k: tk, v: tv }
+                }
+                None => {
+                    let tail = write_both(c, End::Tail, &write_settings, &stage)?;
+                    progress.head_write = write_both(c, End::Head, &head_settings, &stage)?;
+                    tail
+                }
+            }
+        } else {
+            write_both(c, End::Tail, &write_settings, &stage)?
+        };
         let abandoned_steps = core::mem::take(&mut c.abandoned);
         c.in_flight = false;
         let report = c.backend.report(&FinishedStep {

@@ -28,6 +28,7 @@ mod sweep;
 mod threads;
 mod views;
 mod views_graph;
+mod write_ends;
 
 use kv_canary::cuda::Gpu;
 use kv_canary::Error;
@@ -62,6 +63,10 @@ const TESTS: &[(&str, TestFn)] = &[
     ("plan_graph_capture_and_replay", graph::plan_replay),
     ("plan_checked_lut_graph_replay", graph::plan_lut_replay),
     ("step_graph_capture_and_replay", graph::step_replay),
+    (
+        "write_ends_match_separate_writes",
+        write_ends::write_ends_match_separate_writes,
+    ),
     (
         "plan_verify_head_matches_two_launches",
         plan_verify::plan_verify_head_matches_two_launches,

@@ -208,21 +208,30 @@ pub fn launch_modes_match_cpu(gpu: &Gpu) -> Result<(), String> {
         recycle_full_rows: false,
         late: false,
     };
-    for (pairs, overlap) in [(false, false), (true, false), (false, true), (true, true)] {
+    for (pairs, overlap, defer) in [
+        (false, false, true),
+        (true, false, true),
+        (false, true, true),
+        (true, true, true),
+        (true, true, false),
+        (false, true, false),
+    ] {
         let mut handle = gpu.clone();
         let mut tuning = handle.kernel_tuning();
         tuning.pair_launches = pairs;
         tuning.overlap_launches = overlap;
+        tuning.defer_head_writes = defer;
         handle.set_kernel_tuning(tuning);
         let Run {
             tampered, found, ..
         } = run_against_cpu(&handle, draw)?;
         let on = |b: bool| if b { "on" } else { "off" };
         println!(
-            "    pair launches {}, overlapped launches {}: 40 steps, equal reports ({tampered} \
-             records tampered, {found} steps with violations)",
+            "    pair launches {}, overlapped launches {}, deferred head writes {}: 40 steps, \
+             equal reports ({tampered} records tampered, {found} steps with violations)",
             on(pairs),
-            on(overlap)
+            on(overlap),
+            on(defer)
         );
         ensure!(
             tampered > 0 && found > 0,
@@ -420,10 +429,16 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
         let head_launches = cuda::launches_queued() - launches_before;
         let tuning = dev_step.backend().gpu().kernel_tuning();
         let per_stage = if tuning.pair_launches { 1 } else { 2 };
-        let want = if step % 3 == 2 && tuning.plan_verify_fusion {
-            1 + per_stage
+        // Deferred head writes are queued with the tail writes.
+        let writes = if tuning.defer_head_writes {
+            0
         } else {
-            1 + 2 * per_stage
+            per_stage
+        };
+        let want = if step % 3 == 2 && tuning.plan_verify_fusion {
+            1 + writes
+        } else {
+            1 + per_stage + writes
         };
         ensure!(
             head_launches == want,

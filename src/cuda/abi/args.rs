@@ -284,6 +284,21 @@ kernel_args! {
 }
 
 kernel_args! {
+    /// `kvc::WriteEndsArgs` (kernels/write.cu): a step's tail writes and its head
+    /// writes in one launch (grid y = 4).
+    WriteEndsArgs {
+        /// The K half's tail write.
+        tail_k: WriteArgs,
+        /// The V half's tail write.
+        tail_v: WriteArgs,
+        /// The K half's head write (no real-KV source).
+        head_k: WriteArgs,
+        /// The V half's head write (no real-KV source).
+        head_v: WriteArgs,
+    }
+}
+
+kernel_args! {
     /// `kvc::ScatterArgs` (kernels/scatter.cu).
     ScatterArgs {
         /// Flat token ids.
@@ -328,13 +343,14 @@ kernel_args! {
 
 /// Every argument struct, for the generated layout asserts.
 #[allow(dead_code)] // read by build.rs
-pub const LAYOUTS: [Layout; 10] = [
+pub const LAYOUTS: [Layout; 11] = [
     RealKv::LAYOUT,
     PlanArgs::LAYOUT,
     VerifyArgs::LAYOUT,
     VerifyPairArgs::LAYOUT,
     WriteArgs::LAYOUT,
     WritePairArgs::LAYOUT,
+    WriteEndsArgs::LAYOUT,
     PlanVerifyHeadArgs::LAYOUT,
     PlanVerifyHeadPairArgs::LAYOUT,
     ScatterArgs::LAYOUT,

@@ -80,6 +80,9 @@ impl ModuleId {
                         [false, true].map(|pair| Kernel::Write { fold, assert, pair })
                     })
                 })
+                .chain(Fold::ALL.into_iter().flat_map(|fold| {
+                    [false, true].map(|assert| Kernel::WriteEnds { fold, assert })
+                }))
                 .collect(),
             ModuleId::Scatter => vec![Kernel::Scatter],
             ModuleId::Readback => vec![Kernel::Readback],
@@ -230,6 +233,14 @@ pub(crate) enum Kernel {
         /// the K half ([`PlanVerifyHeadArgs`](super::args::PlanVerifyHeadArgs)).
         pair: bool,
     },
+    /// `kv_canary_write[_partial|_all][_assert]_ends`: a step's tail writes and
+    /// head writes in one launch (grid y = 4, [`WriteEndsArgs`](super::args::WriteEndsArgs)).
+    WriteEnds {
+        /// Real-KV fold (the tail's; the head halves have no source).
+        fold: Fold,
+        /// Input assert on.
+        assert: bool,
+    },
     /// `kv_canary_scatter`.
     Scatter,
     /// `kv_canary_readback`: a report's pieces into its pinned staging.
@@ -247,7 +258,7 @@ impl Kernel {
             Kernel::Verify { .. } | Kernel::VerifyStaged { .. } | Kernel::VerifyStreamed { .. } => {
                 ModuleId::Verify
             }
-            Kernel::Write { .. } => ModuleId::Write,
+            Kernel::Write { .. } | Kernel::WriteEnds { .. } => ModuleId::Write,
             Kernel::Scatter => ModuleId::Scatter,
             Kernel::Readback => ModuleId::Readback,
         }
@@ -270,6 +281,9 @@ impl Kernel {
             }
             Kernel::Write { fold, assert, pair } => {
                 (fold as usize * 2 + assert as usize) * 2 + pair as usize
+            }
+            Kernel::WriteEnds { fold, assert } => {
+                Fold::ALL.len() * 4 + fold as usize * 2 + assert as usize
             }
             Kernel::PlanVerifyHead { pair } => {
                 PlanFamily::ALL.len() * LutMode::ALL.len() * 2 + pair as usize
@@ -325,6 +339,9 @@ impl Kernel {
                 on(assert, "_assert"),
                 on(pair, "_pair")
             ),
+            Kernel::WriteEnds { fold: f, assert } => {
+                format!("kv_canary_write{}{}_ends", fold(f), on(assert, "_assert"))
+            }
             Kernel::PlanVerifyHead { pair } => {
                 format!("kv_canary_plan_verify_head{}", on(pair, "_pair"))
             }
@@ -355,6 +372,7 @@ impl Kernel {
             }),
             Kernel::Plan { .. }
             | Kernel::PlanVerifyHead { .. }
+            | Kernel::WriteEnds { .. }
             | Kernel::Scatter
             | Kernel::Readback => None,
         }
@@ -367,7 +385,7 @@ impl Kernel {
             Kernel::PlanVerifyHead { .. } => PLAN_VERIFY_THREADS,
             Kernel::Verify { .. } => VERIFY_THREADS,
             Kernel::VerifyStaged { .. } | Kernel::VerifyStreamed { .. } => STAGED_THREADS,
-            Kernel::Write { .. } => WRITE_THREADS,
+            Kernel::Write { .. } | Kernel::WriteEnds { .. } => WRITE_THREADS,
             Kernel::Scatter => SCATTER_THREADS,
             Kernel::Readback => READBACK_THREADS,
         }

@@ -69,6 +69,15 @@ pub struct KernelTuning {
     /// is checked against the head buffers by the thread that plans it, so the head verify
     /// loads no plan column and needs no launch of its own. Off: the two launches.
     pub plan_verify_fusion: bool,
+    /// The step API's head writes queued with its tail writes, in one launch behind the tail
+    /// verify ([`write_ends`](crate::cuda::write_ends), [`write_ends_k`](crate::cuda::write_ends_k)),
+    /// instead of at `write`: a launch fewer a step (a K+V decode step is three launches: the
+    /// plan with the head verify, the tail verify, the writes). Nothing reads or writes the
+    /// head buffers in between. A step dropped after `write` and before `verify_tail` (counted
+    /// as abandoned by the next report) then leaves both ends unstamped, where the CPU backend,
+    /// which stamps the head at `write`, leaves the head stamped. Off: the head writes at
+    /// `write`, four launches.
+    pub defer_head_writes: bool,
     /// Programmatic dependent launches (compute capability 9.0 and later; ignored before): each
     /// of the library's launches may start while the kernel ahead of it in the stream is still
     /// running, and waits for that grid (`griddepcontrol.wait`) before it touches memory. So the
@@ -94,6 +103,7 @@ impl Default for KernelTuning {
             verify_all_streamed_blocks_per_sm: 3,
             pair_launches: true,
             plan_verify_fusion: true,
+            defer_head_writes: true,
             overlap_launches: true,
         }
     }
@@ -116,6 +126,7 @@ impl KernelTuning {
             verify_all_streamed_blocks_per_sm: self.verify_all_streamed_blocks_per_sm.max(1),
             pair_launches: self.pair_launches,
             plan_verify_fusion: self.plan_verify_fusion,
+            defer_head_writes: self.defer_head_writes,
             overlap_launches: self.overlap_launches,
         }
     }

@@ -3,7 +3,7 @@
 use super::Prepared;
 use crate::canary::{CanaryBuffer, HealthCounters, ViolationRing};
 use crate::capacity::{Capacity, SameWriteEntryCapacity, SameWriteReqCapacity};
-use crate::cuda::abi::args::{WriteArgs, WritePairArgs};
+use crate::cuda::abi::args::{WriteArgs, WriteEndsArgs, WritePairArgs};
 use crate::cuda::abi::kernels::Kernel;
 use crate::cuda::abi::ptr::DevPtr;
 use crate::cuda::device::settings::{ChainAssert, DeviceSettings};
@@ -235,4 +235,144 @@ where
         },
         args,
     })
+}
+
+/// Queues a step's tail writes and its head writes as one launch on `on`
+/// (`kv_canary_write*_ends`, grid y = 4: tail K, tail V, head K, head V), the head halves run
+/// by the tail's kernel over no real-KV source (a fingerprint of 0, as the NONE kernel's). Each half's bytes, rows and counters are those of its own
+/// [`write`](fn@write); the halves' rows interleave in the ring. Nothing reads or writes the
+/// head buffers between a step's head verify and the next step's, so their stamp may follow
+/// the tail verify; a tail verify queued right behind the plan must then not load its plan
+/// columns early (`DeviceSettings::following_head_stage`): no launch lies between them.
+#[allow(clippy::too_many_arguments)]
+pub fn write_ends<'a, Q, V, W, E, WB, EB, A, S, R>(
+    on: &Q,
+    shape: &Shape<V, W, E>,
+    plan: &'a WritePlan<WB, Device>,
+    inputs: &'a WriteInputs<EB, A, Device>,
+    settings: [&DeviceSettings<'a>; 4],
+    canary: [&'a CanaryBuffer<S, Device>; 4],
+    ring: &'a ViolationRing<R, Device>,
+    counters: [&'a HealthCounters<Device>; 4],
+) -> Result<(), Error>
+where
+    Q: Queue<'a> + ?Sized,
+    V: Capacity,
+    W: SameWriteReqCapacity<WB>,
+    E: SameWriteEntryCapacity<EB>,
+    WB: Capacity,
+    EB: Capacity,
+    A: DeviceInputAssert,
+    S: Capacity,
+    R: Capacity,
+{
+    let target = on.target();
+    let [tk, tv, hk, hv] = [0, 1, 2, 3].map(|i| {
+        prepare(
+            &target,
+            shape,
+            plan,
+            inputs,
+            settings[i],
+            canary[i],
+            ring,
+            counters[i],
+        )
+    });
+    let (tk, tv, hk, hv) = (tk?, tv?, hk?, hv?);
+    let Kernel::Write { fold, assert, .. } = tk.kernel else {
+        return Err(Error::Malformed {
+            detail: format!("write_ends: a write launch of kernel {:?}", tk.kernel),
+        });
+    };
+    for head in [&hk, &hv] {
+        if head.args.kv.num_sources != 0 || tv.kernel != tk.kernel {
+            return Err(Error::OutOfRange {
+                what: "write_ends: head halves with real-KV sources, or tail halves of two kernels",
+                value: head.args.kv.num_sources,
+                allowed: "0 head sources, one tail kernel",
+            });
+        }
+    }
+    let kernel = Kernel::WriteEnds { fold, assert };
+    let ends = Prepared {
+        kernel,
+        function: target.gpu.function(kernel)?,
+        dims: LaunchDims {
+            grid_y: 4,
+            ..tk.dims
+        },
+        args: WriteEndsArgs {
+            tail_k: tk.args,
+            tail_v: tv.args,
+            head_k: hk.args,
+            head_v: hv.args,
+        },
+    };
+    // SAFETY: four write launches built by `prepare` for this target over one plan and one set
+    // of inputs (their bounds are stated there; the head halves fold no source, which every
+    // fold kernel serves with a fingerprint of 0), every buffer they name borrowed for 'a; the
+    // kernel's parameter is `WriteEndsArgs` and block row y runs the half y names.
+    unsafe { ends.queue(&target) }
+}
+
+/// [`write_ends`] of a pool without a V half: the K half's tail write and head write
+/// as one pair launch of the tail's kernel (`WritePairArgs { k: tail, v: head }`), the head over
+/// no real-KV source.
+#[allow(clippy::too_many_arguments)]
+pub fn write_ends_k<'a, Q, V, W, E, WB, EB, A, S, R>(
+    on: &Q,
+    shape: &Shape<V, W, E>,
+    plan: &'a WritePlan<WB, Device>,
+    inputs: &'a WriteInputs<EB, A, Device>,
+    settings: [&DeviceSettings<'a>; 2],
+    canary: [&'a CanaryBuffer<S, Device>; 2],
+    ring: &'a ViolationRing<R, Device>,
+    counters: [&'a HealthCounters<Device>; 2],
+) -> Result<(), Error>
+where
+    Q: Queue<'a> + ?Sized,
+    V: Capacity,
+    W: SameWriteReqCapacity<WB>,
+    E: SameWriteEntryCapacity<EB>,
+    WB: Capacity,
+    EB: Capacity,
+    A: DeviceInputAssert,
+    S: Capacity,
+    R: Capacity,
+{
+    let target = on.target();
+    let tail = prepare(
+        &target,
+        shape,
+        plan,
+        inputs,
+        settings[0],
+        canary[0],
+        ring,
+        counters[0],
+    )?;
+    let mut head = prepare(
+        &target,
+        shape,
+        plan,
+        inputs,
+        settings[1],
+        canary[1],
+        ring,
+        counters[1],
+    )?;
+    if head.args.kv.num_sources != 0 {
+        return Err(Error::OutOfRange {
+            what: "write_ends_k: a head half with real-KV sources",
+            value: head.args.kv.num_sources,
+            allowed: "0",
+        });
+    }
+    head.kernel = tail.kernel;
+    head.function = tail.function;
+    // SAFETY: both launches built by `prepare` for this target (their bounds are stated there;
+    // the head folds no source, which every fold kernel serves with a fingerprint of 0), every
+    // buffer borrowed for 'a; the pair kernel's parameter is `WritePairArgs`.
+    unsafe { super::queue_pair(&target, &tail, &head, |k, v| WritePairArgs { k, v }) }
 }
