@@ -6,10 +6,10 @@
 #
 # Builds with `--features cuda` (release; `cuda_gpu` with `cudarc` too, for its interop tests): the GPU test binaries (`cuda_gpu` of the library,
 # `golden_gpu` of crates/conformance; `cargo test --no-run --message-format=json` names them),
-# the `cuda_step` example, the conformance runner (`kv-canary-conformance`, staged as
+# the `cuda_step` and `cuda_engine` examples, the conformance runner (`kv-canary-conformance`, staged as
 # `conformance`) and the `cuda`, `cuda_host` and `cuda_wholestep` benchmarks, then copies into
 # DEST:
-#   cuda_gpu  golden_gpu  cuda_step  conformance  cuda_bench  cuda_host  wholestep
+#   cuda_gpu  golden_gpu  cuda_step  cuda_engine  conformance  cuda_bench  cuda_host  wholestep
 #                                                   the binaries (PTX embedded; `wholestep` is
 #                                                   the `cuda_wholestep` bench)
 #   ptx/*.ptx                                       the kernels as built (<file>.<arch>.ptx for
@@ -32,8 +32,8 @@ executables() { python3 "$root/scripts/cargo-executables.py" "$@"; }
 echo "[gpu-build] cargo test --no-run (cuda_gpu, golden_gpu)"
 tests=$(cargo test --release --features cudarc --test cuda_gpu --no-run --message-format=json | executables cuda_gpu)
 tests+=$'\n'$(cargo test --release -p kv-canary-conformance --features cuda --test golden_gpu --no-run --message-format=json | executables golden_gpu)
-echo "[gpu-build] cargo build the cuda_step example and the conformance runner"
-examples=$(cargo build --release --features cuda --example cuda_step --message-format=json | executables cuda_step)
+echo "[gpu-build] cargo build the cuda_step and cuda_engine examples and the conformance runner"
+examples=$(cargo build --release --features cuda --example cuda_step --example cuda_engine --message-format=json | executables cuda_step cuda_engine)
 examples+=$'\n'$(cargo build --release -p kv-canary-conformance --features cuda --bin kv-canary-conformance --message-format=json | executables kv-canary-conformance)
 echo "[gpu-build] cargo bench --no-run (cuda, cuda_host, cuda_wholestep)"
 benches=$(cargo bench --features cuda --bench cuda --bench cuda_host --bench cuda_wholestep --no-run --message-format=json | executables cuda cuda_host cuda_wholestep)
@@ -48,7 +48,7 @@ while read -r name path; do
 done <<<"$tests
 $examples
 $benches"
-for bin in cuda_gpu golden_gpu cuda_step conformance cuda_bench cuda_host wholestep; do
+for bin in cuda_gpu golden_gpu cuda_step cuda_engine conformance cuda_bench cuda_host wholestep; do
   [[ -x "$dest/$bin" ]] || { echo "[gpu-build] ERROR: $bin was not built" >&2; exit 1; }
 done
 # The library's PTX (<file>.<arch>.ptx for sm_80 and sm_90) and the testkit's bench kernels.

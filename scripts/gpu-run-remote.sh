@@ -8,7 +8,7 @@
 # staged .device-run/ here and it was carried there. With no argument it runs `all`: the GPU
 # tests (the library's and the conformance runner's golden_gpu), the golden vectors through the
 # conformance runner's command line on the GPU, compute-sanitizer
-# memcheck, racecheck, initcheck and synccheck over the GPU tests (reduced case counts), the cuda_step example and
+# memcheck, racecheck, initcheck and synccheck over the GPU tests (reduced case counts), the cuda_step and cuda_engine examples and
 # the benchmark (with its plot) and the host-cost benchmark (criterion: a typed launch against
 # the raw driver launch). `profile` (not in `all`) runs Nsight Compute on a few kernels of the
 # benchmark. `wholestep` (not in `all`, whose logs already fill the device tool's 8 files) runs
@@ -141,6 +141,7 @@ if want_only racecheck-views; then
 fi
 if want step; then
   run_part "cuda_step example" "$OUT/step.log" "$here/cuda_step"
+  run_part "cuda_engine example" "$OUT/step.log" "$here/cuda_engine"
 fi
 if want bench || want bench-quick; then
   extra=()

@@ -160,9 +160,10 @@ pub use cust::sys::CUresult;
 /// The driver's stream handle, which [`Stream::from_raw`] wraps (re-exported so that an engine
 /// names it without depending on `cust` itself).
 pub use cust::sys::CUstream;
+pub use device::borrowed::Borrowed;
 #[cfg(feature = "cudarc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
-pub use device::cudarc_views::{Borrowed, CudarcKvSource};
+pub use device::cudarc_views::CudarcKvSource;
 pub use device::custom_module::{CustomKernel, CustomModule};
 pub use device::gpu::Gpu;
 pub use device::plan_inputs::{

@@ -25,6 +25,7 @@ use super::device::readbacks::ReadbackPool;
 use super::device::stream::Stream;
 use super::driver::memory::{addr, box_ptr};
 use super::driver::pinned::Readback;
+use super::pending::Landed;
 use crate::canary::{decode_rows, HealthCounters, RingCount, Violation};
 use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
@@ -150,14 +151,10 @@ pub struct PendingDeviceReport {
 
 static_assertions::assert_impl_all!(PendingDeviceReport: Send);
 
-/// What [`PendingDeviceReport::try_take`] found.
-#[derive(Debug)]
-pub enum Polled {
-    /// The copies have landed: the decoded report.
-    Ready(DeviceStepReport),
-    /// The copies are still queued or running: the pending report, to try again later.
-    Pending(PendingDeviceReport),
-}
+/// What [`PendingDeviceReport::try_take`] found: [`Landed::Ready`] with the decoded report, or
+/// [`Landed::Pending`] with the pending report, to try again later (the same shape as a sweep's
+/// and the head findings' takes).
+pub type Polled = Landed<DeviceStepReport, PendingDeviceReport>;
 
 impl PendingDeviceReport {
     /// Whether the step was captured into a graph (its `verify_tail` ran while the stream was
@@ -213,15 +210,15 @@ impl PendingDeviceReport {
         }
     }
 
-    /// The report if its copies have landed ([`Polled::Ready`]), else this pending report back
-    /// ([`Polled::Pending`]); never blocks. A malformed-data error the stream's kernels
+    /// The report if its copies have landed ([`Landed::Ready`]), else this pending report back
+    /// ([`Landed::Pending`]); never blocks. A malformed-data error the stream's kernels
     /// recorded (the status word) is returned as the CPU op's [`Error`].
     pub fn try_take(mut self) -> Result<Polled, Error> {
         self.refuse_captured()?;
         if !self.is_ready()? {
-            return Ok(Polled::Pending(self));
+            return Ok(Landed::Pending(self));
         }
-        self.decode().map(Polled::Ready)
+        self.decode().map(Landed::Ready)
     }
 
     /// The report, blocking the host until its copies have landed (the synchronous behaviour

@@ -3,10 +3,13 @@
 //! canary and the inputs they replay over, and replayed over refilled inputs.
 
 use super::device::gpu::Gpu;
+use super::device::settings::DeviceRealKv;
 use super::device::stream::Stream;
 use super::driver::stream::{begin_capture_on, launch_on, ExecGraph};
 use super::report::{CapturedReport, DeviceStepReport, PendingDeviceReport};
-use crate::capacity::Capacity;
+use super::sweep::PendingSweepReport;
+use crate::capacity::{Capacity, SameVerifyCapacity};
+use crate::plan::VerifyEntry;
 use crate::step::{Canary, GroupKind};
 use crate::Error;
 
@@ -317,6 +320,37 @@ where
     /// discarded).
     pub fn into_canary(self) -> DeviceCanary<V, W, E, S, R, G> {
         self.into_parts().0
+    }
+}
+
+impl<V, W, E, S, R, G, K> StepGraph<V, W, E, S, R, G, K>
+where
+    V: SameVerifyCapacity<V>,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+{
+    /// Sweeps idle cached slots between replays: [`Canary::sweep`] on the graph's canary over
+    /// `entries`, folding the real-KV sources that `real_kv` makes from the graph's inputs (the
+    /// KV pool the step closure folds lives there, or behind `'static` views), queued on the
+    /// canary's stream after the replays queued so far and before the next; no host sync beyond
+    /// the driver's staging of `entries`; tags `SWEEP_*`. The sweep runs in the canary's verify
+    /// plan and ring after the replays' report copies, and every replay's plan and ring clear
+    /// overwrite them again, so neither disturbs the other; its report's staging comes from the
+    /// stream's pool, not the graph's two (the first sweep allocates one, later ones reuse it).
+    /// Errors as [`Canary::sweep`] (nothing queued).
+    pub fn sweep<F>(
+        &mut self,
+        entries: &[VerifyEntry],
+        real_kv: F,
+    ) -> Result<PendingSweepReport, Error>
+    where
+        F: for<'k> FnOnce(&'k K) -> Result<G::Sources<DeviceRealKv<'k>>, Error>,
+    {
+        let sources = real_kv(&self.inputs)?;
+        self.canary.sweep(entries, sources)
     }
 }
 

@@ -12,7 +12,7 @@ use kv_canary::cuda::{
     self, CapturedReport, DeviceRealKv, DeviceRealKvSource, Gpu, PendingDeviceReport, StepGraph,
     Stream,
 };
-use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
+use kv_canary::step::{Canary, KvPair, StepReport, SweepEntries, TailKv};
 use kv_canary::{
     CanarySlot, Cap, Device, Error, Full, InputAssertOff, LaunchTag, RealKv, RealKvHashMode,
     RealKvParams, RealKvSource, RealKvSources, ReqToToken, RowLayout, Shape, WriteInputs,
@@ -61,6 +61,18 @@ fn host_kv(bytes: &[u8]) -> Result<RealKv<'_>, String> {
     ))
 }
 
+/// The real-KV sources of the inputs' KV pool (K and V), whole strips folded.
+fn device_kv(k: &Inputs) -> Result<KvPair<DeviceRealKv<'_>>, Error> {
+    let source = |bytes| -> Result<DeviceRealKv<'_>, Error> {
+        let src = DeviceRealKvSource::new(bytes, layout(), params())?;
+        Ok(DeviceRealKv::new(RealKvHashMode::All, [src]))
+    };
+    Ok(KvPair {
+        k: source(&k.k)?,
+        v: source(&k.v)?,
+    })
+}
+
 /// The whole device step on `canary` over `k` (plan, head verify, write, tail verify folding
 /// the KV bytes): the step closure of the graph, and the engine's own capture.
 fn device_step(canary: &mut DeviceCanary, k: &Inputs) -> Result<PendingDeviceReport, Error> {
@@ -69,14 +81,7 @@ fn device_step(canary: &mut DeviceCanary, k: &Inputs) -> Result<PendingDeviceRep
         .verify_head()?
         .write(&k.write)?;
     // The forward pass would be queued here, on `step.backend()` (the canary's stream).
-    let source = |bytes| -> Result<DeviceRealKv<'_>, Error> {
-        let src = DeviceRealKvSource::new(bytes, layout(), params())?;
-        Ok(DeviceRealKv::new(RealKvHashMode::All, [src]))
-    };
-    step.verify_tail(KvPair {
-        k: source(&k.k)?,
-        v: source(&k.v)?,
-    })
+    step.verify_tail(device_kv(k)?)
 }
 
 /// The host side of the random steps: the CPU canary and its inputs, the KV pool, what each
@@ -137,6 +142,48 @@ impl Twin {
             .map_err(fail("cpu step"))?;
         step.verify_tail(TailKv::new(host_kv(&self.k)?, host_kv(&self.v)?))
             .map_err(fail("cpu tail"))
+    }
+
+    /// Sweeps the cached positions of one cached row on both canaries between replays (the
+    /// entries a radix-cache walk of the row emits), after flipping a KV byte of one of its
+    /// slots in the pool when `fault` (both canaries fold the same bytes); the reports must be
+    /// equal, and a flipped byte found. `None` when no row has two cached positions.
+    fn sweep(&mut self, engine: &mut Engine, fault: bool) -> Result<Option<usize>, String> {
+        let start = self.rng.below(ROWS as u64) as usize;
+        let Some(row) = (0..ROWS)
+            .map(|i| (start + i) % ROWS)
+            .find(|&r| r > 0 && self.cached[r] >= 2)
+        else {
+            return Ok(None);
+        };
+        let n = self.cached[row];
+        let cells: Vec<i64> = (0..n).map(|p| slot(row, p)).collect();
+        let mut entries = SweepEntries::new();
+        entries.push_row(&cells, n).map_err(fail("sweep entries"))?;
+        if fault {
+            let s = slot(row, self.rng.below(n as u64) as usize) as usize;
+            self.k[s * STRIP + 3] ^= 0x10;
+            upload_kv(&engine.graph.inputs().k, &self.k)?;
+        }
+        let c = self
+            .cpu
+            .sweep(&entries, TailKv::new(host_kv(&self.k)?, host_kv(&self.v)?))
+            .map_err(fail("cpu sweep"))?;
+        let d = engine
+            .graph
+            .sweep(&entries, device_kv)
+            .map_err(fail("device sweep"))?
+            .wait()
+            .map_err(fail("device sweep report"))?;
+        crate::sweep::same_sweep(&format!("sweep of row {row}"), &c, &d)?;
+        ensure!(
+            !fault
+                || d.violations
+                    .iter()
+                    .any(|v| v.launch_tag() == Some(LaunchTag::SweepKFull)),
+            "the KV byte flipped in row {row} was not found by the sweep: {d:?}"
+        );
+        Ok(Some(d.violations.len()))
     }
 
     /// Tampers one stored head-K record in both canaries (a fault between replays); `false`
@@ -206,7 +253,9 @@ fn device_inputs(gpu: &Gpu, twin: &Twin, canary: &DeviceCanary) -> Result<Inputs
 /// since: two unread whatever the device's timing) a third replay ahead is refused
 /// (`ReportUnread`, naming the unread replay) and nothing is lost: every replay's report is
 /// delivered once, two pinned stagings serve all of them, and the canary comes back equal to
-/// the CPU's.
+/// the CPU's. Every 8th replay is followed by a sweep of a cached row through the stored graph
+/// (`StepGraph::sweep`, folding the pool the graph's inputs own), equal to the CPU's sweep, with
+/// a KV byte of the row flipped first in every other one: the sweep finds it.
 pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
     let replays = crate::scaled(60).max(32);
     gpu.make_current().map_err(fail("context"))?;
@@ -221,6 +270,7 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
     engine.graph.capture().map_err(fail("capture"))?;
     let mut expected: VecDeque<(u64, StepReport)> = VecDeque::new();
     let (mut overflows, mut found, mut refused, mut delivered) = (0, 0, 0, 0u64);
+    let (mut sweeps, mut swept_rows) = (0, 0);
     let mut take = |engine: &mut Engine,
                     expected: &mut VecDeque<(u64, StepReport)>,
                     block: bool|
@@ -291,6 +341,12 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
         }
         // And the next one if it landed already.
         take(&mut engine, &mut expected, false)?;
+        if n % 8 == 5 {
+            // A sweep of idle cached KV between two replays (a KV fault in every other one).
+            if let Some(rows) = twin.sweep(&mut engine, n % 16 == 5)? {
+                (sweeps, swept_rows) = (sweeps + 1, swept_rows + rows);
+            }
+        }
     }
     while !expected.is_empty() {
         take(&mut engine, &mut expected, true)?;
@@ -299,8 +355,16 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
         delivered == replays && engine.graph.unread() == 0,
         "{delivered} reports delivered for {replays} replays"
     );
+    // The graph's two, and one the first sweep took from the stream's pool (reused by the rest).
     let stagings = engine.graph.stream().report_stagings_allocated();
-    ensure!(stagings == 2, "{stagings} pinned stagings allocated, not 2");
+    ensure!(
+        stagings == 2 + u64::from(sweeps > 0),
+        "{stagings} pinned stagings allocated for 2 graph instances and {sweeps} sweeps"
+    );
+    ensure!(
+        sweeps >= 2 && swept_rows > 0,
+        "weak run: {sweeps} sweeps between replays, {swept_rows} violation rows found by them"
+    );
     ensure!(refused == 1, "the replay too far ahead was not tried");
     ensure!(
         twin.tampered > 0 && found > 0,
@@ -328,7 +392,8 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
     );
     println!(
         "    {replays} replays equal to the CPU ({} tampered, {found} with violations, \
-         {overflows} unverified), 1 replay too far ahead refused, 2 stagings",
+         {overflows} unverified), 1 replay too far ahead refused, {sweeps} sweeps between \
+         replays equal to the CPU ({swept_rows} rows), {stagings} stagings",
         twin.tampered
     );
     Ok(())

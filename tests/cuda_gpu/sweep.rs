@@ -106,7 +106,7 @@ fn same_findings(what: &str, c: &HeadFindings, d: &HeadFindings) -> Result<(), S
     Ok(())
 }
 
-fn same_sweep(what: &str, c: &SweepReport, d: &cuda::DeviceSweepReport) -> Result<(), String> {
+pub fn same_sweep(what: &str, c: &SweepReport, d: &cuda::DeviceSweepReport) -> Result<(), String> {
     ensure!(
         sorted(&c.violations) == sorted(&d.violations)
             && c.dropped == d.dropped

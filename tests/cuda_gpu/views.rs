@@ -324,21 +324,11 @@ pub fn views_refused_past_their_allocation(gpu: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
-/// The engine's table of `rows x width` cells as a view (kept alive by the returned buffer).
-///
-/// # Safety
-///
-/// The view must not outlive the returned buffer (nor any launch that read it).
-unsafe fn table_view<K: kv_canary::TableKind>(
-    gpu: &Gpu,
+/// The engine's table of `rows x width` cells in a new engine allocation.
+fn engine_table<K: kv_canary::TableKind>(
     host: &kv_canary::ReqTable<K>,
-) -> Result<(DeviceBuffer<i32>, cuda::DeviceTable<K>), String> {
-    let buffer = DeviceBuffer::from_slice(host.as_slice()).map_err(|e| format!("engine: {e}"))?;
-    // SAFETY: `buffer` holds rows x width cells; the caller keeps it alive.
-    let view =
-        unsafe { cuda::DeviceTable::from_raw(gpu, addr(&buffer), host.rows(), host.width()) }
-            .map_err(fail("table view"))?;
-    Ok((buffer, view))
+) -> Result<DeviceBuffer<i32>, String> {
+    DeviceBuffer::from_slice(host.as_slice()).map_err(|e| format!("engine: {e}"))
 }
 
 /// `values` padded with zeros to `len` in a new engine allocation.
@@ -350,7 +340,9 @@ fn padded(values: &[i64], len: usize) -> Result<DeviceBuffer<i64>, String> {
 
 /// The raw plan op over views of engine memory (batch columns, `bs`, `req_to_token`, the SWA
 /// LUT, the expected-token pool and its valid lengths with their count) agrees with the CPU on
-/// the random plan cases of the plan tests (errors, overflows and plans).
+/// the random plan cases of the plan tests (errors, overflows and plans). The views are the
+/// safe ones over the engine's cust buffers (`from_buffer`, `from_buffers`: borrowed, no
+/// `unsafe`); a buffer shorter than its view is refused naming both lengths.
 pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     use crate::plan::{random_case, run};
     use kv_canary::backend::Cpu;
@@ -405,34 +397,44 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             wcap,
             unchecked("e", 1)?,
         );
-        // SAFETY: every engine buffer above lives until the end of this iteration, after the
-        // launch has been synchronised (`status`), and holds what each view claims.
-        let gpu_result = unsafe {
-            let (_e_table, dtable) = table_view(gpu, &case.table)?;
-            let raw = RawBatch {
-                req_pool_indices: addr(&e_cols[0]),
-                prefix_lens: addr(&e_cols[1]),
-                extend_seq_lens: addr(&e_cols[2]),
-                bs: Some(addr(&e_bs)),
-            };
-            let dbatch = DeviceBatch::from_raw(gpu, wcap, raw).map_err(fail("batch view"))?;
+        let e_table = engine_table(&case.table)?;
+        let e_pool = case
+            .pool
+            .as_ref()
+            .map(|(t, _)| engine_table(t))
+            .transpose()?;
+        let gpu_result = {
+            let (rows, width) = (case.table.rows(), case.table.width());
+            let dtable = cuda::DeviceTable::from_buffer(gpu, &e_table, rows, width)
+                .map_err(fail("table view"))?;
+            let cols = [&e_cols[0], &e_cols[1], &e_cols[2]];
+            let dbatch = DeviceBatch::from_buffers(gpu, wcap, cols, Some(&e_bs))
+                .map_err(fail("batch view"))?;
             let dlut = match &e_lut {
-                Some(b) => Some(
-                    cuda::DeviceLut::from_raw(gpu, addr(b), b.len()).map_err(fail("lut view"))?,
-                ),
+                Some(b) => Some(cuda::DeviceLut::from_buffer(gpu, b).map_err(fail("lut view"))?),
                 None => None,
             };
-            let pool = match (&case.pool, &e_lens) {
-                (Some((table, _)), Some((lens, count))) => {
-                    let (e_pool, dpool) = table_view(gpu, table)?;
-                    let dlens =
-                        cuda::DeviceValidLens::from_raw(gpu, wcap, addr(lens), Some(addr(count)))
-                            .map_err(fail("valid lens view"))?;
-                    Some((e_pool, dpool, dlens))
+            let pool = match (&case.pool, &e_pool, &e_lens) {
+                (Some((table, _)), Some(e_pool), Some((lens, count))) => {
+                    let dpool =
+                        cuda::DeviceTable::from_buffer(gpu, e_pool, table.rows(), table.width())
+                            .map_err(fail("pool view"))?;
+                    let dlens = cuda::DeviceValidLens::from_buffers(gpu, wcap, lens, Some(count))
+                        .map_err(fail("valid lens view"))?;
+                    Some(((), dpool, dlens))
                 }
                 _ => None,
             };
-            let inputs = cuda::PlanInputs::full(&dbatch, &dtable).with_offset(case.offset);
+            if seed == 0 {
+                let short = cuda::DeviceReqToToken::from_buffer(gpu, &e_table, rows, width + 1);
+                ensure!(
+                    matches!(short, Err(kv_canary::Error::LengthMismatch { expected, found, .. })
+                        if expected == rows * (width + 1) && found == rows * width),
+                    "a table buffer shorter than its view was accepted: {:?}",
+                    short.err()
+                );
+            }
+            let inputs = cuda::PlanInputs::full(&*dbatch, &dtable).with_offset(case.offset);
             let queued = match (&dlut, &pool) {
                 (None, None) => cuda::plan(&stream, &shape, &inputs, &dv, &dw),
                 (Some(l), None) => cuda::plan(
@@ -445,7 +447,7 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
                 (None, Some((_, t, lens))) => cuda::plan(
                     &stream,
                     &shape,
-                    &inputs.with_expected(t.with_valid_lens(lens)),
+                    &inputs.with_expected(t.with_valid_lens(&**lens)),
                     &dv,
                     &dw,
                 ),
@@ -454,7 +456,7 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
                     &shape,
                     &inputs
                         .with_group(cuda::Swa::new(case.window, l))
-                        .with_expected(t.with_valid_lens(lens)),
+                        .with_expected(t.with_valid_lens(&**lens)),
                     &dv,
                     &dw,
                 ),

@@ -11,6 +11,7 @@
 //! engine orders its writes of the memory and the canary's launches by streams and events, as
 //! for any kernel of its own.
 
+use super::borrowed::{at_least, Borrowed, Fence};
 use super::gpu::Gpu;
 use super::plan_inputs::{DeviceBatch, DeviceLut, DeviceTable, DeviceValidLens, RawBatch};
 use super::settings::DeviceRealKvSource;
@@ -21,7 +22,6 @@ use crate::memory::Device;
 use crate::real_kv::{RealKvParams, RowLayout};
 use crate::Error;
 use core::marker::PhantomData;
-use core::ops::Deref;
 use cudarc::driver::{CudaContext, DevicePtr};
 use std::sync::Arc;
 
@@ -32,51 +32,6 @@ fn parts<T, S: DevicePtr<T>>(slice: &S) -> (u64, usize, Arc<CudaContext>) {
     // bookkeeping, which the canary's launches are outside of (module docs).
     let (addr, _read) = slice.device_ptr(stream);
     (addr, slice.len(), Arc::clone(stream.context()))
-}
-
-/// `Ok` when `slice` holds at least `needed` elements; else [`Error::LengthMismatch`].
-fn at_least(what: &'static str, len: usize, needed: usize) -> Result<(), Error> {
-    if len < needed {
-        return Err(Error::LengthMismatch {
-            what,
-            expected: needed,
-            found: len,
-        });
-    }
-    Ok(())
-}
-
-/// A device input viewing cudarc memory borrowed for `'a`; dereferences to the input, which is
-/// accepted wherever the crate-owned one is. Dropping it synchronises the memory's context.
-pub struct Borrowed<'a, T> {
-    value: T,
-    context: Arc<CudaContext>,
-    slices: PhantomData<&'a ()>,
-}
-
-impl<T> Borrowed<'_, T> {
-    fn new(value: T, context: Arc<CudaContext>) -> Self {
-        Borrowed {
-            value,
-            context,
-            slices: PhantomData,
-        }
-    }
-}
-
-impl<T> Deref for Borrowed<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.value
-    }
-}
-
-impl<T> Drop for Borrowed<'_, T> {
-    fn drop(&mut self) {
-        // Nothing that read the borrowed memory may still run once the borrow ends. An error
-        // here (a device already lost) leaves nothing running either.
-        let _ = self.context.synchronize();
-    }
 }
 
 impl<K: TableKind> DeviceTable<K> {
@@ -94,7 +49,7 @@ impl<K: TableKind> DeviceTable<K> {
         // borrowed for 'a, which the returned view cannot outlive, and whose drop waits for
         // every launch that read it.
         let table = unsafe { Self::from_raw(gpu, addr, rows, width)? };
-        Ok(Borrowed::new(table, context))
+        Ok(Borrowed::new(table, Fence::Cudarc(context)))
     }
 }
 
@@ -107,7 +62,7 @@ impl DeviceLut {
         let (addr, len, context) = parts(lut);
         // SAFETY: as `DeviceTable::from_cudarc`.
         let lut = unsafe { Self::from_raw(gpu, addr, len)? };
-        Ok(Borrowed::new(lut, context))
+        Ok(Borrowed::new(lut, Fence::Cudarc(context)))
     }
 }
 
@@ -146,7 +101,7 @@ impl<W: Capacity> DeviceBatch<W> {
         // SAFETY: as `DeviceTable::from_cudarc`, for every slice.
         let batch = unsafe { Self::from_raw(gpu, capacity, raw)? };
         let (_, _, context) = parts(columns[0]);
-        Ok(Borrowed::new(batch, context))
+        Ok(Borrowed::new(batch, Fence::Cudarc(context)))
     }
 }
 
@@ -176,7 +131,7 @@ impl<W: Capacity> DeviceValidLens<W> {
         };
         // SAFETY: as `DeviceTable::from_cudarc`, for both slices.
         let lens = unsafe { Self::from_raw(gpu, capacity, addr, count)? };
-        Ok(Borrowed::new(lens, context))
+        Ok(Borrowed::new(lens, Fence::Cudarc(context)))
     }
 }
 
@@ -203,7 +158,7 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
         // SAFETY: as `DeviceTable::from_cudarc`, for every slice.
         let inputs = unsafe { Self::from_raw(gpu, capacity, raw)? };
         let (_, _, context) = parts(arrays[0]);
-        Ok(Borrowed::new(inputs, context))
+        Ok(Borrowed::new(inputs, Fence::Cudarc(context)))
     }
 }
 
@@ -257,24 +212,5 @@ impl Drop for CudarcKvSource<'_> {
     fn drop(&mut self) {
         // As `Borrowed`'s drop.
         let _ = self.context.synchronize();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slice_shorter_than_the_view_is_refused_naming_both_lengths() {
-        assert_eq!(at_least("input_ids", 64, 64), Ok(()));
-        let e = at_least("input_ids", 63, 64).unwrap_err();
-        assert_eq!(
-            e,
-            Error::LengthMismatch {
-                what: "input_ids",
-                expected: 64,
-                found: 63
-            }
-        );
     }
 }

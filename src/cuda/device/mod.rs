@@ -1,6 +1,8 @@
 //! The device layer: the [`Gpu`](gpu::Gpu) handle, its kernel tuning, streams and graphs, and
 //! the device twins of the host buffers and settings. Imports the driver and ABI layers below.
 
+pub(crate) mod borrowed;
+pub(crate) mod buffer_views;
 pub(crate) mod canary_state;
 #[cfg(feature = "cudarc")]
 pub(crate) mod cudarc_views;

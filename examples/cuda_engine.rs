@@ -1,0 +1,472 @@
+//! An engine's serving loop on the GPU with the device step API: the canary on a CUDA stream,
+//! reading the engine's own tensors in place, with reports taken one step late.
+//!
+//! The engine owns its GPU memory (cust allocations standing for its framework's tensors):
+//! `req_to_token`, the batch columns and `bs`, `input_ids`, `positions`, `out_cache_loc`, and a
+//! K and a V pool of one 32-byte row a token (layer 0, page size 1). The canary sees them
+//! through safe borrowed views (`from_buffer`, `from_buffers`, `DeviceRealKvSource::new`), so
+//! it checks the tables attention reads, not a copy. Each step runs plan and head verify (one
+//! launch), write, the engine's forward pass (a stand-in that writes each new token's K and V
+//! bytes), tail verify with a real-KV fold of the pools; the report of step N is taken at step
+//! N+1 (`try_take`, never blocking). Two bugs are injected and caught:
+//!
+//! * step 12: the forward pass also writes a token's K bytes over a cached slot of a request
+//!   in the batch: that step's tail verify reports the slot (`TAIL_K`);
+//! * step 20: a stray write lands in the KV of an idle cached request (no step reads it): the
+//!   sweep of idle cached KV at step 24 reports it (`SWEEP_K`).
+//!
+//! Then the same decode step is captured into a `StepGraph` that an engine can keep in its
+//! structs and replayed over refilled batches, each replay's report taken one replay late.
+//!
+//! Run on a machine with a CUDA GPU: `cargo run --release --features cuda --example cuda_engine`
+//! (or the binary staged by `scripts/gpu-build.sh`). Without a device it says so and exits.
+
+use cust::memory::{CopyDestination, DeviceBuffer};
+use kv_canary::cuda::{
+    self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, Gpu, Landed, PendingDeviceReport,
+    StepGraph, Stream,
+};
+use kv_canary::step::{Canary, KvPair, SweepEntries};
+use kv_canary::{
+    Batch, BatchRow, Cap, Device, Error, Full, InputAssertOff, LaunchTag, RealKvHashMode,
+    RealKvParams, ReqToToken, RowLayout, Shape, WriteInputs,
+};
+
+/// Request rows (row 0 is the padding row) and positions a row.
+const ROWS: usize = 8;
+const WIDTH: usize = 64;
+/// Slots: row r, position p is slot `r * WIDTH + p`; slot 0 (row 0) is the padding slot.
+const SLOTS: usize = ROWS * WIDTH;
+/// Bytes of one token's K (or V) row.
+const TOKEN_BYTES: usize = 32;
+/// Tokens written a step at most.
+const ENTRIES: usize = 64;
+/// Steps of the eager loop.
+const STEPS: usize = 32;
+
+/// Verify every cached token of a batch (at most 4 requests of 64), 8 request rows, 64 tokens
+/// written a step: the canary's buffers and the engine's views all derive from this type.
+type Spec = Shape<Cap<256>, Cap<ROWS>, Cap<ENTRIES>>;
+type DeviceCanary = Canary<Cap<256>, Cap<ROWS>, Cap<ENTRIES>, Cap<SLOTS>, Cap<64>, Full, Stream>;
+
+fn slot(row: usize, pos: usize) -> i64 {
+    (row * WIDTH + pos) as i64
+}
+
+/// The token at `pos` of the request in `row` (any deterministic stand-in).
+fn token(row: usize, pos: usize) -> i64 {
+    1000 * row as i64 + pos as i64
+}
+
+/// The engine's own GPU tensors.
+struct EngineMemory {
+    req_to_token: DeviceBuffer<i32>,
+    /// `req_pool_indices`, `prefix_lens`, `extend_seq_lens`.
+    batch: [DeviceBuffer<i64>; 3],
+    bs: DeviceBuffer<i32>,
+    /// `input_ids`, `positions`, `out_cache_loc`.
+    write: [DeviceBuffer<i64>; 3],
+    k_pool: DeviceBuffer<u8>,
+    v_pool: DeviceBuffer<u8>,
+}
+
+impl EngineMemory {
+    fn new(table: &ReqToToken) -> Result<Self, cust::error::CudaError> {
+        let column = || DeviceBuffer::from_slice(&[0i64; ENTRIES]);
+        Ok(EngineMemory {
+            req_to_token: DeviceBuffer::from_slice(table.as_slice())?,
+            batch: [column()?, column()?, column()?],
+            bs: DeviceBuffer::from_slice(&[0i32])?,
+            write: [column()?, column()?, column()?],
+            k_pool: DeviceBuffer::from_slice(&[0u8; SLOTS * TOKEN_BYTES])?,
+            v_pool: DeviceBuffer::from_slice(&[0u8; SLOTS * TOKEN_BYTES])?,
+        })
+    }
+}
+
+/// The stand-in scheduler: who is in the batch and what each request has cached.
+struct Scheduler {
+    /// Tokens cached per row.
+    cached: [usize; ROWS],
+    /// Prompt and output lengths of the request in each row (0: none).
+    prompt: [usize; ROWS],
+    output: [usize; ROWS],
+    /// Rows being served (row 4 is prefilled, then idle: its KV stays cached).
+    active: Vec<usize>,
+}
+
+impl Scheduler {
+    fn new() -> Self {
+        let mut s = Scheduler {
+            cached: [0; ROWS],
+            prompt: [0; ROWS],
+            output: [0; ROWS],
+            active: vec![1, 2, 3, 4],
+        };
+        for (row, prompt, output) in [(1, 12, 14), (2, 20, 40), (3, 7, 40), (4, 16, 0)] {
+            (s.prompt[row], s.output[row]) = (prompt, output);
+        }
+        s
+    }
+
+    /// The next batch: a prefill of each new request's prompt, a decode token for the others
+    /// (rows whose request is done leave it; a new request of 9 + 30 tokens takes row 5).
+    fn next(&mut self) -> Vec<(usize, usize, usize)> {
+        let done: Vec<usize> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&r| self.cached[r] >= self.prompt[r] + self.output[r] && self.cached[r] > 0)
+            .collect();
+        self.active.retain(|r| !done.contains(r));
+        if done.contains(&1) {
+            (self.prompt[5], self.output[5]) = (9, 30);
+            self.active.push(5);
+        }
+        self.active
+            .iter()
+            .map(|&r| {
+                let extend = if self.cached[r] == 0 {
+                    self.prompt[r]
+                } else {
+                    1
+                };
+                (r, self.cached[r], extend)
+            })
+            .collect()
+    }
+}
+
+fn main() -> Result<(), Error> {
+    let gpu = match Gpu::new() {
+        Ok(gpu) => gpu,
+        Err(Error::NoCudaDevice { detail }) => {
+            println!("cuda_engine: SKIPPED, no CUDA device ({detail})");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    gpu.make_current()?;
+    println!("device: {} ({} SMs)\n", gpu.name(), gpu.sm_count());
+    let cuda_err = |e: cust::error::CudaError| Error::Malformed {
+        detail: format!("engine allocation: {e}"),
+    };
+    let host_table =
+        ReqToToken::from_vec(ROWS, WIDTH, (0..(ROWS * WIDTH) as i32).collect::<Vec<_>>())?;
+    let mut memory = EngineMemory::new(&host_table).map_err(cuda_err)?;
+    eager_loop(&gpu, &mut memory, &host_table)?;
+    graph_loop(&gpu, &host_table)
+}
+
+/// The eager loop over views of the engine's memory: a step per scheduler batch, the forward
+/// pass between `write` and `verify_tail`, reports one step late, a sweep of idle KV.
+fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> Result<(), Error> {
+    let shape = Spec::new();
+    let mut canary: DeviceCanary =
+        Canary::full_on(Stream::new(gpu)?, shape, Cap::<SLOTS>, Cap::<64>)?;
+    // The canary's views of the engine's tensors: made once, kept (dropping one waits for the
+    // launches that read it). The KV pools are borrowed per step instead: the forward pass
+    // below writes them.
+    let table = cuda::DeviceReqToToken::from_buffer(gpu, &memory.req_to_token, ROWS, WIDTH)?;
+    let [rpi, prefix, extend] = &memory.batch;
+    let batch =
+        DeviceBatch::from_buffers(gpu, Cap::<ROWS>, [rpi, prefix, extend], Some(&memory.bs))?;
+    let [ids, pos, loc] = &memory.write;
+    let inputs = WriteInputs::from_buffers(gpu, Cap::<ENTRIES>, [ids, pos, loc])?;
+
+    let mut scheduler = Scheduler::new();
+    let (mut k_host, mut v_host) = (
+        vec![0u8; SLOTS * TOKEN_BYTES],
+        vec![0u8; SLOTS * TOKEN_BYTES],
+    );
+    let mut late: Option<(usize, PendingDeviceReport)> = None;
+    let (mut crate_uploads, mut readbacks, mut clean) = (0, 0, 0);
+    for step in 0..STEPS {
+        let rows = scheduler.next();
+        // The engine's scheduler fills its own tensors for the step (here from the host, on the
+        // canary's stream, through the views; a real engine's kernels write them). The canary
+        // copies none of them.
+        let host_batch: Batch = rows
+            .iter()
+            .map(|&(r, cached, ext)| BatchRow {
+                req_pool_index: r as i64,
+                prefix_len: cached as i64,
+                extend_len: ext as i64,
+            })
+            .collect();
+        let mut host_inputs = shape.write_inputs();
+        let p = host_inputs.parts_mut();
+        let tokens: Vec<(usize, usize)> = rows
+            .iter()
+            .flat_map(|&(r, cached, ext)| (cached..cached + ext).map(move |q| (r, q)))
+            .collect();
+        for (i, &(r, q)) in tokens.iter().enumerate() {
+            (p.input_ids[i], p.positions[i], p.out_cache_loc[i]) =
+                (token(r, q), q as i64, slot(r, q));
+        }
+        batch.upload_on(canary.backend(), &host_batch)?;
+        inputs.upload_on(canary.backend(), &host_inputs)?;
+
+        let before = cuda::transfers_issued();
+        let step_in_flight = canary
+            .plan(&cuda::PlanInputs::full(&batch, &table))?
+            .verify_head()?
+            .write(&inputs)?;
+        // The forward pass: each new token's K and V rows land in the pools (a stand-in for the
+        // attention kernels, here a synchronous copy of the pools).
+        for &(r, q) in &tokens {
+            let at = slot(r, q) as usize * TOKEN_BYTES;
+            k_host[at..at + 8].copy_from_slice(&token(r, q).to_le_bytes());
+            v_host[at..at + 8].copy_from_slice(&(!token(r, q)).to_le_bytes());
+        }
+        if step == 12 {
+            // Bug 1: request 3's new K row also lands on request 2's cached position 4.
+            let (from, to) = (slot(3, scheduler.cached[3]) as usize, slot(2, 4) as usize);
+            k_host.copy_within(
+                from * TOKEN_BYTES..(from + 1) * TOKEN_BYTES,
+                to * TOKEN_BYTES,
+            );
+            println!("step {step}: BUG: a K row written over slot {to} (request 2, position 4)");
+        }
+        if step == 20 {
+            // Bug 2: a stray write into the idle request's KV (row 4, position 9).
+            k_host[slot(4, 9) as usize * TOKEN_BYTES] ^= 0x40;
+            println!(
+                "step {step}: BUG: a stray byte in slot {} (idle request 4)",
+                slot(4, 9)
+            );
+        }
+        memory
+            .k_pool
+            .copy_from(&k_host[..])
+            .map_err(|e| Error::Malformed {
+                detail: format!("forward pass: {e}"),
+            })?;
+        memory
+            .v_pool
+            .copy_from(&v_host[..])
+            .map_err(|e| Error::Malformed {
+                detail: format!("forward pass: {e}"),
+            })?;
+        let pending = step_in_flight.verify_tail(KvPair {
+            k: fold(&memory.k_pool)?,
+            v: fold(&memory.v_pool)?,
+        })?;
+        let copies = cuda::transfers_issued().since(before);
+        (crate_uploads, readbacks) = (
+            crate_uploads + copies.host_to_device,
+            readbacks + copies.device_to_host,
+        );
+        for &(r, _, ext) in &rows {
+            scheduler.cached[r] += ext;
+        }
+
+        // Step N-1's report, taken now that step N is queued. A request whose KV is found
+        // corrupted is aborted (an engine would recompute it).
+        if let Some((n, report)) = late.take() {
+            clean += take(&mut scheduler, n, report)?;
+        }
+        late = Some((step, pending));
+
+        if step == 24 {
+            // The radix cache's idle entries (request 4's cached KV), swept between steps.
+            let mut entries = SweepEntries::new();
+            entries.push_table_row(host_table, 4, scheduler.cached[4])?;
+            if let Some((n, report)) = late.take() {
+                clean += take(&mut scheduler, n, report)?;
+            }
+            let sweep = canary
+                .sweep(
+                    &entries,
+                    KvPair {
+                        k: fold(&memory.k_pool)?,
+                        v: fold(&memory.v_pool)?,
+                    },
+                )?
+                .wait()?;
+            println!(
+                "step {step}: sweep of request 4's {} idle cached slots: {} violation(s)",
+                entries.len(),
+                sweep.violations.len()
+            );
+            for v in &sweep.violations {
+                println!("    {v}");
+            }
+            let found = sweep
+                .violations
+                .iter()
+                .any(|v| v.launch_tag() == Some(LaunchTag::SweepKFull) && v.slot == slot(4, 9));
+            if !found {
+                return Err(Error::Malformed {
+                    detail: "the sweep missed the idle-KV fault".into(),
+                });
+            }
+        }
+    }
+    if let Some((n, report)) = late.take() {
+        clean += take(&mut scheduler, n, report)?;
+    }
+    println!(
+        "\neager loop: {STEPS} steps, {clean} clean, {} violation rows in all; copies the canary \
+         issued during its steps: {crate_uploads} host-to-device, {} device-to-host a step (the \
+         report's readback into pinned memory)\n",
+        canary.total_violations(),
+        readbacks / STEPS as u64
+    );
+    Ok(())
+}
+
+/// Takes step `n`'s report and aborts the requests it names; 1 for a clean step.
+fn take(scheduler: &mut Scheduler, n: usize, report: PendingDeviceReport) -> Result<u32, Error> {
+    let Some(rows) = take_report(n, report)? else {
+        return Ok(1);
+    };
+    for row in rows {
+        if scheduler.active.contains(&row) {
+            println!("    -> the engine aborts request {row}");
+            scheduler.active.retain(|&r| r != row);
+        }
+    }
+    Ok(0)
+}
+
+/// The tail verify's and the sweep's fold of a pool: whole 32-byte rows, one a token.
+fn fold(pool: &DeviceBuffer<u8>) -> Result<DeviceRealKv<'_>, Error> {
+    let layout = RowLayout {
+        num_rows: SLOTS,
+        row_bytes: TOKEN_BYTES,
+        row_stride_bytes: TOKEN_BYTES,
+    };
+    let params = RealKvParams::new(1, TOKEN_BYTES as i64, TOKEN_BYTES as i64);
+    let source = DeviceRealKvSource::new(pool, layout, params)?;
+    Ok(DeviceRealKv::new(RealKvHashMode::All, [source]))
+}
+
+/// Takes step `n`'s report (queued a step ago: its copies have landed unless the device is
+/// behind, and then it waits), prints what it found; the request rows whose KV a violation
+/// names, `None` for a clean step.
+fn take_report(n: usize, report: PendingDeviceReport) -> Result<Option<Vec<usize>>, Error> {
+    let report = match report.try_take()? {
+        Landed::Ready(report) => report,
+        // Still running: an engine would try again at its next step; here wait, to print in
+        // order.
+        Landed::Pending(pending) => pending.wait()?,
+    };
+    if !report.enabled {
+        println!(
+            "step {n}: UNVERIFIED ({} entries needed, verify capacity {})",
+            report.verify_num_valid, report.verify_capacity
+        );
+        return Ok(Some(Vec::new()));
+    }
+    if report.violations.is_empty() {
+        return Ok(None);
+    }
+    println!(
+        "step {n}: {} violation(s) in its report",
+        report.violations.len()
+    );
+    for v in &report.violations {
+        println!("    {v}");
+    }
+    Ok(Some(
+        report
+            .violations
+            .iter()
+            .map(|v| v.slot as usize / WIDTH)
+            .collect(),
+    ))
+}
+
+/// What a stored step graph replays over: owned by the graph, refilled in place.
+struct GraphInputs {
+    batch: DeviceBatch<Cap<ROWS>>,
+    table: cuda::DeviceReqToToken,
+    write: WriteInputs<Cap<ENTRIES>, InputAssertOff, Device>,
+}
+
+/// An engine struct keeping its canary's step graph (`Send + 'static`).
+struct Engine {
+    graph: StepGraph<
+        Cap<256>,
+        Cap<ROWS>,
+        Cap<ENTRIES>,
+        Cap<SLOTS>,
+        Cap<64>,
+        kv_canary::Full,
+        GraphInputs,
+    >,
+}
+
+/// The decode step captured once and replayed over refilled batches (three requests, one
+/// token each a replay), each replay's report taken one replay late.
+fn graph_loop(gpu: &Gpu, host_table: &ReqToToken) -> Result<(), Error> {
+    let shape = Spec::new();
+    let canary: DeviceCanary = Canary::full_on(Stream::new(gpu)?, shape, Cap, Cap)?;
+    let inputs = GraphInputs {
+        batch: shape.device_batch(gpu)?,
+        table: cuda::DeviceReqToToken::from_host(gpu, host_table)?,
+        write: canary.try_write_inputs()?,
+    };
+    let mut engine = Engine {
+        graph: StepGraph::new(canary, inputs, |canary, k: &GraphInputs| {
+            canary
+                .plan(&cuda::PlanInputs::full(&k.batch, &k.table))?
+                .verify_head()?
+                .write(&k.write)?
+                // The engine's forward pass would be captured here, on the canary's stream.
+                .verify_tail(cuda::TailKvOnDevice::NONE)
+        }),
+    };
+    engine.graph.capture()?;
+    let rows = [1usize, 2, 3];
+    let mut cached = [0usize; ROWS];
+    let (mut replays, mut clean) = (0u64, 0u64);
+    for replay in 0..24 {
+        let extend = if replay == 0 { 8 } else { 1 };
+        let host_batch: Batch = rows
+            .iter()
+            .map(|&r| BatchRow {
+                req_pool_index: r as i64,
+                prefix_len: cached[r] as i64,
+                extend_len: extend,
+            })
+            .collect();
+        let mut host_inputs = shape.write_inputs();
+        let p = host_inputs.parts_mut();
+        let mut i = 0;
+        for &r in &rows {
+            for q in cached[r]..cached[r] + extend as usize {
+                (p.input_ids[i], p.positions[i], p.out_cache_loc[i]) =
+                    (token(r, q), q as i64, slot(r, q));
+                i += 1;
+            }
+            cached[r] += extend as usize;
+        }
+        // At most two replays in flight: wait for the older one before refilling.
+        if engine.graph.unread() == 2 {
+            clean += u64::from(engine.graph.wait()?.is_some_and(|(_, r)| r.is_clean()));
+        }
+        engine.graph.inputs().batch.upload(&host_batch)?;
+        engine.graph.inputs().write.upload(&host_inputs)?;
+        engine.graph.replay()?;
+        replays += 1;
+        while let Some((_, report)) = engine.graph.try_take()? {
+            clean += u64::from(report.is_clean());
+        }
+    }
+    while let Some((_, report)) = engine.graph.wait()? {
+        clean += u64::from(report.is_clean());
+    }
+    println!(
+        "step graph: {replays} replays of the captured decode step, {clean} reports clean, {} \
+         pinned stagings",
+        engine.graph.stream().report_stagings_allocated()
+    );
+    if clean != replays {
+        return Err(Error::Malformed {
+            detail: format!("{clean} of {replays} replays clean"),
+        });
+    }
+    Ok(())
+}
