@@ -272,6 +272,8 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
             // The radix cache's idle entries (request 4's cached KV), swept between steps.
             let mut entries = SweepEntries::new();
             entries.push_table_row(host_table, 4, scheduler.cached[4])?;
+            // This step's report first, only to print in order: its copies are queued ahead of
+            // the sweep, which empties the ring after them.
             if let Some((n, report)) = late.take() {
                 clean += take(&mut scheduler, n, report)?;
             }
