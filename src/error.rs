@@ -360,7 +360,8 @@ impl fmt::Display for Error {
                 found,
             } => write!(
                 f,
-                "{what}={expected} does not match the buffer's capacity {found}"
+                "{what}={expected} does not match the buffer's capacity {found} (make the \
+                 buffer from the shape in use; one made before a reshape keeps the old capacity)"
             ),
             LengthMismatch {
                 what,

@@ -240,7 +240,8 @@ fn unchecked_capacities_are_compared_at_the_call() {
     let err = plan(&shape, &PlanInputs::full(&b, &t), &mut v, &mut w).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "kv-canary: verify_capacity=8 does not match the buffer's capacity 7"
+        "kv-canary: verify_capacity=8 does not match the buffer's capacity 7 (make the buffer \
+         from the shape in use; one made before a reshape keeps the old capacity)"
     );
     let mut v = VerifyPlan::with_capacity(cap(8));
     plan(&shape, &PlanInputs::full(&b, &t), &mut v, &mut w).unwrap();
