@@ -59,7 +59,8 @@ pub struct KernelTuning {
     pub verify_all_streamed_blocks_per_sm: u32,
     /// The step API's K and V launches of one stage (verify or write) as one pair launch (grid
     /// y = 2, the halves side by side) whenever both halves use the same kernel and grid: a
-    /// K+V step queues 5 launches instead of 9. Off: one launch per half, K then V. (A NONE or
+    /// K+V step queues 5 launches instead of 9 (3 with `plan_verify_fusion` and
+    /// `defer_head_writes`). Off: one launch per half, K then V. (A NONE or
     /// PARTIAL verify pair whose halves each fit in the full grid but not both together runs
     /// each on half the grid, so that both planes are resident at once.)
     pub pair_launches: bool,
