@@ -15,22 +15,28 @@
 //! * step 20: a stray write lands in the KV of an idle cached request (no step reads it): the
 //!   sweep of idle cached KV at step 24 reports it (`SWEEP_K`).
 //!
-//! Then the same decode step is captured into a `StepGraph` that an engine can keep in its
-//! structs and replayed over refilled batches, each replay's report taken one replay late.
+//! Then the same decode step is captured into a `StepGraph` kept in an engine struct, over the
+//! engine's buffers behind views that keep them alive (`from_shared`) and a K/V pool at two
+//! byte offsets of one allocation folded by the tail inside the graph, and replayed over
+//! refilled batches, each replay's report taken one replay late:
+//!
+//! * replay 12: a token's `out_cache_loc` points into another request's cached slot: the next
+//!   replay reports both requests' chains, and the engine aborts them.
 //!
 //! Run on a machine with a CUDA GPU: `cargo run --release --features cuda --example cuda_engine`
 //! (or the binary staged by `scripts/gpu-build.sh`). Without a device it says so and exits.
 
 use cust::memory::{CopyDestination, DeviceBuffer};
 use kv_canary::cuda::{
-    self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, Gpu, Landed, PendingDeviceReport,
-    StepGraph, Stream,
+    self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, DeviceStepReport, Gpu, Landed,
+    PendingDeviceReport, Shared, StepGraph, Stream,
 };
 use kv_canary::step::{Canary, KvPair, SweepEntries};
 use kv_canary::{
     Batch, BatchRow, Cap, Device, Error, Full, InputAssertOff, LaunchTag, RealKvHashMode,
     RealKvParams, ReqToToken, RowLayout, Shape, WriteInputs,
 };
+use std::sync::Arc;
 
 /// Request rows (row 0 is the padding row) and positions a row.
 const ROWS: usize = 8;
@@ -71,7 +77,8 @@ struct EngineMemory {
 }
 
 impl EngineMemory {
-    fn new(table: &ReqToToken) -> Result<Self, cust::error::CudaError> {
+    /// cust's errors are `kv_canary::Error::Cuda` through `?`.
+    fn new(table: &ReqToToken) -> Result<Self, Error> {
         let column = || DeviceBuffer::from_slice(&[0i64; ENTRIES]);
         Ok(EngineMemory {
             req_to_token: DeviceBuffer::from_slice(table.as_slice())?,
@@ -137,30 +144,30 @@ impl Scheduler {
     }
 }
 
-fn main() -> Result<(), Error> {
+/// What the example itself fails on: the canary's errors, or a finding it expected and missed.
+type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+fn main() -> Outcome {
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,
         Err(Error::NoCudaDevice { detail }) => {
             println!("cuda_engine: SKIPPED, no CUDA device ({detail})");
             return Ok(());
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     gpu.make_current()?;
     println!("device: {} ({} SMs)\n", gpu.name(), gpu.sm_count());
-    let cuda_err = |e: cust::error::CudaError| Error::Malformed {
-        detail: format!("engine allocation: {e}"),
-    };
     let host_table =
         ReqToToken::from_vec(ROWS, WIDTH, (0..(ROWS * WIDTH) as i32).collect::<Vec<_>>())?;
-    let mut memory = EngineMemory::new(&host_table).map_err(cuda_err)?;
+    let mut memory = EngineMemory::new(&host_table)?;
     eager_loop(&gpu, &mut memory, &host_table)?;
     graph_loop(&gpu, &host_table)
 }
 
 /// The eager loop over views of the engine's memory: a step per scheduler batch, the forward
 /// pass between `write` and `verify_tail`, reports one step late, a sweep of idle KV.
-fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> Result<(), Error> {
+fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> Outcome {
     let shape = Spec::new();
     let mut canary: DeviceCanary =
         Canary::full_on(Stream::new(gpu)?, shape, Cap::<SLOTS>, Cap::<64>)?;
@@ -236,18 +243,8 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
                 slot(4, 9)
             );
         }
-        memory
-            .k_pool
-            .copy_from(&k_host[..])
-            .map_err(|e| Error::Malformed {
-                detail: format!("forward pass: {e}"),
-            })?;
-        memory
-            .v_pool
-            .copy_from(&v_host[..])
-            .map_err(|e| Error::Malformed {
-                detail: format!("forward pass: {e}"),
-            })?;
+        memory.k_pool.copy_from(&k_host[..])?;
+        memory.v_pool.copy_from(&v_host[..])?;
         let pending = step_in_flight.verify_tail(KvPair {
             k: fold(&memory.k_pool)?,
             v: fold(&memory.v_pool)?,
@@ -299,9 +296,7 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
                 .iter()
                 .any(|v| v.launch_tag() == Some(LaunchTag::SweepKFull) && v.slot == slot(4, 9));
             if !found {
-                return Err(Error::Malformed {
-                    detail: "the sweep missed the idle-KV fault".into(),
-                });
+                return Err("the sweep missed the idle-KV fault".into());
             }
         }
     }
@@ -334,13 +329,18 @@ fn take(scheduler: &mut Scheduler, n: usize, report: PendingDeviceReport) -> Res
 
 /// The tail verify's and the sweep's fold of a pool: whole 32-byte rows, one a token.
 fn fold(pool: &DeviceBuffer<u8>) -> Result<DeviceRealKv<'_>, Error> {
+    fold_at(pool, 0)
+}
+
+/// [`fold`] of the pool whose row 0 lies `byte_offset` bytes into `bytes`.
+fn fold_at(bytes: &DeviceBuffer<u8>, byte_offset: usize) -> Result<DeviceRealKv<'_>, Error> {
     let layout = RowLayout {
         num_rows: SLOTS,
         row_bytes: TOKEN_BYTES,
         row_stride_bytes: TOKEN_BYTES,
     };
     let params = RealKvParams::new(1, TOKEN_BYTES as i64, TOKEN_BYTES as i64);
-    let source = DeviceRealKvSource::new(pool, layout, params)?;
+    let source = DeviceRealKvSource::at(bytes, byte_offset, layout, params)?;
     Ok(DeviceRealKv::new(RealKvHashMode::All, [source]))
 }
 
@@ -354,79 +354,128 @@ fn take_report(n: usize, report: PendingDeviceReport) -> Result<Option<Vec<usize
         // order.
         Landed::Pending(pending) => pending.wait()?,
     };
+    Ok(findings(&format!("step {n}"), &report))
+}
+
+/// Prints what `report` found; the request rows whose slots its violations name (none for an
+/// unverified step), `None` for a clean step.
+fn findings(what: &str, report: &DeviceStepReport) -> Option<Vec<usize>> {
     if !report.enabled {
         println!(
-            "step {n}: UNVERIFIED ({} entries needed, verify capacity {})",
+            "{what}: UNVERIFIED ({} entries needed, verify capacity {})",
             report.verify_num_valid, report.verify_capacity
         );
-        return Ok(Some(Vec::new()));
+        return Some(Vec::new());
     }
     if report.violations.is_empty() {
-        return Ok(None);
+        return None;
     }
     println!(
-        "step {n}: {} violation(s) in its report",
+        "{what}: {} violation(s) in its report",
         report.violations.len()
     );
     for v in &report.violations {
         println!("    {v}");
     }
-    Ok(Some(
+    Some(
         report
             .violations
             .iter()
             .map(|v| v.slot as usize / WIDTH)
             .collect(),
-    ))
+    )
 }
 
-/// What a stored step graph replays over: owned by the graph, refilled in place.
+/// What a stored step graph replays over: the engine's buffers behind the canary's views of
+/// them (`from_shared`: each view keeps `Arc`s of its buffers, so nothing here borrows), and the
+/// KV pool (K at byte 0, V at `V_AT` of one allocation), all owned by the graph and refilled in
+/// place between replays.
 struct GraphInputs {
-    batch: DeviceBatch<Cap<ROWS>>,
-    table: cuda::DeviceReqToToken,
-    write: WriteInputs<Cap<ENTRIES>, InputAssertOff, Device>,
+    batch: Shared<DeviceBatch<Cap<ROWS>>>,
+    table: Shared<cuda::DeviceReqToToken>,
+    write: Shared<WriteInputs<Cap<ENTRIES>, InputAssertOff, Device>>,
+    kv_pool: Arc<DeviceBuffer<u8>>,
 }
 
-/// An engine struct keeping its canary's step graph (`Send + 'static`).
+/// Where the V half starts in the graph's one KV allocation.
+const V_AT: usize = SLOTS * TOKEN_BYTES;
+
+impl GraphInputs {
+    /// The engine's buffers and the views of them (cust errors come back through `?`).
+    fn new(gpu: &Gpu, host_table: &ReqToToken) -> Result<Self, Error> {
+        let column = || -> Result<Arc<DeviceBuffer<i64>>, Error> {
+            Ok(Arc::new(DeviceBuffer::from_slice(&[0i64; ENTRIES])?))
+        };
+        let bs = Arc::new(DeviceBuffer::from_slice(&[0i32])?);
+        let table = Arc::new(DeviceBuffer::from_slice(host_table.as_slice())?);
+        Ok(GraphInputs {
+            batch: DeviceBatch::from_shared(gpu, Cap, [column()?, column()?, column()?], Some(bs))?,
+            table: cuda::DeviceReqToToken::from_shared(gpu, table, ROWS, WIDTH)?,
+            write: WriteInputs::from_shared(gpu, Cap, [column()?, column()?, column()?])?,
+            kv_pool: Arc::new(DeviceBuffer::from_slice(&vec![0u8; 2 * V_AT])?),
+        })
+    }
+
+    /// The tail's real-KV sources: K and V at their byte offsets of the one pool.
+    fn tail_kv(&self) -> Result<KvPair<DeviceRealKv<'_>>, Error> {
+        Ok(KvPair {
+            k: fold_at(&self.kv_pool, 0)?,
+            v: fold_at(&self.kv_pool, V_AT)?,
+        })
+    }
+}
+
+/// An engine struct keeping its canary's step graph (`Send + 'static`: the graph owns the
+/// canary, the inputs and the step closure).
 struct Engine {
-    graph: StepGraph<
-        Cap<256>,
-        Cap<ROWS>,
-        Cap<ENTRIES>,
-        Cap<SLOTS>,
-        Cap<64>,
-        kv_canary::Full,
-        GraphInputs,
-    >,
+    graph: StepGraph<Cap<256>, Cap<ROWS>, Cap<ENTRIES>, Cap<SLOTS>, Cap<64>, Full, GraphInputs>,
 }
 
-/// The decode step captured once and replayed over refilled batches (three requests, one
-/// token each a replay), each replay's report taken one replay late.
-fn graph_loop(gpu: &Gpu, host_table: &ReqToToken) -> Result<(), Error> {
+/// The decode step captured once and replayed over refilled batches (three requests, one token
+/// each a replay), each replay's report taken one replay late. Bug 3, at replay 12: request 1's
+/// new token is written into request 2's cached slot (a wrong `out_cache_loc`); the next
+/// replay's verifies report both requests' chains, and the engine aborts them.
+fn graph_loop(gpu: &Gpu, host_table: &ReqToToken) -> Outcome {
     let shape = Spec::new();
     let canary: DeviceCanary = Canary::full_on(Stream::new(gpu)?, shape, Cap, Cap)?;
-    let inputs = GraphInputs {
-        batch: shape.device_batch(gpu)?,
-        table: cuda::DeviceReqToToken::from_host(gpu, host_table)?,
-        write: canary.try_write_inputs()?,
-    };
     let mut engine = Engine {
-        graph: StepGraph::new(canary, inputs, |canary, k: &GraphInputs| {
-            canary
-                .plan(&cuda::PlanInputs::full(&k.batch, &k.table))?
-                .verify_head()?
-                .write(&k.write)?
-                // The engine's forward pass would be captured here, on the canary's stream.
-                .verify_tail(cuda::TailKvOnDevice::NONE)
-        }),
+        graph: StepGraph::new(
+            canary,
+            GraphInputs::new(gpu, host_table)?,
+            |canary, k: &GraphInputs| {
+                canary
+                    .plan(&cuda::PlanInputs::full(&k.batch, &k.table))?
+                    .verify_head()?
+                    .write(&k.write)?
+                    // The engine's forward pass would be captured here, on the canary's stream
+                    // (its kernels write the new tokens' K and V rows; this one writes none, so
+                    // the pool stays zero and every fold sees the bytes the last one did).
+                    .verify_tail(k.tail_kv()?)
+            },
+        ),
     };
     engine.graph.capture()?;
-    let rows = [1usize, 2, 3];
+    let mut active = vec![1usize, 2, 3];
     let mut cached = [0usize; ROWS];
-    let (mut replays, mut clean) = (0u64, 0u64);
-    for replay in 0..24 {
+    let (mut replays, mut clean, mut aborted) = (0u64, 0u64, Vec::new());
+    let mut take = |n: u64, report: DeviceStepReport, active: &mut Vec<usize>| match findings(
+        &format!("replay {n}"),
+        &report,
+    ) {
+        None => clean += 1,
+        Some(rows) => {
+            for row in rows {
+                if active.contains(&row) {
+                    println!("    -> the engine aborts request {row}");
+                    active.retain(|&r| r != row);
+                    aborted.push(row);
+                }
+            }
+        }
+    };
+    for replay in 0..24u64 {
         let extend = if replay == 0 { 8 } else { 1 };
-        let host_batch: Batch = rows
+        let host_batch: Batch = active
             .iter()
             .map(|&r| BatchRow {
                 req_pool_index: r as i64,
@@ -437,38 +486,48 @@ fn graph_loop(gpu: &Gpu, host_table: &ReqToToken) -> Result<(), Error> {
         let mut host_inputs = shape.write_inputs();
         let p = host_inputs.parts_mut();
         let mut i = 0;
-        for &r in &rows {
+        for &r in &active {
             for q in cached[r]..cached[r] + extend as usize {
                 (p.input_ids[i], p.positions[i], p.out_cache_loc[i]) =
                     (token(r, q), q as i64, slot(r, q));
+                if replay == 12 && r == 1 {
+                    p.out_cache_loc[i] = slot(2, 3);
+                    println!(
+                        "replay {replay}: BUG: request 1's token {q} written into slot {} \
+                         (request 2, position 3)",
+                        slot(2, 3)
+                    );
+                }
                 i += 1;
             }
             cached[r] += extend as usize;
         }
         // At most two replays in flight: wait for the older one before refilling.
         if engine.graph.unread() == 2 {
-            clean += u64::from(engine.graph.wait()?.is_some_and(|(_, r)| r.is_clean()));
+            if let Some((n, report)) = engine.graph.wait()? {
+                take(n, report, &mut active);
+            }
         }
+        // The engine refills its own buffers through the views (synchronous copies, ordered
+        // with the replays on this blocking stream).
         engine.graph.inputs().batch.upload(&host_batch)?;
         engine.graph.inputs().write.upload(&host_inputs)?;
         engine.graph.replay()?;
         replays += 1;
-        while let Some((_, report)) = engine.graph.try_take()? {
-            clean += u64::from(report.is_clean());
+        while let Some((n, report)) = engine.graph.try_take()? {
+            take(n, report, &mut active);
         }
     }
-    while let Some((_, report)) = engine.graph.wait()? {
-        clean += u64::from(report.is_clean());
+    while let Some((n, report)) = engine.graph.wait()? {
+        take(n, report, &mut active);
     }
     println!(
-        "step graph: {replays} replays of the captured decode step, {clean} reports clean, {} \
-         pinned stagings",
+        "step graph: {replays} replays of the captured decode step (real-KV tail inside the \
+         graph), {clean} reports clean, requests aborted {aborted:?}, {} pinned stagings",
         engine.graph.stream().report_stagings_allocated()
     );
-    if clean != replays {
-        return Err(Error::Malformed {
-            detail: format!("{clean} of {replays} replays clean"),
-        });
+    if !(aborted.contains(&1) && aborted.contains(&2)) {
+        return Err(format!("the misdirected write was not caught (aborted {aborted:?})").into());
     }
     Ok(())
 }

@@ -83,9 +83,15 @@
 //! view of memory the engine owns, made by the `unsafe` `from_raw` constructors of the input
 //! types ([`DeviceBatch::from_raw`], [`DeviceTable::from_raw`], [`DeviceLut::from_raw`],
 //! [`DeviceValidLens::from_raw`], `WriteInputs::from_raw`, [`DeviceRealKvSource::from_raw`]) or
-//! at a byte offset of a device buffer ([`DeviceRealKvSource::at`]). The launches read views in
-//! place: a step over views copies no engine array ([`transfers_issued`] counts the copies the
-//! crate issues; docs/cuda.md, "The engine's memory").
+//! at a byte offset of a device buffer ([`DeviceRealKvSource::at`]). Safe views of the engine's
+//! cust buffers (or crate arrays): `from_buffer` / `from_buffers` ([`DeviceTable::from_buffer`],
+//! [`DeviceBatch::from_buffers`], ...) borrow them ([`Borrowed`]), `from_shared`
+//! ([`DeviceBatch::from_shared`], ...) keeps `Arc`s of them ([`Shared`]: storable in an engine's
+//! struct or a [`StepGraph`]'s inputs); with the `cudarc` feature, `from_cudarc` borrows cudarc
+//! slices. Dropping a safe view synchronises the context, so make views once and keep them. The
+//! launches read views in place: a step over views copies no engine array
+//! ([`transfers_issued`] counts the copies the crate issues; docs/cuda.md, "The engine's
+//! memory").
 //!
 //! # Threads and contexts
 //!
@@ -160,7 +166,7 @@ pub use cust::sys::CUresult;
 /// The driver's stream handle, which [`Stream::from_raw`] wraps (re-exported so that an engine
 /// names it without depending on `cust` itself).
 pub use cust::sys::CUstream;
-pub use device::borrowed::Borrowed;
+pub use device::borrowed::{Borrowed, Shared};
 #[cfg(feature = "cudarc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
 pub use device::cudarc_views::CudarcKvSource;

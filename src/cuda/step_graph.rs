@@ -66,7 +66,17 @@ struct Instance {
 /// capture then fails with an error.
 ///
 /// `Send` (when `K` is): an engine stores it in its own structs and drives it from its own
-/// thread.
+/// thread. The safe views that keep the engine's buffers alive
+/// ([`Shared`](crate::cuda::Shared), `from_shared`) suit `K`: the graph then owns every buffer
+/// it replays over.
+///
+/// # Drop
+///
+/// Dropping the graph (or [`into_parts`](StepGraph::into_parts)) first waits for every replay
+/// queued, then destroys the graph instances, then drops the canary and `K`: memory that `K`
+/// keeps alive is released only after the last replay that read it. Untaken reports are
+/// discarded. A new [`Shape`](crate::Shape) for the canary (`Canary::reshape`) means
+/// `into_parts`, the reshape, and a new graph and capture over the same inputs.
 ///
 /// ```no_run
 /// use kv_canary::cuda::{self, StepGraph, Stream};

@@ -901,8 +901,10 @@ where
     /// [`write`](Step::write) of `write_inputs`, with the same rows, counters and report as the
     /// three calls, queued the fastest way the backend has. On a CUDA stream: the plan and the
     /// head verify as one launch where [`plan_and_verify_head`](Self::plan_and_verify_head)
-    /// makes them one (a K+V step is then four launches: the plan with the head verify, the
-    /// head write, the tail verify, the tail write), the head write after it; otherwise
+    /// makes them one, the head write after it (or, with the CUDA backend's
+    /// `KernelTuning::defer_head_writes`, the default, in the tail
+    /// writes' launch: a K+V step is then three launches, the plan with the head verify, the
+    /// tail verify, the writes; without it four); otherwise
     /// `plan` and then [`Step::verify_head_and_write`], whose head writes do the reading half
     /// of their decode-sized requests while the head verify runs. (A head write right behind
     /// the fused launch cannot read early: it reads the write plan that launch writes.)

@@ -606,6 +606,12 @@ where
     ///
     /// Every active source of `real_kv` must cover all the canary's slots; otherwise
     /// [`Error::RealKvSlotOutOfRange`] is returned before any tail launch runs.
+    ///
+    /// On a device stream the write launches queued here are the last to read the step's write
+    /// inputs (`input_ids`, `positions`, `out_cache_loc`: the tail writes, and the head writes
+    /// too when the backend deferred them), and the plan's launch the last to read the plan
+    /// inputs. An engine that refills them on another stream for the next step waits for an
+    /// event recorded on the canary's stream (`canary.backend()`) after this call.
     pub fn verify_tail(self, real_kv: G::Sources<B::RealKv<'_>>) -> Result<B::Report, Error>
     where
         St: ReadyForTailVerify<E, B>,

@@ -9,8 +9,8 @@ use crate::step::{compare, draw_rows, fill_write_inputs, slot, ROWS, SLOTS, STRI
 use crate::{ensure, fail};
 use cust::memory::DeviceBuffer;
 use kv_canary::cuda::{
-    self, CapturedReport, DeviceRealKv, DeviceRealKvSource, Gpu, PendingDeviceReport, StepGraph,
-    Stream,
+    self, CapturedReport, DeviceRealKv, DeviceRealKvSource, Gpu, PendingDeviceReport, Shared,
+    StepGraph, Stream,
 };
 use kv_canary::step::{Canary, KvPair, StepReport, SweepEntries, TailKv};
 use kv_canary::{
@@ -18,17 +18,20 @@ use kv_canary::{
     RealKvParams, RealKvSource, RealKvSources, ReqToToken, RowLayout, Shape, WriteInputs,
 };
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<64>>;
 type DeviceCanary = Canary<Cap<48>, Cap<ROWS>, Cap<64>, Cap<SLOTS>, Cap<64>, Full, cuda::Stream>;
 
-/// What the graph replays over: owned by it, refilled in place between replays.
+/// What the graph replays over, refilled in place between replays: the engine's own cust
+/// buffers (`Arc`s, shared with nothing else here) and the canary's safe views of them, which
+/// keep them alive (`from_shared`), so the graph owns everything it replays over.
 struct Inputs {
-    batch: cuda::DeviceBatch<Cap<ROWS>>,
-    table: cuda::DeviceReqToToken,
-    write: WriteInputs<Cap<64>, InputAssertOff, Device>,
-    k: DeviceBuffer<u8>,
-    v: DeviceBuffer<u8>,
+    batch: Shared<cuda::DeviceBatch<Cap<ROWS>>>,
+    table: Shared<cuda::DeviceReqToToken>,
+    write: Shared<WriteInputs<Cap<64>, InputAssertOff, Device>>,
+    k: Arc<DeviceBuffer<u8>>,
+    v: Arc<DeviceBuffer<u8>>,
 }
 
 /// An engine's struct holding its canary's step graph (`'static`, `Send`).
@@ -68,8 +71,8 @@ fn device_kv(k: &Inputs) -> Result<KvPair<DeviceRealKv<'_>>, Error> {
         Ok(DeviceRealKv::new(RealKvHashMode::All, [src]))
     };
     Ok(KvPair {
-        k: source(&k.k)?,
-        v: source(&k.v)?,
+        k: source(&*k.k)?,
+        v: source(&*k.v)?,
     })
 }
 
@@ -235,15 +238,26 @@ fn upload_kv(device: &DeviceBuffer<u8>, host: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-fn device_inputs(gpu: &Gpu, twin: &Twin, canary: &DeviceCanary) -> Result<Inputs, String> {
+fn device_inputs(gpu: &Gpu, twin: &Twin) -> Result<Inputs, String> {
+    let cuda_err = |e: cust::error::CudaError| format!("engine buffer: {e}");
+    let buffer = |len: usize| {
+        DeviceBuffer::from_slice(&vec![0i64; len])
+            .map(Arc::new)
+            .map_err(cuda_err)
+    };
+    let batch = [buffer(ROWS)?, buffer(ROWS)?, buffer(ROWS)?];
+    let bs = Arc::new(DeviceBuffer::from_slice(&[0i32]).map_err(cuda_err)?);
+    let write = [buffer(64)?, buffer(64)?, buffer(64)?];
+    let table = Arc::new(DeviceBuffer::from_slice(twin.table.as_slice()).map_err(cuda_err)?);
     let zeros = vec![0u8; SLOTS * STRIP];
-    let cuda_err = |e: cust::error::CudaError| format!("device KV: {e}");
     Ok(Inputs {
-        batch: Spec::new().device_batch(gpu).map_err(fail("batch"))?,
-        table: cuda::DeviceReqToToken::from_host(gpu, &twin.table).map_err(fail("table"))?,
-        write: canary.try_write_inputs().map_err(fail("inputs"))?,
-        k: DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?,
-        v: DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?,
+        batch: cuda::DeviceBatch::from_shared(gpu, Cap::<ROWS>, batch, Some(bs))
+            .map_err(fail("batch view"))?,
+        table: cuda::DeviceReqToToken::from_shared(gpu, table, ROWS, WIDTH)
+            .map_err(fail("table view"))?,
+        write: WriteInputs::from_shared(gpu, Cap::<64>, write).map_err(fail("inputs view"))?,
+        k: Arc::new(DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?),
+        v: Arc::new(DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?),
     })
 }
 
@@ -263,7 +277,7 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
     let stream = Stream::new(gpu).map_err(fail("stream"))?;
     let canary: DeviceCanary =
         Canary::full_on(stream, Spec::new(), Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
-    let inputs = device_inputs(gpu, &twin, &canary)?;
+    let inputs = device_inputs(gpu, &twin)?;
     let mut engine = Engine {
         graph: StepGraph::new(canary, inputs, device_step),
     };
@@ -436,7 +450,7 @@ fn engine_capture_on(gpu: &Gpu, raw: cust::sys::CUstream, replays: u64) -> Resul
     let stream = unsafe { Stream::from_raw(gpu, raw) }.map_err(fail("from_raw"))?;
     let mut canary: DeviceCanary =
         Canary::full_on(stream, Spec::new(), Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
-    let inputs = device_inputs(gpu, &twin, &canary)?;
+    let inputs = device_inputs(gpu, &twin)?;
     canary.prepare_capture(1).map_err(fail("prepare capture"))?;
     // SAFETY: `raw` is live; global mode.
     check("cuStreamBeginCapture", unsafe {

@@ -1,11 +1,14 @@
-//! [`Borrowed`]: a device input viewing memory borrowed from the engine for `'a` (a cust
-//! `DeviceBuffer`, a crate `DeviceArray` or, with the `cudarc` feature, a cudarc slice), so the
-//! memory outlives the view, and whose drop waits until nothing that read it can still run.
+//! Safe views of the engine's device memory: [`Borrowed`], a device input viewing memory
+//! borrowed for `'a` (a cust `DeviceBuffer`, a crate `DeviceArray` or, with the `cudarc`
+//! feature, a cudarc slice), so the memory outlives the view; and [`Shared`], one keeping `Arc`s
+//! of the buffers it views, so it can live in an engine's struct or a stored graph's inputs.
+//! Dropping either waits until nothing that read the memory can still run.
 
 use super::gpu::Gpu;
 use crate::Error;
 use core::marker::PhantomData;
 use core::ops::Deref;
+use std::sync::Arc;
 
 /// What a [`Borrowed`] view synchronises when dropped: the context of the memory it views.
 pub(crate) enum Fence {
@@ -68,6 +71,55 @@ impl<T> Drop for Borrowed<'_, T> {
 impl<T: core::fmt::Debug> core::fmt::Debug for Borrowed<'_, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_tuple("Borrowed").field(&self.value).finish()
+    }
+}
+
+/// A device input viewing buffers it keeps alive (`Arc`s of the engine's cust buffers or crate
+/// arrays); dereferences to the input, which is accepted wherever the crate-owned one is. It
+/// borrows nothing, so an engine stores it in its own struct, or in a
+/// [`StepGraph`](crate::cuda::StepGraph)'s inputs, beside nothing else; the buffers stay
+/// allocated while it lives, and the engine writes them through the view (`upload_on`) or with
+/// its own kernels. Dropping it synchronises the `Gpu`'s context first, so no launch or graph
+/// replay that read the buffers still runs when their last `Arc` goes: one synchronisation, at
+/// the end of the view's life (make views once and keep them).
+pub struct Shared<T> {
+    value: T,
+    fence: Fence,
+    /// Released after the fence has waited (fields drop after `Drop::drop`).
+    buffers: Vec<Arc<dyn Send + Sync>>,
+}
+
+impl<T> Shared<T> {
+    /// `value`, viewing `buffers`, whose context `fence` names.
+    pub(crate) fn new(value: T, fence: Fence, buffers: Vec<Arc<dyn Send + Sync>>) -> Self {
+        Shared {
+            value,
+            fence,
+            buffers,
+        }
+    }
+}
+
+impl<T> Deref for Shared<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> Drop for Shared<T> {
+    fn drop(&mut self) {
+        // Nothing that read the buffers may still run once their last handle may go.
+        self.fence.wait();
+    }
+}
+
+impl<T: core::fmt::Debug> core::fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Shared")
+            .field("value", &self.value)
+            .field("buffers", &self.buffers.len())
+            .finish()
     }
 }
 

@@ -1,73 +1,133 @@
 //! Safe views of device buffers the engine allocated through the crate or cust (a
 //! `cust::memory::DeviceBuffer<T>` or a [`DeviceArray<T>`](crate::cuda::DeviceArray), anything
-//! [`DeviceSlice`]): the device inputs over buffers borrowed for `'a`, so the buffers outlive
-//! every view made of them ([`Borrowed`], which synchronises the `Gpu`'s context when dropped).
-//! The `unsafe` `from_raw` constructors remain for memory the crate cannot name (raw pointers of
-//! another framework, an engine struct owning both its memory and a stored graph).
+//! [`DeviceSlice`]): the device inputs over buffers borrowed for `'a` (`from_buffer`,
+//! `from_buffers`: a [`Borrowed`] view, for a scope that outlives it) or over `Arc`s of them
+//! (`from_shared`: a [`Shared`] view, which keeps them alive and can live in an engine's struct
+//! or a stored graph's inputs). Both synchronise the `Gpu`'s context when dropped: make views
+//! once and keep them (a view made and dropped every step stalls the host every step). The
+//! `unsafe` `from_raw` constructors remain for memory the crate cannot name (raw pointers of
+//! another framework).
 
-use super::borrowed::{at_least, Borrowed, Fence};
+use super::borrowed::{at_least, Borrowed, Fence, Shared};
 use super::gpu::Gpu;
 use super::plan_inputs::{DeviceBatch, DeviceLut, DeviceTable, DeviceValidLens, RawBatch};
 use super::write_inputs::RawWriteInputs;
 use crate::capacity::Capacity;
 use crate::cuda::driver::array::DeviceSlice;
 use crate::input::{InputAssertOff, TableKind, WriteInputs};
-use crate::memory::Device;
+use crate::memory::{Device, Element};
 use crate::Error;
+use std::sync::Arc;
 
 /// The address of `buffer` after checking it holds at least `needed` elements.
-fn addr_of<T, B>(what: &'static str, buffer: &B, needed: usize) -> Result<u64, Error>
-where
-    T: crate::memory::Element,
-    B: DeviceSlice<T> + ?Sized,
-{
+fn addr_of<T: Element, B: DeviceSlice<T> + ?Sized>(
+    what: &'static str,
+    buffer: &B,
+    needed: usize,
+) -> Result<u64, Error> {
     at_least(what, buffer.len(), needed)?;
     Ok(buffer.device_addr())
 }
 
+/// `Arc`s of the viewed buffers, type-erased, for a [`Shared`] view to keep.
+fn keep<B: Send + Sync + 'static>(
+    buffers: impl IntoIterator<Item = Arc<B>>,
+) -> Vec<Arc<dyn Send + Sync>> {
+    buffers
+        .into_iter()
+        .map(|b| b as Arc<dyn Send + Sync>)
+        .collect()
+}
+
 impl<K: TableKind> DeviceTable<K> {
+    /// The table over `cells`, checked as [`from_raw`](Self::from_raw) and for its length.
+    ///
+    /// # Safety
+    ///
+    /// `cells` stays allocated while the returned table, or any launch or graph that read it,
+    /// can run.
+    unsafe fn over<B: DeviceSlice<i32> + ?Sized>(
+        gpu: &Gpu,
+        cells: &B,
+        rows: usize,
+        width: usize,
+    ) -> Result<Self, Error> {
+        let addr = addr_of(K::NAME, cells, rows.saturating_mul(width))?;
+        // SAFETY: `cells` is a live device allocation of at least `rows x width` elements
+        // (checked); the caller keeps it allocated as long as the table can be read.
+        unsafe { Self::from_raw(gpu, addr, rows, width) }
+    }
+
     /// A view of a device buffer holding at least `rows x width` `i32` cells (row-major),
     /// checked as [`from_raw`](Self::from_raw); a shorter buffer is [`Error::LengthMismatch`].
-    /// The buffer is allocated in `gpu`'s context (or one its device can access).
+    /// The buffer is allocated in `gpu`'s context (or one its device can access). Dropping the
+    /// view synchronises the context: make it once and keep it.
     pub fn from_buffer<'a, B: DeviceSlice<i32> + ?Sized>(
         gpu: &Gpu,
         cells: &'a B,
         rows: usize,
         width: usize,
     ) -> Result<Borrowed<'a, Self>, Error> {
-        let addr = addr_of(K::NAME, cells, rows.saturating_mul(width))?;
-        // SAFETY: `cells` is a live device allocation of at least `rows x width` elements
-        // (checked), borrowed for 'a, which the returned view cannot outlive and whose drop
-        // waits for every launch that read it.
-        let table = unsafe { Self::from_raw(gpu, addr, rows, width)? };
+        // SAFETY: `cells` is borrowed for 'a, which the view cannot outlive, and the view's
+        // drop waits for every launch that read it.
+        let table = unsafe { Self::over(gpu, cells, rows, width)? };
         Ok(Borrowed::new(table, Fence::Gpu(gpu.clone())))
+    }
+
+    /// [`from_buffer`](Self::from_buffer) over a buffer the view keeps alive (an engine's
+    /// struct or a stored graph's inputs hold the view).
+    pub fn from_shared<B>(
+        gpu: &Gpu,
+        cells: Arc<B>,
+        rows: usize,
+        width: usize,
+    ) -> Result<Shared<Self>, Error>
+    where
+        B: DeviceSlice<i32> + Send + Sync + 'static,
+    {
+        // SAFETY: the view keeps `cells` alive, and its drop waits for every launch that read
+        // it before releasing it.
+        let table = unsafe { Self::over(gpu, &*cells, rows, width)? };
+        Ok(Shared::new(table, Fence::Gpu(gpu.clone()), keep([cells])))
     }
 }
 
 impl DeviceLut {
     /// A view of a whole device buffer of `i64`s, checked as [`from_raw`](Self::from_raw).
+    /// Dropping the view synchronises the context: make it once and keep it.
     pub fn from_buffer<'a, B: DeviceSlice<i64> + ?Sized>(
         gpu: &Gpu,
         lut: &'a B,
     ) -> Result<Borrowed<'a, Self>, Error> {
-        let addr = lut.device_addr();
         // SAFETY: as `DeviceTable::from_buffer`.
-        let view = unsafe { Self::from_raw(gpu, addr, lut.len())? };
+        let view = unsafe { Self::from_raw(gpu, lut.device_addr(), lut.len())? };
         Ok(Borrowed::new(view, Fence::Gpu(gpu.clone())))
+    }
+
+    /// [`from_buffer`](Self::from_buffer) over a buffer the view keeps alive.
+    pub fn from_shared<B>(gpu: &Gpu, lut: Arc<B>) -> Result<Shared<Self>, Error>
+    where
+        B: DeviceSlice<i64> + Send + Sync + 'static,
+    {
+        // SAFETY: as `DeviceTable::from_shared`.
+        let view = unsafe { Self::from_raw(gpu, lut.device_addr(), lut.len())? };
+        Ok(Shared::new(view, Fence::Gpu(gpu.clone()), keep([lut])))
     }
 }
 
 impl<W: Capacity> DeviceBatch<W> {
-    /// Views of three device buffers of at least `capacity` `i64`s (`req_pool_indices`,
-    /// `prefix_lens`, `extend_seq_lens`) and optionally of the engine's `bs` (an `i32` buffer
-    /// of at least one element; `None`: [`set_len_on`](Self::set_len_on)), checked as
-    /// [`from_raw`](Self::from_raw).
-    pub fn from_buffers<'a, B, S>(
+    /// The batch over `columns` and `bs`, checked as [`from_raw`](Self::from_raw) and for
+    /// their lengths.
+    ///
+    /// # Safety
+    ///
+    /// As [`DeviceTable::over`], for every buffer.
+    unsafe fn over<B, S>(
         gpu: &Gpu,
         capacity: W,
-        columns: [&'a B; 3],
-        bs: Option<&'a S>,
-    ) -> Result<Borrowed<'a, Self>, Error>
+        columns: [&B; 3],
+        bs: Option<&S>,
+    ) -> Result<Self, Error>
     where
         B: DeviceSlice<i64> + ?Sized,
         S: DeviceSlice<i32> + ?Sized,
@@ -79,22 +139,59 @@ impl<W: Capacity> DeviceBatch<W> {
             extend_seq_lens: addr_of("extend_seq_lens", columns[2], n)?,
             bs: bs.map(|b| addr_of("bs", b, 1)).transpose()?,
         };
+        // SAFETY: every buffer holds what its view claims (checked); the caller keeps them.
+        unsafe { Self::from_raw(gpu, capacity, raw) }
+    }
+
+    /// Views of three device buffers of at least `capacity` `i64`s (`req_pool_indices`,
+    /// `prefix_lens`, `extend_seq_lens`) and optionally of the engine's `bs` (an `i32` buffer
+    /// of at least one element; `None`: [`set_len_on`](Self::set_len_on), and the type of the
+    /// absent buffer must be named, `None::<&DeviceBuffer<i32>>`), checked as
+    /// [`from_raw`](Self::from_raw). Dropping the view synchronises the context: make it once
+    /// and keep it.
+    pub fn from_buffers<'a, B, S>(
+        gpu: &Gpu,
+        capacity: W,
+        columns: [&'a B; 3],
+        bs: Option<&'a S>,
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        B: DeviceSlice<i64> + ?Sized,
+        S: DeviceSlice<i32> + ?Sized,
+    {
         // SAFETY: as `DeviceTable::from_buffer`, for every buffer.
-        let batch = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        let batch = unsafe { Self::over(gpu, capacity, columns, bs)? };
         Ok(Borrowed::new(batch, Fence::Gpu(gpu.clone())))
+    }
+
+    /// [`from_buffers`](Self::from_buffers) over buffers the view keeps alive.
+    pub fn from_shared<B, S>(
+        gpu: &Gpu,
+        capacity: W,
+        columns: [Arc<B>; 3],
+        bs: Option<Arc<S>>,
+    ) -> Result<Shared<Self>, Error>
+    where
+        B: DeviceSlice<i64> + Send + Sync + 'static,
+        S: DeviceSlice<i32> + Send + Sync + 'static,
+    {
+        let [a, b, c] = &columns;
+        // SAFETY: as `DeviceTable::from_shared`, for every buffer.
+        let batch = unsafe { Self::over(gpu, capacity, [&**a, &**b, &**c], bs.as_deref())? };
+        let mut buffers = keep(columns);
+        buffers.extend(keep(bs));
+        Ok(Shared::new(batch, Fence::Gpu(gpu.clone()), buffers))
     }
 }
 
 impl<W: Capacity> DeviceValidLens<W> {
-    /// Views of a device buffer of at least `capacity` `i64` lengths and optionally of their
-    /// count (an `i32` buffer; `None`: [`set_len_on`](Self::set_len_on)), checked as
-    /// [`from_raw`](Self::from_raw).
-    pub fn from_buffers<'a, B, C>(
-        gpu: &Gpu,
-        capacity: W,
-        lens: &'a B,
-        count: Option<&'a C>,
-    ) -> Result<Borrowed<'a, Self>, Error>
+    /// The lengths over `lens` and `count`, checked as [`from_raw`](Self::from_raw) and for
+    /// their lengths.
+    ///
+    /// # Safety
+    ///
+    /// As [`DeviceTable::over`], for both buffers.
+    unsafe fn over<B, C>(gpu: &Gpu, capacity: W, lens: &B, count: Option<&C>) -> Result<Self, Error>
     where
         B: DeviceSlice<i64> + ?Sized,
         C: DeviceSlice<i32> + ?Sized,
@@ -107,28 +204,94 @@ impl<W: Capacity> DeviceValidLens<W> {
         let count = count
             .map(|c| addr_of("valid_lens count", c, 1))
             .transpose()?;
+        // SAFETY: both buffers hold what their views claim (checked); the caller keeps them.
+        unsafe { Self::from_raw(gpu, capacity, addr, count) }
+    }
+
+    /// Views of a device buffer of at least `capacity` `i64` lengths and optionally of their
+    /// count (an `i32` buffer; `None`: [`set_len_on`](Self::set_len_on)), checked as
+    /// [`from_raw`](Self::from_raw). Dropping the view synchronises the context: make it once
+    /// and keep it.
+    pub fn from_buffers<'a, B, C>(
+        gpu: &Gpu,
+        capacity: W,
+        lens: &'a B,
+        count: Option<&'a C>,
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        B: DeviceSlice<i64> + ?Sized,
+        C: DeviceSlice<i32> + ?Sized,
+    {
         // SAFETY: as `DeviceTable::from_buffer`, for both buffers.
-        let view = unsafe { Self::from_raw(gpu, capacity, addr, count)? };
+        let view = unsafe { Self::over(gpu, capacity, lens, count)? };
         Ok(Borrowed::new(view, Fence::Gpu(gpu.clone())))
+    }
+
+    /// [`from_buffers`](Self::from_buffers) over buffers the view keeps alive.
+    pub fn from_shared<B, C>(
+        gpu: &Gpu,
+        capacity: W,
+        lens: Arc<B>,
+        count: Option<Arc<C>>,
+    ) -> Result<Shared<Self>, Error>
+    where
+        B: DeviceSlice<i64> + Send + Sync + 'static,
+        C: DeviceSlice<i32> + Send + Sync + 'static,
+    {
+        // SAFETY: as `DeviceTable::from_shared`, for both buffers.
+        let view = unsafe { Self::over(gpu, capacity, &*lens, count.as_deref())? };
+        let mut buffers = keep([lens]);
+        buffers.extend(keep(count));
+        Ok(Shared::new(view, Fence::Gpu(gpu.clone()), buffers))
     }
 }
 
 impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
-    /// Views of three device buffers of at least `capacity` `i64`s (`input_ids`, `positions`,
-    /// `out_cache_loc`), checked as [`from_raw`](Self::from_raw).
-    pub fn from_buffers<'a, B: DeviceSlice<i64> + ?Sized>(
+    /// The inputs over `arrays`, checked as [`from_raw`](Self::from_raw) and for their lengths.
+    ///
+    /// # Safety
+    ///
+    /// As [`DeviceTable::over`], for every buffer.
+    unsafe fn over<B: DeviceSlice<i64> + ?Sized>(
         gpu: &Gpu,
         capacity: E,
-        arrays: [&'a B; 3],
-    ) -> Result<Borrowed<'a, Self>, Error> {
+        arrays: [&B; 3],
+    ) -> Result<Self, Error> {
         let n = capacity.get();
         let raw = RawWriteInputs {
             input_ids: addr_of("input_ids", arrays[0], n)?,
             positions: addr_of("positions", arrays[1], n)?,
             out_cache_loc: addr_of("out_cache_loc", arrays[2], n)?,
         };
+        // SAFETY: every buffer holds what its view claims (checked); the caller keeps them.
+        unsafe { Self::from_raw(gpu, capacity, raw) }
+    }
+
+    /// Views of three device buffers of at least `capacity` `i64`s (`input_ids`, `positions`,
+    /// `out_cache_loc`), checked as [`from_raw`](Self::from_raw). Dropping the view
+    /// synchronises the context: make it once and keep it.
+    pub fn from_buffers<'a, B: DeviceSlice<i64> + ?Sized>(
+        gpu: &Gpu,
+        capacity: E,
+        arrays: [&'a B; 3],
+    ) -> Result<Borrowed<'a, Self>, Error> {
         // SAFETY: as `DeviceTable::from_buffer`, for every buffer.
-        let inputs = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        let inputs = unsafe { Self::over(gpu, capacity, arrays)? };
         Ok(Borrowed::new(inputs, Fence::Gpu(gpu.clone())))
+    }
+
+    /// [`from_buffers`](Self::from_buffers) over buffers the view keeps alive.
+    pub fn from_shared<B>(
+        gpu: &Gpu,
+        capacity: E,
+        arrays: [Arc<B>; 3],
+    ) -> Result<Shared<Self>, Error>
+    where
+        B: DeviceSlice<i64> + Send + Sync + 'static,
+    {
+        let [a, b, c] = &arrays;
+        // SAFETY: as `DeviceTable::from_shared`, for every buffer.
+        let inputs = unsafe { Self::over(gpu, capacity, [&**a, &**b, &**c])? };
+        Ok(Shared::new(inputs, Fence::Gpu(gpu.clone()), keep(arrays)))
     }
 }

@@ -55,6 +55,17 @@ impl From<cust::error::CudaError> for CudaErrorCode {
     }
 }
 
+/// A cust call of the engine's own (an allocation, a copy) failed: [`Error::Cuda`] with the
+/// code, the call named `"cust"`, so an engine on cust returns `kv_canary::Error` with `?`.
+impl From<cust::error::CudaError> for Error {
+    fn from(e: cust::error::CudaError) -> Self {
+        Error::Cuda {
+            call: "cust",
+            code: e.into(),
+        }
+    }
+}
+
 impl PartialEq for CudaErrorCode {
     fn eq(&self, other: &Self) -> bool {
         self.raw() == other.raw()
