@@ -667,49 +667,68 @@ impl<'a> StepParts<'a> {
     }
 }
 
-/// Queues one step's launches on `on` (a stream, or a capture) in the step API's order;
-/// `after(i)` runs after launch `i` (events between eager launches).
+/// The launches `--elide` leaves out (indices in queue order), set once before any step.
+static ELIDED: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+
+/// Sets the launches [`queue_step`] leaves out (`--elide`); a measurement of what each launch
+/// of a step costs. The plan and the writes rewrite what the eager runs already wrote (the same
+/// inputs every replay), so a graph without them still verifies clean.
+pub fn set_elided(launches: &[usize]) {
+    let _ = ELIDED.set(launches.to_vec());
+}
+
+fn elided(launch: usize) -> bool {
+    ELIDED.get().is_some_and(|e| e.contains(&launch))
+}
+
+/// Queues one step's launches on `on` (a stream, or a capture) in the step API's order, but
+/// those `--elide` names; `after(i)` runs after launch `i`, queued or not (events between eager
+/// launches).
 fn queue_step<'a, Q: Queue<'a> + ?Sized>(
     on: &Q,
     p: &StepParts<'a>,
     mut after: impl FnMut(usize) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut i = 0;
-    let mut next = |r: Result<(), Error>| {
-        r?;
-        let done = after(i);
+    let mut next = |f: &dyn Fn() -> Result<(), Error>| {
+        let idx = i;
         i += 1;
-        done
+        if !elided(idx) {
+            f()?;
+        }
+        after(idx)
     };
     if p.fused_head {
         // The plan with the head verify (`plan_verify_head_and_write`'s first launch).
-        next(if p.halves == 2 {
-            cuda::plan_verify_head_pair(
-                on,
-                p.shape,
-                &p.plan_inputs,
-                p.verify,
-                p.write,
-                (&p.settings[0], &p.settings[1]),
-                (p.buffers[0], p.buffers[1]),
-                p.ring,
-                (p.counters[0], p.counters[1]),
-            )
-        } else {
-            cuda::plan_verify_head(
-                on,
-                p.shape,
-                &p.plan_inputs,
-                p.verify,
-                p.write,
-                &p.settings[0],
-                p.buffers[0],
-                p.ring,
-                p.counters[0],
-            )
+        next(&|| {
+            if p.halves == 2 {
+                cuda::plan_verify_head_pair(
+                    on,
+                    p.shape,
+                    &p.plan_inputs,
+                    p.verify,
+                    p.write,
+                    (&p.settings[0], &p.settings[1]),
+                    (p.buffers[0], p.buffers[1]),
+                    p.ring,
+                    (p.counters[0], p.counters[1]),
+                )
+            } else {
+                cuda::plan_verify_head(
+                    on,
+                    p.shape,
+                    &p.plan_inputs,
+                    p.verify,
+                    p.write,
+                    &p.settings[0],
+                    p.buffers[0],
+                    p.ring,
+                    p.counters[0],
+                )
+            }
         })?;
     } else {
-        next(cuda::plan(on, p.shape, &p.plan_inputs, p.verify, p.write))?;
+        next(&|| cuda::plan(on, p.shape, &p.plan_inputs, p.verify, p.write))?;
     }
     for end in [0, 2] {
         let (k, v) = (end, end + 1);
@@ -719,108 +738,122 @@ fn queue_step<'a, Q: Queue<'a> + ?Sized>(
                 continue; // the head verify ran in the plan's launch; the writes go later
             }
             if p.pairs {
-                next(cuda::verify_pair(
-                    on,
-                    p.shape,
-                    p.verify,
-                    TokenCheckOff,
-                    (&p.settings[k], &p.settings[v]),
-                    (p.buffers[k], p.buffers[v]),
-                    p.ring,
-                    (p.counters[k], p.counters[v]),
-                ))?;
-            } else {
-                for b in end..end + p.halves {
-                    next(cuda::verify(
+                next(&|| {
+                    cuda::verify_pair(
                         on,
                         p.shape,
                         p.verify,
                         TokenCheckOff,
-                        &p.settings[b],
-                        p.buffers[b],
+                        (&p.settings[k], &p.settings[v]),
+                        (p.buffers[k], p.buffers[v]),
                         p.ring,
-                        p.counters[b],
-                    ))?;
+                        (p.counters[k], p.counters[v]),
+                    )
+                })?;
+            } else {
+                for b in end..end + p.halves {
+                    next(&|| {
+                        cuda::verify(
+                            on,
+                            p.shape,
+                            p.verify,
+                            TokenCheckOff,
+                            &p.settings[b],
+                            p.buffers[b],
+                            p.ring,
+                            p.counters[b],
+                        )
+                    })?;
                 }
             }
             if end == 0 {
                 continue; // the head writes go with the tail writes
             }
             let w = &p.write_settings;
-            next(if p.halves == 2 {
-                cuda::write_ends(
-                    on,
-                    p.shape,
-                    p.write,
-                    p.inputs,
-                    [&w[2], &w[3], &w[0], &w[1]],
-                    [p.buffers[2], p.buffers[3], p.buffers[0], p.buffers[1]],
-                    p.ring,
-                    [p.counters[2], p.counters[3], p.counters[0], p.counters[1]],
-                )
-            } else {
-                cuda::write_ends_k(
-                    on,
-                    p.shape,
-                    p.write,
-                    p.inputs,
-                    [&w[2], &w[0]],
-                    [p.buffers[2], p.buffers[0]],
-                    p.ring,
-                    [p.counters[2], p.counters[0]],
-                )
+            next(&|| {
+                if p.halves == 2 {
+                    cuda::write_ends(
+                        on,
+                        p.shape,
+                        p.write,
+                        p.inputs,
+                        [&w[2], &w[3], &w[0], &w[1]],
+                        [p.buffers[2], p.buffers[3], p.buffers[0], p.buffers[1]],
+                        p.ring,
+                        [p.counters[2], p.counters[3], p.counters[0], p.counters[1]],
+                    )
+                } else {
+                    cuda::write_ends_k(
+                        on,
+                        p.shape,
+                        p.write,
+                        p.inputs,
+                        [&w[2], &w[0]],
+                        [p.buffers[2], p.buffers[0]],
+                        p.ring,
+                        [p.counters[2], p.counters[0]],
+                    )
+                }
             })?;
             continue;
         }
         if p.pairs {
             // The step API's launches: one pair launch per stage and end.
             if !verified {
-                next(cuda::verify_pair(
+                next(&|| {
+                    cuda::verify_pair(
+                        on,
+                        p.shape,
+                        p.verify,
+                        TokenCheckOff,
+                        (&p.settings[k], &p.settings[v]),
+                        (p.buffers[k], p.buffers[v]),
+                        p.ring,
+                        (p.counters[k], p.counters[v]),
+                    )
+                })?;
+            }
+            next(&|| {
+                cuda::write_pair(
+                    on,
+                    p.shape,
+                    p.write,
+                    p.inputs,
+                    (&p.write_settings[k], &p.write_settings[v]),
+                    (p.buffers[k], p.buffers[v]),
+                    p.ring,
+                    (p.counters[k], p.counters[v]),
+                )
+            })?;
+            continue;
+        }
+        for b in (end..end + p.halves).filter(|_| !verified) {
+            next(&|| {
+                cuda::verify(
                     on,
                     p.shape,
                     p.verify,
                     TokenCheckOff,
-                    (&p.settings[k], &p.settings[v]),
-                    (p.buffers[k], p.buffers[v]),
+                    &p.settings[b],
+                    p.buffers[b],
                     p.ring,
-                    (p.counters[k], p.counters[v]),
-                ))?;
-            }
-            next(cuda::write_pair(
-                on,
-                p.shape,
-                p.write,
-                p.inputs,
-                (&p.write_settings[k], &p.write_settings[v]),
-                (p.buffers[k], p.buffers[v]),
-                p.ring,
-                (p.counters[k], p.counters[v]),
-            ))?;
-            continue;
-        }
-        for b in (end..end + p.halves).filter(|_| !verified) {
-            next(cuda::verify(
-                on,
-                p.shape,
-                p.verify,
-                TokenCheckOff,
-                &p.settings[b],
-                p.buffers[b],
-                p.ring,
-                p.counters[b],
-            ))?;
+                    p.counters[b],
+                )
+            })?;
         }
         for b in end..end + p.halves {
-            next(cuda::write(
-                on,
-                p.shape,
-                p.write,
-                p.inputs,
-                &p.write_settings[b],
-                p.buffers[b],
-                p.ring,
-                p.counters[b],
-            ))?;
+            next(&|| {
+                cuda::write(
+                    on,
+                    p.shape,
+                    p.write,
+                    p.inputs,
+                    &p.write_settings[b],
+                    p.buffers[b],
+                    p.ring,
+                    p.counters[b],
+                )
+            })?;
         }
     }
     Ok(())
