@@ -3,8 +3,10 @@
 //! run expects. This checks the workload construction that the device run relies on.
 
 use crate::workload::{cap, Mode, Workload, RING_ROWS};
-use kv_canary::step::{Canary, StepStatus, TailKv};
-use kv_canary::{Error, PlanInputs, RealKv, RealKvSource, RealKvSources};
+use kv_canary::step::{Canary, GroupKind, KOnly, StepReport, StepStatus, TailKv};
+use kv_canary::{
+    Error, Full, PlanInputs, RealKv, RealKvSource, RealKvSources, UncheckedCapacity as Uc,
+};
 
 /// What one CPU run of a workload saw.
 pub struct CpuCheck {
@@ -14,16 +16,12 @@ pub struct CpuCheck {
     pub entries_written: u64,
 }
 
-/// Runs `w`'s setup step and its measured step twice on a CPU canary in `mode` (K+V modes
-/// only, as on the device: the bench drives FULL canaries); every report must be clean.
+/// Runs `w`'s setup step and its measured step twice on a CPU canary in `mode` (a FULL canary
+/// for the K+V modes, a K-only one for K only, as on the device); every report must be clean.
 pub fn run(w: &Workload, mode: Mode) -> Result<CpuCheck, String> {
     let err = |what: &'static str| move |e: Error| format!("{}: {what}: {e}", w.kind.name);
-    let mut canary = Canary::try_full(
-        w.shape,
-        cap("slots", w.slots).map_err(err("slots"))?,
-        cap("ring rows", RING_ROWS).map_err(err("ring"))?,
-    )
-    .map_err(err("canary"))?;
+    let slots = cap("slots", w.slots).map_err(err("slots"))?;
+    let ring = cap("ring rows", RING_ROWS).map_err(err("ring"))?;
     let (layout, params) = w.kv_layout();
     let k = vec![0x5Au8; w.kv_pool_bytes()];
     let v = vec![0xA5u8; w.kv_pool_bytes()];
@@ -34,7 +32,40 @@ pub fn run(w: &Workload, mode: Mode) -> Result<CpuCheck, String> {
             RealKvSources::from_array([s]),
         ))
     };
-    let kv = || -> Result<TailKv<'_>, String> { Ok(TailKv::new(source(&k)?, source(&v)?)) };
+    let report = if mode == Mode::KOnlyPartial {
+        let mut canary: Canary<Uc, Uc, Uc, Uc, Uc, KOnly<Full>> =
+            Canary::try_k_only(w.shape, slots, ring).map_err(err("canary"))?;
+        steps(w, mode, &mut canary, || source(&k))?
+    } else {
+        let mut canary = Canary::try_full(w.shape, slots, ring).map_err(err("canary"))?;
+        steps(w, mode, &mut canary, || {
+            Ok(TailKv::new(source(&k)?, source(&v)?))
+        })?
+    };
+    let want_checked = (Workload::verify_launches(mode) * w.verify_entries) as u64;
+    if report.entries_checked() != want_checked {
+        return Err(format!(
+            "{} {}: the CPU step checked {} entries, the benchmark expects {want_checked}",
+            w.kind.name,
+            mode.name(),
+            report.entries_checked()
+        ));
+    }
+    Ok(CpuCheck {
+        entries_checked: report.entries_checked(),
+        entries_written: report.entries_written(),
+    })
+}
+
+/// The setup step (if any) and the measured step twice on `canary`, each report clean; returns
+/// the last report.
+fn steps<'a, G: GroupKind<Pool = Full>>(
+    w: &Workload,
+    mode: Mode,
+    canary: &mut Canary<Uc, Uc, Uc, Uc, Uc, G>,
+    kv: impl Fn() -> Result<G::Sources<RealKv<'a>>, String>,
+) -> Result<StepReport, String> {
+    let err = |what: &'static str| move |e: Error| format!("{}: {what}: {e}", w.kind.name);
     let mut steps = Vec::new();
     if let Some((batch, inputs)) = &w.setup {
         steps.push((batch, inputs, "setup"));
@@ -59,18 +90,5 @@ pub fn run(w: &Workload, mode: Mode) -> Result<CpuCheck, String> {
         }
         last = Some(report);
     }
-    let report = last.ok_or("no step ran")?;
-    let want_checked = (Workload::verify_launches(mode) * w.verify_entries) as u64;
-    if report.entries_checked() != want_checked {
-        return Err(format!(
-            "{} {}: the CPU step checked {} entries, the benchmark expects {want_checked}",
-            w.kind.name,
-            mode.name(),
-            report.entries_checked()
-        ));
-    }
-    Ok(CpuCheck {
-        entries_checked: report.entries_checked(),
-        entries_written: report.entries_written(),
-    })
+    last.ok_or_else(|| "no step ran".to_owned())
 }

@@ -17,7 +17,7 @@ use kv_canary::cuda::{
     self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, DeviceReqToToken, DeviceSettings,
     DeviceStepReport, Gpu, PlanKernel, Polled, Queue, StepGraph, Stream, TailKvOnDevice,
 };
-use kv_canary::step::{Canary, KvPair};
+use kv_canary::step::{Canary, GroupKind, KOnly, KvPair};
 use kv_canary::{
     CanaryBuffer, Device, Error, Full, HealthCounters, InputAssertOff, NoExpectedTokens,
     TokenCheckOff, UncheckedCapacity, UncheckedShape, VerifyPlan, ViolationRing, WriteInputs,
@@ -29,8 +29,10 @@ use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 type Uc = UncheckedCapacity;
-/// The device canary of the benchmark: run-time capacities, FULL group, on a stream.
-type DeviceCanary = Canary<Uc, Uc, Uc, Uc, Uc, Full, Stream>;
+/// A device canary of the benchmark: run-time capacities, group `G`, on a stream.
+type CanaryOf<G> = Canary<Uc, Uc, Uc, Uc, Uc, G, Stream>;
+/// The device canary of the raw launches: FULL group (its K halves serve K only too).
+type DeviceCanary = CanaryOf<Full>;
 type DeviceInputs = WriteInputs<Uc, InputAssertOff, Device>;
 type DevicePlanInputs<'a> = cuda::PlanInputs<'a, Uc, Full, NoExpectedTokens>;
 
@@ -132,10 +134,10 @@ pub struct RowResult {
     pub queued: Option<Stats>,
     /// The library's own whole-step graph ([`cuda::StepGraph`]: the step API captured, report
     /// copies into pinned memory included), each replay's report taken and checked; one-device
-    /// full run, K+V modes only.
+    /// full run.
     pub step_graph: Option<Stats>,
-    /// Eager steps through the step API, events around each step (report copies included);
-    /// `None` for K only (the bench drives a FULL canary, not `Canary::k_only_on`).
+    /// Eager steps through the step API, events around each step (report copies included); K
+    /// only on a K-only canary (`Canary::k_only_on`).
     pub step_api: Option<Stats>,
     /// Eager raw launches, events between them: (launch, median µs).
     pub launches: Vec<(&'static str, f64)>,
@@ -174,6 +176,47 @@ impl FloorKit {
     }
 }
 
+/// The two groups the benchmark steps through the step API: [`Full`] for the K+V modes and
+/// [`KOnly<Full>`] (an MLA-style pool without a V half) for K only.
+trait BenchGroup: GroupKind<Pool = Full> + Sized {
+    /// A fresh canary of `w` on a new stream of `gpu`.
+    fn canary(gpu: &Gpu, w: &Workload) -> Result<CanaryOf<Self>, String>;
+    /// This group's tail sources out of both halves' (K only drops the V half's).
+    fn sources(kv: TailKvOnDevice<'_>) -> Self::Sources<DeviceRealKv<'_>>;
+}
+
+impl BenchGroup for Full {
+    fn canary(gpu: &Gpu, w: &Workload) -> Result<CanaryOf<Self>, String> {
+        Canary::full_on(
+            Stream::new(gpu).map_err(ctx("stream"))?,
+            w.shape,
+            cap("slots", w.slots).map_err(ctx("slots"))?,
+            cap("ring rows", RING_ROWS).map_err(ctx("ring"))?,
+        )
+        .map_err(ctx("device canary"))
+    }
+
+    fn sources(kv: TailKvOnDevice<'_>) -> Self::Sources<DeviceRealKv<'_>> {
+        kv
+    }
+}
+
+impl BenchGroup for KOnly<Full> {
+    fn canary(gpu: &Gpu, w: &Workload) -> Result<CanaryOf<Self>, String> {
+        Canary::k_only_on(
+            Stream::new(gpu).map_err(ctx("stream"))?,
+            w.shape,
+            cap("slots", w.slots).map_err(ctx("slots"))?,
+            cap("ring rows", RING_ROWS).map_err(ctx("ring"))?,
+        )
+        .map_err(ctx("K-only device canary"))
+    }
+
+    fn sources(kv: TailKvOnDevice<'_>) -> Self::Sources<DeviceRealKv<'_>> {
+        kv.k
+    }
+}
+
 /// The device copy of one workload's inputs, shared by its modes.
 struct DeviceWorkload {
     table: DeviceReqToToken,
@@ -182,19 +225,16 @@ struct DeviceWorkload {
     inputs: DeviceInputs,
     k_pool: DeviceBuffer<u8>,
     v_pool: DeviceBuffer<u8>,
+    /// The K+V modes' step-API canary, whose buffers the raw launches use too.
     canary: DeviceCanary,
+    /// The K-only mode's step-API canary.
+    k_only: CanaryOf<KOnly<Full>>,
 }
 
 impl DeviceWorkload {
     fn new(gpu: &Gpu, w: &Workload) -> Result<Self, String> {
         gpu.make_current().map_err(ctx("context"))?;
-        let canary = Canary::full_on(
-            Stream::new(gpu).map_err(ctx("stream"))?,
-            w.shape,
-            cap("slots", w.slots).map_err(ctx("slots"))?,
-            cap("ring rows", RING_ROWS).map_err(ctx("ring"))?,
-        )
-        .map_err(ctx("device canary"))?;
+        let canary = Full::canary(gpu, w)?;
         let upload = |batch: &kv_canary::Batch, inputs: &WriteInputs<Uc>| {
             let b = w.shape.device_batch(gpu)?;
             b.upload(batch)?;
@@ -215,6 +255,7 @@ impl DeviceWorkload {
             k_pool: floors::filled(w.kv_pool_bytes(), 0x5A).map_err(ctx("K pool"))?,
             v_pool: floors::filled(w.kv_pool_bytes(), 0xA5).map_err(ctx("V pool"))?,
             canary,
+            k_only: KOnly::<Full>::canary(gpu, w)?,
         })
     }
 }
@@ -263,14 +304,14 @@ fn check_report(w: &Workload, r: &DeviceStepReport, what: &str) -> Result<(), St
 }
 
 /// One step through the step API, waiting for its report (setup and checks).
-fn step_and_wait(
-    c: &mut DeviceCanary,
+fn step_and_wait<G: BenchGroup>(
+    c: &mut CanaryOf<G>,
     inputs: &DevicePlanInputs<'_>,
     write: &DeviceInputs,
     kv: TailKvOnDevice<'_>,
 ) -> Result<DeviceStepReport, String> {
     c.plan_verify_head_and_write(inputs, write)
-        .and_then(|s| s.verify_tail(kv))
+        .and_then(|s| s.verify_tail(G::sources(kv)))
         .and_then(|p| p.wait())
         .map_err(ctx("step API step"))
 }
@@ -289,10 +330,10 @@ fn spin_host(d: Duration) {
 /// `write` and `verify_tail`; the first `timeline_lines` steps are kept as timeline lines.
 /// Returns the device times and the host's.
 #[allow(clippy::too_many_arguments)]
-fn step_api_run(
+fn step_api_run<G: BenchGroup>(
     w: &Workload,
     gpu: &Gpu,
-    c: &mut DeviceCanary,
+    c: &mut CanaryOf<G>,
     inputs: &DevicePlanInputs<'_>,
     write: &DeviceInputs,
     kv: TailKvOnDevice<'_>,
@@ -317,7 +358,7 @@ fn step_api_run(
         let t3 = Instant::now();
         spin_host(forward);
         let t4 = Instant::now();
-        let pending = s.verify_tail(kv).map_err(ctx("verify_tail"))?;
+        let pending = s.verify_tail(G::sources(kv)).map_err(ctx("verify_tail"))?;
         let t5 = Instant::now();
         c.backend().record(stop).map_err(ctx("record"))?;
         for (i, d) in [(0, t3 - t0), (1, t5 - t4)] {
@@ -374,6 +415,41 @@ fn step_api_run(
     Ok((times, host))
 }
 
+/// The eager step-API runs of one row on `c`: a probe, the timed steps (events around each),
+/// and on the full run the host timeline (the engine's forward pass spun on the host: twice the
+/// eager step, at least 100 µs). Returns the device times with the steps checked, and the host's.
+#[allow(clippy::too_many_arguments)]
+fn step_api_rows<G: BenchGroup>(
+    w: &Workload,
+    gpu: &Gpu,
+    o: &Options,
+    kit: Option<&FloorKit>,
+    c: &mut CanaryOf<G>,
+    plan_inputs: &DevicePlanInputs<'_>,
+    inputs: &DeviceInputs,
+    kv: TailKvOnDevice<'_>,
+) -> Result<((Stats, usize), Option<HostTimes>), String> {
+    let run = |c: &mut CanaryOf<G>, reps, forward, lines| {
+        step_api_run(w, gpu, c, plan_inputs, inputs, kv, reps, forward, lines)
+    };
+    let (probe, _) = run(c, 3, Duration::ZERO, 0)?;
+    let reps = within_budget(o.step_reps, median(&probe), 20);
+    let (times, _) = run(c, reps, Duration::ZERO, 0)?;
+    let mut checked = probe.len() + times.len();
+    let eager = stats_of(&times);
+    let host = match kit {
+        Some(_) => {
+            let forward = Duration::from_secs_f64((2.0 * eager.median_us).max(100.0) * 1e-6);
+            let steps = within_budget(o.timeline_steps, 3.0 * eager.median_us, 20);
+            let (t, host) = run(c, steps, forward, 6)?;
+            checked += t.len();
+            Some(host)
+        }
+        None => None,
+    };
+    Ok(((eager, checked), host))
+}
+
 /// The engine's inputs of a [`StepGraph`] run, owned by the graph.
 struct GraphInputs {
     table: DeviceReqToToken,
@@ -388,20 +464,14 @@ struct GraphInputs {
 /// verify with the report's copies) and replayed `reps` times, each replay timed by events
 /// around it and every replay's report taken (at most one unread while the next replays) and
 /// checked clean with the step's numbers. Returns the timing and the replays checked.
-fn step_graph_run(
+fn step_graph_run<G: BenchGroup>(
     gpu: &Gpu,
     w: &Workload,
     mode: Mode,
     reps: usize,
 ) -> Result<(Stats, usize), String> {
     gpu.make_current().map_err(ctx("context"))?;
-    let mut canary = Canary::full_on(
-        Stream::new(gpu).map_err(ctx("stream"))?,
-        w.shape,
-        cap("slots", w.slots).map_err(ctx("slots"))?,
-        cap("ring rows", RING_ROWS).map_err(ctx("ring"))?,
-    )
-    .map_err(ctx("device canary"))?;
+    let mut canary = G::canary(gpu, w)?;
     let upload = |batch: &kv_canary::Batch, inputs: &WriteInputs<Uc>| {
         let b = w.shape.device_batch(gpu)?;
         b.upload(batch)?;
@@ -444,12 +514,12 @@ fn step_graph_run(
             },
         };
         c.plan_verify_head_and_write(&cuda::PlanInputs::full(&k.batch, &k.table), &k.write)?
-            .verify_tail(kv)
+            .verify_tail(G::sources(kv))
     });
     graph.capture().map_err(ctx("step graph capture"))?;
     let mut checked = 0;
     // Takes (waiting) the oldest reports until a replay may be queued; checks each.
-    let mut take = |g: &mut StepGraph<Uc, Uc, Uc, Uc, Uc, Full, GraphInputs>, keep: u64| {
+    let mut take = |g: &mut StepGraph<Uc, Uc, Uc, Uc, Uc, G, GraphInputs>, keep: u64| {
         while g.unread() > keep {
             let (_, r) = g
                 .wait()
@@ -1046,38 +1116,26 @@ pub fn measure(
         let kv = tail_kv(w, mode, &d.k_pool, &d.v_pool)?;
         let plan_inputs = cuda::PlanInputs::full(&d.batch, &d.table);
         let mut checked = 0;
-        // Stamp the prefixes in this mode's fingerprints (K only reuses PARTIAL's).
-        if mode != Mode::KOnlyPartial {
-            if let Some((batch, inputs)) = &d.setup {
-                let setup = cuda::PlanInputs::full(batch, &d.table);
-                let r = step_and_wait(&mut d.canary, &setup, inputs, kv)?;
-                check_report(w, &r, "setup")?;
-            }
-        }
-        let (step_api, host) = if mode == Mode::KOnlyPartial {
-            (None, None)
-        } else {
-            let run = |c: &mut DeviceCanary, reps, forward, lines| {
-                step_api_run(w, gpu, c, &plan_inputs, &d.inputs, kv, reps, forward, lines)
-            };
-            let (probe, _) = run(&mut d.canary, 3, Duration::ZERO, 0)?;
-            let reps = within_budget(o.step_reps, median(&probe), 20);
-            let (times, _) = run(&mut d.canary, reps, Duration::ZERO, 0)?;
-            checked += probe.len() + times.len();
-            let eager = stats_of(&times);
-            let host = if kit.is_some() {
-                // The engine's forward pass on the host: twice the eager step, at least 100 us.
-                let forward = Duration::from_secs_f64((2.0 * eager.median_us).max(100.0) * 1e-6);
-                let steps = within_budget(o.timeline_steps, 3.0 * eager.median_us, 20);
-                let (t, host) = run(&mut d.canary, steps, forward, 6)?;
-                checked += t.len();
-                Some(host)
+        // Stamp the prefixes in this mode's fingerprints (the raw launches of K only reuse
+        // PARTIAL's on the FULL canary's K halves; the K-only canary has its own).
+        if let Some((batch, inputs)) = &d.setup {
+            let setup = cuda::PlanInputs::full(batch, &d.table);
+            let r = if mode == Mode::KOnlyPartial {
+                step_and_wait(&mut d.k_only, &setup, inputs, kv)?
             } else {
-                None
+                step_and_wait(&mut d.canary, &setup, inputs, kv)?
             };
-            (Some(eager), host)
+            check_report(w, &r, "setup")?;
+        }
+        let (eager, host) = if mode == Mode::KOnlyPartial {
+            step_api_rows(w, gpu, o, kit, &mut d.k_only, &plan_inputs, &d.inputs, kv)?
+        } else {
+            step_api_rows(w, gpu, o, kit, &mut d.canary, &plan_inputs, &d.inputs, kv)?
         };
+        checked += eager.1;
+        let step_api = Some(eager.0);
         d.canary.backend().synchronize().map_err(ctx("sync"))?;
+        d.k_only.backend().synchronize().map_err(ctx("sync"))?;
         let parts = StepParts::new(&d.canary, plan_inputs, &d.inputs, kv, mode)?;
         let (launches, raw_runs) = match kit {
             Some(_) => {
@@ -1104,9 +1162,13 @@ pub fn measure(
             )?),
             None => None,
         };
-        let step_graph = if kit.is_some() && mode != Mode::KOnlyPartial {
+        let step_graph = if kit.is_some() {
             let reps = within_budget(o.reps, graph.median_us, 20);
-            let (t, n) = step_graph_run(gpu, w, mode, reps)?;
+            let (t, n) = if mode == Mode::KOnlyPartial {
+                step_graph_run::<KOnly<Full>>(gpu, w, mode, reps)?
+            } else {
+                step_graph_run::<Full>(gpu, w, mode, reps)?
+            };
             checked += n;
             Some(t)
         } else {
@@ -1132,5 +1194,8 @@ pub fn measure(
     let kv = tail_kv(w, Mode::KvAll, &d.k_pool, &d.v_pool)?;
     let r = step_and_wait(&mut d.canary, &plan_inputs, &d.inputs, kv)?;
     check_report(w, &r, "final step")?;
+    let kv = tail_kv(w, Mode::KOnlyPartial, &d.k_pool, &d.v_pool)?;
+    let r = step_and_wait(&mut d.k_only, &plan_inputs, &d.inputs, kv)?;
+    check_report(w, &r, "final K-only step")?;
     Ok(rows)
 }

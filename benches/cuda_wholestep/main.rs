@@ -290,8 +290,6 @@ fn dry_run(workloads: &[Workload]) -> Result<(), String> {
             let bytes = w.traffic_bytes(mode);
             let cpu = if w.kv_pool_bytes() > 64 << 20 {
                 "not stepped on the CPU (pool over 64 MB)".to_owned()
-            } else if mode == Mode::KOnlyPartial {
-                "not stepped on the CPU (no K-only canary in the step API yet)".to_owned()
             } else {
                 let c = cpu_check::run(w, mode)?;
                 format!(
