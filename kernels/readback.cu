@@ -5,10 +5,17 @@
 // (every piece is i32 or i64 words, 4-byte aligned at both ends). A counted piece (the ring
 // rows) copies only the units its device count names. The host reads the staging only after
 // the event recorded behind this launch completed, and reads of a counted piece only the units
-// that count names (it is copied too).
+// that count names (it is copied too). Beside it, the ring clear of every step and sweep.
 #include "common.cuh"
 
 namespace kvc {
+
+// A violation ring emptied (ViolationRing::clear_on): every row zeroed, write index 0.
+struct RingClearArgs {
+    i64* rows;
+    i64 words;
+    i32* write_index;
+};
 
 struct ReadbackArgs {
     const unsigned char* src[READBACK_PIECES];
@@ -22,7 +29,23 @@ struct ReadbackArgs {
 }  // namespace kvc
 
 using kvc::ReadbackArgs;
+using kvc::RingClearArgs;
 KVC_CHECK_LAYOUT_ReadbackArgs(ReadbackArgs);
+KVC_CHECK_LAYOUT_RingClearArgs(RingClearArgs);
+
+// The ring clear in one launch instead of two memsets (rows, write index): a kernel node takes
+// part in the programmatic dependent launches around it (a memset node does not), so the plan
+// behind it launches early. Grid-stride over the words; nothing reads the ring here, so the
+// write index's store needs no order against the rows'. All of it completes before the launch
+// behind it passes its grid_prologue().
+extern "C" __global__ void __launch_bounds__(kvc::READBACK_THREADS) kv_canary_ring_clear(RingClearArgs a) {
+    kvc::grid_prologue();
+    const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+    for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.words; i += stride) {
+        a.rows[i] = 0;
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) *a.write_index = 0;
+}
 
 extern "C" __global__ void __launch_bounds__(kvc::READBACK_THREADS) kv_canary_readback(ReadbackArgs a) {
     kvc::grid_prologue();

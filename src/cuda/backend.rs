@@ -33,7 +33,7 @@
 //!
 //! | host call | queued on the stream |
 //! |---|---|
-//! | `plan` | the plan launch, then the ring clear (two `cuMemsetD32Async`) |
+//! | `plan` | the ring clear (one `kv_canary_ring_clear` launch) and the plan launch (the clear ahead of the plan when the plan is fused with the head verify, after it otherwise) |
 //! | `verify_head` | `HEAD_K` + `HEAD_V` verify (one pair launch) |
 //! | `write` | `HEAD_K` + `HEAD_V` write (one pair launch) |
 //! | `verify_tail` | `TAIL_K` + `TAIL_V` verify, then write (a pair launch each), then the report's copies into pinned host memory (one `kv_canary_readback` launch writing into the mapped staging: the ring rows the step recorded, write index, 8 counters, 3 plan scalars, the write offsets, the status word) and an event |
@@ -200,7 +200,8 @@ impl Backend for Stream {
         settle(self, WriteInputs::on_device(self.gpu(), capacity))
     }
 
-    /// Queues the clear on the stream (memsets, no host synchronisation).
+    /// Queues the clear on the stream (one `kv_canary_ring_clear` launch, no host
+    /// synchronisation).
     fn clear_ring<R: Capacity>(&self, ring: &mut ViolationRing<R, Device>) -> Result<(), Error> {
         ring.clear_on(self)
     }

@@ -40,8 +40,8 @@
 //!   0.3 drops the flag, Rust-GPU/rust-cuda#15), [`Stream::from_raw`] (the engine's own
 //!   stream, not destroyed by the wrapper) and `Stream::from_cudarc` (feature `cudarc`) make
 //!   streams that are **not** ordered with those transfers. What stays ordered on them: every
-//!   launch, the step stages (the ring clear of `plan` is a `cuMemsetD32Async`, the report
-//!   copies of `verify_tail` are one readback kernel launch into mapped pinned memory), [`Stream::clear_status`]
+//!   launch, the step stages (the ring clear of `plan` is one `kv_canary_ring_clear` launch, the
+//!   report copies of `verify_tail` are one readback kernel launch into mapped pinned memory), [`Stream::clear_status`]
 //!   (`cuMemsetD32Async`), [`Stream::reset_scratch`] (`cuMemcpyHtoDAsync`),
 //!   [`Stream::record`] and [`Stream::wait_for`] (`cuStreamWaitEvent`), and the stream-ordered
 //!   uploads of the device inputs (`upload_on(&stream, ..)`, `cuMemcpyHtoDAsync`). What is not: every synchronous transfer

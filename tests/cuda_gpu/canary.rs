@@ -973,3 +973,46 @@ pub fn worked_example(gpu: &Gpu) -> Result<(), String> {
     println!("    spec §4 and §5 worked examples reproduced on the GPU");
     Ok(())
 }
+
+/// `ViolationRing::clear_on` (one `kv_canary_ring_clear` launch) against the CPU ring's
+/// `clear`: rings of 1 to 300,000 rows (one block to the grid-stride of 1024 blocks) full of
+/// random fields, with write indices inside, at and past the capacity and negative (wrapped),
+/// come back all zero with write index 0, as the CPU's; one launch is queued a clear. (The step
+/// tests cover the rows recorded behind a clear: every report reads its rows from row 0.)
+pub fn ring_clear_matches_cpu(gpu: &Gpu) -> Result<(), String> {
+    let mut rng = Rng::new(0xC1EA_0000);
+    let stream = kv_canary::cuda::Stream::new(gpu).map_err(fail("stream"))?;
+    for (case, rows) in [1usize, 2, 15, 16, 17, 1024, 5000, 300_000]
+        .into_iter()
+        .enumerate()
+    {
+        let capacity = cap("ring rows", rows);
+        let fields = (0..rows * 8).map(|_| rng.next_u64() as i64 | 1).collect();
+        let index = match case % 4 {
+            0 => rows as i32,
+            1 => rng.range(0, rows as i64) as i32,
+            2 => rows as i32 + 7,
+            _ => i32::MIN + 3,
+        };
+        let mut host = ViolationRing::from_parts(capacity, fields, index).map_err(fail("ring"))?;
+        let device = host.to_device(gpu).map_err(fail("device ring"))?;
+        let before = kv_canary::cuda::launches_queued();
+        device.clear_on(&stream).map_err(fail("clear_on"))?;
+        let launches = kv_canary::cuda::launches_queued() - before;
+        ensure!(
+            launches == 1,
+            "{rows} rows: clear_on queued {launches} launches, want 1"
+        );
+        stream.synchronize().map_err(fail("sync"))?;
+        host.clear();
+        let back = device.to_host().map_err(fail("ring back"))?;
+        ensure!(
+            back.write_index() == host.write_index() && back.rows_flat() == host.rows_flat(),
+            "{rows} rows (write index {index}): the cleared device ring is not the CPU's \
+             (write index {}, {} nonzero fields)",
+            back.write_index(),
+            back.rows_flat().iter().filter(|&&f| f != 0).count()
+        );
+    }
+    Ok(())
+}

@@ -56,6 +56,7 @@ const TESTS: &[(&str, TestFn)] = &[
         canary::verify_pair_differential,
     ),
     ("scatter_differential_vs_cpu", canary::scatter_differential),
+    ("ring_clear_matches_cpu", canary::ring_clear_matches_cpu),
     (
         "write_verify_malformed_device_data",
         canary::malformed_write_verify,

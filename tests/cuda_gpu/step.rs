@@ -424,8 +424,8 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
             _ => dev.plan_verify_head_and_write(&plan_inputs, &dinputs),
         }
         .map_err(fail("device step"))?;
-        // The head stage's launches: the plan, a verify and a write (pair launches, or one a
-        // half); in one call the plan and the verify are one launch.
+        // The head stage's launches: the ring clear, the plan, a verify and a write (pair
+        // launches, or one a half); in one call the plan and the verify are one launch.
         let head_launches = cuda::launches_queued() - launches_before;
         let tuning = dev_step.backend().gpu().kernel_tuning();
         let per_stage = if tuning.pair_launches { 1 } else { 2 };
@@ -435,10 +435,11 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
         } else {
             per_stage
         };
+        let clear = 1;
         let want = if step % 3 == 2 && tuning.plan_verify_fusion {
-            1 + writes
+            clear + 1 + writes
         } else {
-            1 + per_stage + writes
+            clear + 1 + per_stage + writes
         };
         ensure!(
             head_launches == want,

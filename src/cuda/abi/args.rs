@@ -341,9 +341,21 @@ kernel_args! {
     }
 }
 
+kernel_args! {
+    /// `kvc::RingClearArgs` (kernels/readback.cu): a violation ring emptied in one launch.
+    RingClearArgs {
+        /// The ring's rows.
+        rows: DevPtr<i64>,
+        /// Their `i64` words (capacity x 8).
+        words: i64,
+        /// The ring's write index.
+        write_index: DevPtr<i32>,
+    }
+}
+
 /// Every argument struct, for the generated layout asserts.
 #[allow(dead_code)] // read by build.rs
-pub const LAYOUTS: [Layout; 11] = [
+pub const LAYOUTS: [Layout; 12] = [
     RealKv::LAYOUT,
     PlanArgs::LAYOUT,
     VerifyArgs::LAYOUT,
@@ -355,4 +367,5 @@ pub const LAYOUTS: [Layout; 11] = [
     PlanVerifyHeadPairArgs::LAYOUT,
     ScatterArgs::LAYOUT,
     ReadbackArgs::LAYOUT,
+    RingClearArgs::LAYOUT,
 ];

@@ -85,7 +85,7 @@ impl ModuleId {
                 }))
                 .collect(),
             ModuleId::Scatter => vec![Kernel::Scatter],
-            ModuleId::Readback => vec![Kernel::Readback],
+            ModuleId::Readback => vec![Kernel::Readback, Kernel::RingClear],
         }
     }
 }
@@ -245,6 +245,8 @@ pub(crate) enum Kernel {
     Scatter,
     /// `kv_canary_readback`: a report's pieces into its pinned staging.
     Readback,
+    /// `kv_canary_ring_clear`: a violation ring emptied (rows zeroed, write index 0).
+    RingClear,
 }
 
 /// Dynamic shared memory of a staged ALL verify block: 8 warps x 2 stages x `Stage`.
@@ -260,7 +262,7 @@ impl Kernel {
             }
             Kernel::Write { .. } | Kernel::WriteEnds { .. } => ModuleId::Write,
             Kernel::Scatter => ModuleId::Scatter,
-            Kernel::Readback => ModuleId::Readback,
+            Kernel::Readback | Kernel::RingClear => ModuleId::Readback,
         }
     }
 
@@ -289,6 +291,7 @@ impl Kernel {
                 PlanFamily::ALL.len() * LutMode::ALL.len() * 2 + pair as usize
             }
             Kernel::Scatter | Kernel::Readback => 0,
+            Kernel::RingClear => 1,
         }
     }
 
@@ -347,6 +350,7 @@ impl Kernel {
             }
             Kernel::Scatter => "kv_canary_scatter".to_owned(),
             Kernel::Readback => "kv_canary_readback".to_owned(),
+            Kernel::RingClear => "kv_canary_ring_clear".to_owned(),
         }
     }
 
@@ -374,7 +378,8 @@ impl Kernel {
             | Kernel::PlanVerifyHead { .. }
             | Kernel::WriteEnds { .. }
             | Kernel::Scatter
-            | Kernel::Readback => None,
+            | Kernel::Readback
+            | Kernel::RingClear => None,
         }
     }
 
@@ -387,7 +392,7 @@ impl Kernel {
             Kernel::VerifyStaged { .. } | Kernel::VerifyStreamed { .. } => STAGED_THREADS,
             Kernel::Write { .. } | Kernel::WriteEnds { .. } => WRITE_THREADS,
             Kernel::Scatter => SCATTER_THREADS,
-            Kernel::Readback => READBACK_THREADS,
+            Kernel::Readback | Kernel::RingClear => READBACK_THREADS,
         }
     }
 

@@ -5,8 +5,12 @@ use super::stream::Stream;
 use crate::canary::{CanaryBuffer, HealthCounters, SlotStride, ViolationRing};
 use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
+use crate::cuda::abi::args::RingClearArgs;
+use crate::cuda::abi::kernels::Kernel;
 use crate::cuda::driver::array::DeviceArray;
+use crate::cuda::driver::launch::LaunchDims;
 use crate::cuda::driver::memory as driver;
+use crate::cuda::ops::Prepared;
 use crate::memory::Device;
 use crate::Error;
 
@@ -88,11 +92,39 @@ impl<R: Capacity> ViolationRing<R, Device> {
         driver::set_scalar(&self.write_index, host.write_index)
     }
 
-    /// Queues emptying the ring on `stream` (rows zeroed, write index 0): stream-ordered
-    /// memsets, no host synchronisation; kernels queued after it on `stream` see an empty ring.
+    /// Queues emptying the ring on `stream` (rows zeroed, write index 0): one stream-ordered
+    /// launch (`kv_canary_ring_clear`, counted by [`launches_queued`](crate::cuda::launches_queued)),
+    /// no host synchronisation; kernels queued after it on `stream` see an empty ring. The ring
+    /// must live on `stream`'s device, as every launch's buffers.
     pub fn clear_on(&self, stream: &Stream) -> Result<(), Error> {
-        driver::zero_async(&self.rows, stream.as_raw())?;
-        driver::zero_scalar_async(&self.write_index, stream.as_raw())
+        let words = self.rows.len();
+        let threads = Kernel::RingClear.threads();
+        // Enough blocks for a word a thread, at most 1024 (grid-stride beyond).
+        let grid = words.div_ceil(threads as usize).clamp(1, 1024) as u32;
+        let target = stream.target();
+        let launch = Prepared {
+            kernel: Kernel::RingClear,
+            function: target.gpu.function(Kernel::RingClear)?,
+            dims: LaunchDims {
+                grid,
+                grid_y: 1,
+                block: threads,
+                shared_bytes: 0,
+                cooperative: false,
+                early_start: target.gpu.early_start(),
+            },
+            args: RingClearArgs {
+                rows: driver::ptr(&self.rows),
+                words: words as i64,
+                write_index: driver::box_ptr(&self.write_index),
+            },
+        };
+        // SAFETY: `RingClearArgs` mirrors the kernel's parameter (layout asserted by the
+        // generated header); the kernel stores zeros to `rows[0 .. words)`, exactly this ring's
+        // live row allocation, and to its write index, both owned by `self`, which the caller
+        // keeps alive until the stream's work is done, as for every launch on the ring; the
+        // function was looked up on `stream`'s `Gpu`.
+        unsafe { launch.queue(&target) }
     }
 
     /// Empties the ring: rows zeroed, write index 0 (synchronous).

@@ -249,48 +249,6 @@ pub(crate) fn get_scalar<T: Element>(src: &DeviceScalar<T>) -> Result<T, Error> 
     Ok(value)
 }
 
-/// Queues zeroing `bytes` bytes at device address `addr` on `stream` (stream-ordered, no host
-/// synchronisation): `cuMemsetD32Async` when `bytes` is a multiple of 4, else `cuMemsetD8Async`.
-fn zero_async_raw(addr: u64, bytes: usize, stream: CUstream) -> Result<(), Error> {
-    if bytes == 0 {
-        return Ok(());
-    }
-    make_owner_current(addr)?;
-    if bytes.is_multiple_of(4) && addr.is_multiple_of(4) {
-        // SAFETY: `[addr, addr + bytes)` is one live device allocation (the callers pass a
-        // whole buffer or scalar they hold); device memory is not Rust memory, and stream
-        // ordering keeps the kernels of `stream` from racing the memset.
-        check("cuMemsetD32Async", unsafe {
-            sys::cuMemsetD32Async(addr, 0, bytes / 4, stream)
-        })
-    } else {
-        // SAFETY: as above.
-        check("cuMemsetD8Async", unsafe {
-            sys::cuMemsetD8Async(addr, 0, bytes, stream)
-        })
-    }
-}
-
-/// Queues zeroing every element of `buffer` on `stream` (no host synchronisation).
-pub(crate) fn zero_async<T: Element>(
-    buffer: &DeviceArray<T>,
-    stream: CUstream,
-) -> Result<(), Error> {
-    zero_async_raw(
-        addr(buffer),
-        core::mem::size_of::<T>() * buffer.len(),
-        stream,
-    )
-}
-
-/// Queues zeroing a device scalar on `stream` (no host synchronisation).
-pub(crate) fn zero_scalar_async<T: Element>(
-    scalar: &DeviceScalar<T>,
-    stream: CUstream,
-) -> Result<(), Error> {
-    zero_async_raw(box_addr(scalar), core::mem::size_of::<T>(), stream)
-}
-
 /// Queues setting a device `i32` scalar to `value` on `stream` (`cuMemsetD32Async`: no host
 /// memory involved, so it is graph-capturable and records the value as it is now).
 pub(crate) fn set_i32_async(
