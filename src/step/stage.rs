@@ -643,26 +643,10 @@ where
         let tail_write = if progress.head_write_deferred {
             let head_settings =
                 G::HEAD.map(|tag| B::after_own_verify(c.settings(tag, B::no_real_kv())));
-            let has_v = c.tail.v.is_some();
-            let ends = {
-                let tail = EndWrites {
-                    settings: (&write_settings.k, has_v.then_some(&write_settings.v)),
-                    canary: (&mut c.tail.k, c.tail.v.as_mut()),
-                    counters: (
-                        &mut c.tail_counters.k,
-                        has_v.then_some(&mut c.tail_counters.v),
-                    ),
-                };
-                let head = EndWrites {
-                    settings: (&head_settings.k, has_v.then_some(&head_settings.v)),
-                    canary: (&mut c.head.k, c.head.v.as_mut()),
-                    counters: (
-                        &mut c.head_counters.k,
-                        has_v.then_some(&mut c.head_counters.v),
-                    ),
-                };
-                stage.stamp_ends(&c.backend, &c.shape, &c.write_plan, tail, head, &mut c.ring)?
-            };
+            let tail = end_writes(&write_settings, &mut c.tail, &mut c.tail_counters);
+            let head = end_writes(&head_settings, &mut c.head, &mut c.head_counters);
+            let ends =
+                stage.stamp_ends(&c.backend, &c.shape, &c.write_plan, tail, head, &mut c.ring)?;
             match ends {
                 Some(((tk, tv), (hk, hv))) => {
                     progress.head_write = KvPair { k: hk, v: hv };
@@ -810,6 +794,26 @@ where
         (&mut counters.k, &mut counters.v),
     )?;
     Ok(KvPair { k, v })
+}
+
+/// The deferred writes of one end ([`EndWrites`]): `settings`, `buffers` and `counters` of the
+/// K half, and of the V half when the pool has one (its buffer decides: the head and the tail
+/// both have a V half exactly when [`GroupKind::HAS_V`]).
+fn end_writes<'e, 'k, S, B>(
+    settings: &'e KvPair<B::Settings<'k>>,
+    buffers: &'e mut Halves<CanaryBuffer<S, B::Memory>>,
+    counters: &'e mut KvPair<HealthCounters<B::Memory>>,
+) -> EndWrites<'e, 'k, S, B>
+where
+    S: Capacity,
+    B: Backend,
+{
+    let has_v = buffers.v.is_some();
+    EndWrites {
+        settings: (&settings.k, has_v.then_some(&settings.v)),
+        canary: (&mut buffers.k, buffers.v.as_mut()),
+        counters: (&mut counters.k, has_v.then_some(&mut counters.v)),
+    }
 }
 
 /// Stamps the write inputs held by a [`Written`] stage into the K and then (when the pool has
