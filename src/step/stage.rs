@@ -573,20 +573,20 @@ where
             mut progress,
             ..
         } = self;
-        let settings = G::HEAD.map(|tag| {
-            let settings = c.settings(tag, B::no_real_kv());
-            if behind_own_verify {
-                B::after_own_verify(settings)
-            } else {
-                settings
-            }
-        });
         let stage = Written { inputs };
         if c.backend.defers_head_writes() {
-            // Queued with the tail writes (verify_tail): nothing reads or writes the head
-            // buffers in between.
+            // Queued with the tail writes (verify_tail, which computes their settings):
+            // nothing reads or writes the head buffers in between.
             progress.head_write_deferred = true;
         } else {
+            let settings = G::HEAD.map(|tag| {
+                let settings = c.settings(tag, B::no_real_kv());
+                if behind_own_verify {
+                    B::after_own_verify(settings)
+                } else {
+                    settings
+                }
+            });
             progress.head_write = write_both(c, End::Head, &settings, &stage)?;
         }
         Ok(Step {
