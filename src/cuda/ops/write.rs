@@ -93,11 +93,18 @@ where
     R: Capacity,
 {
     let target = on.target();
-    let launch = prepare(
-        &target, shape, plan, inputs, settings, canary, ring, counters,
+    let [launch] = prepare_halves(
+        &target,
+        shape,
+        plan,
+        inputs,
+        [settings],
+        [canary],
+        ring,
+        [counters],
     )?;
-    // SAFETY: built by `prepare` for this target (its bounds are stated there); every buffer it
-    // names is borrowed for 'a.
+    // SAFETY: built by `prepare_halves` for this target (its bounds are stated there); every
+    // buffer it names is borrowed for 'a.
     unsafe { launch.queue(&target) }
 }
 
@@ -133,19 +140,28 @@ where
     R: Capacity,
 {
     let target = on.target();
-    let k = prepare(
-        &target, shape, plan, inputs, settings.0, canary.0, ring, counters.0,
+    let [k, v] = prepare_halves(
+        &target,
+        shape,
+        plan,
+        inputs,
+        [settings.0, settings.1],
+        [canary.0, canary.1],
+        ring,
+        [counters.0, counters.1],
     )?;
-    let v = prepare(
-        &target, shape, plan, inputs, settings.1, canary.1, ring, counters.1,
-    )?;
-    // SAFETY: both launches were built by `prepare` for this target (their bounds are stated
-    // there), every buffer they name is borrowed for 'a; the pair kernel's parameter is
+    // SAFETY: both launches were built by `prepare_halves` for this target (their bounds are
+    // stated there), every buffer they name is borrowed for 'a; the pair kernel's parameter is
     // `WritePairArgs` (K's `WriteArgs`, then V's).
     unsafe { super::queue_pair(&target, &k, &v, |k, v| WritePairArgs { k, v }) }
 }
 
-/// The launch [`write`] queues: kernel, grid and arguments, checked and built.
+/// The launches [`write`](fn@write), [`write_pair`], [`write_ends`] and [`write_ends_k`] queue:
+/// for each of `N` halves over one plan and one set of inputs (half `i` with settings, canary
+/// buffer and counters `i`), its kernel, grid and arguments, checked and built. The shape is
+/// checked against the plan and the inputs once, before any half is built; then the halves
+/// are built in order, and the first half that fails (its kernel not found) ends it, the
+/// halves after it not built. Nothing is queued.
 ///
 /// `WriteArgs` mirrors the kernel's parameter and the kernel's accesses stay inside the buffers
 /// it names: offsets hold req_capacity + 1 entries and seeds req_capacity (the kernel runs one
@@ -157,16 +173,16 @@ where
 /// row_stride bytes (validated layout) and every row is checked; the chain-assert flag,
 /// counters and write index are live scalars.
 #[allow(clippy::too_many_arguments)]
-fn prepare<'a, V, W, E, WB, EB, A, S, R>(
+fn prepare_halves<'a, const N: usize, V, W, E, WB, EB, A, S, R>(
     target: &Target<'_>,
     shape: &Shape<V, W, E>,
     plan: &'a WritePlan<WB, Device>,
     inputs: &'a WriteInputs<EB, A, Device>,
-    settings: &DeviceSettings<'a>,
-    canary: &'a CanaryBuffer<S, Device>,
+    settings: [&DeviceSettings<'a>; N],
+    canary: [&'a CanaryBuffer<S, Device>; N],
     ring: &'a ViolationRing<R, Device>,
-    counters: &'a HealthCounters<Device>,
-) -> Result<Prepared<WriteArgs>, Error>
+    counters: [&'a HealthCounters<Device>; N],
+) -> Result<[Prepared<WriteArgs>; N], Error>
 where
     V: Capacity,
     W: SameWriteReqCapacity<WB>,
@@ -177,6 +193,7 @@ where
     S: Capacity,
     R: Capacity,
 {
+    const { assert!(N > 0, "a write launch has at least one half") };
     shape.write_req_capacity().check(plan.capacity())?;
     shape.write_entry_capacity().check(inputs.capacity())?;
     let req_capacity = plan.capacity().get();
@@ -186,55 +203,63 @@ where
         allowed: "[1, u32::MAX] (one block per request row)",
     })?;
     let (exp_tokens, exp_positions) = A::addrs(&inputs.expected);
-    let (chain_assert, chain_assert_fixed) = match settings.chain_position_assert {
-        ChainAssert::Fixed(v) => (DevPtr::NULL, i64::from(v.flag())),
-        ChainAssert::Flag(f) => (driver::box_ptr(&f.flag), 0),
+    let half = |i: usize| -> Result<Prepared<WriteArgs>, Error> {
+        let (settings, canary, counters) = (settings[i], canary[i], counters[i]);
+        let (chain_assert, chain_assert_fixed) = match settings.chain_position_assert {
+            ChainAssert::Fixed(v) => (DevPtr::NULL, i64::from(v.flag())),
+            ChainAssert::Flag(f) => (driver::box_ptr(&f.flag), 0),
+        };
+        let kv = settings.real_kv;
+        let args = WriteArgs {
+            offsets: driver::ptr(&plan.offsets),
+            seeds: driver::ptr(&plan.seed_slot_indices),
+            num_valid_reqs: driver::box_ptr(&plan.num_valid_reqs),
+            req_capacity: req_capacity as i64,
+            input_ids: driver::ptr(&inputs.input_ids),
+            positions: driver::ptr(&inputs.positions),
+            out_cache_loc: driver::ptr(&inputs.out_cache_loc),
+            entry_capacity: inputs.capacity().get() as i64,
+            exp_tokens,
+            exp_positions,
+            chain_assert,
+            chain_assert_fixed,
+            buf: driver::ptr(&canary.bytes),
+            num_slots: canary.num_slots() as i64,
+            stride: canary.stride().get() as i64,
+            ring: driver::ptr(&ring.rows),
+            ring_capacity: ring.capacity().get() as i64,
+            write_index: driver::box_ptr(&ring.write_index),
+            slot_counter: driver::box_ptr(&counters.slot_run_counter),
+            kernel_counter: driver::box_ptr(&counters.kernel_run_counter),
+            tag: settings.tag.value(),
+            status: target.status,
+            kv: kv.abi(),
+            early_fold: i64::from(settings.follows_verify),
+        };
+        let kernel = Kernel::Write {
+            fold: kv.fold(),
+            assert: A::ENABLED,
+            pair: false,
+        };
+        Ok(Prepared {
+            kernel,
+            function: target.gpu.function(kernel)?,
+            dims: LaunchDims {
+                grid,
+                grid_y: 1,
+                block: kernel.threads(),
+                shared_bytes: 0,
+                cooperative: false,
+                early_start: target.gpu.early_start(),
+            },
+            args,
+        })
     };
-    let kv = settings.real_kv;
-    let args = WriteArgs {
-        offsets: driver::ptr(&plan.offsets),
-        seeds: driver::ptr(&plan.seed_slot_indices),
-        num_valid_reqs: driver::box_ptr(&plan.num_valid_reqs),
-        req_capacity: req_capacity as i64,
-        input_ids: driver::ptr(&inputs.input_ids),
-        positions: driver::ptr(&inputs.positions),
-        out_cache_loc: driver::ptr(&inputs.out_cache_loc),
-        entry_capacity: inputs.capacity().get() as i64,
-        exp_tokens,
-        exp_positions,
-        chain_assert,
-        chain_assert_fixed,
-        buf: driver::ptr(&canary.bytes),
-        num_slots: canary.num_slots() as i64,
-        stride: canary.stride().get() as i64,
-        ring: driver::ptr(&ring.rows),
-        ring_capacity: ring.capacity().get() as i64,
-        write_index: driver::box_ptr(&ring.write_index),
-        slot_counter: driver::box_ptr(&counters.slot_run_counter),
-        kernel_counter: driver::box_ptr(&counters.kernel_run_counter),
-        tag: settings.tag.value(),
-        status: target.status,
-        kv: kv.abi(),
-        early_fold: i64::from(settings.follows_verify),
-    };
-    let kernel = Kernel::Write {
-        fold: kv.fold(),
-        assert: A::ENABLED,
-        pair: false,
-    };
-    Ok(Prepared {
-        kernel,
-        function: target.gpu.function(kernel)?,
-        dims: LaunchDims {
-            grid,
-            grid_y: 1,
-            block: kernel.threads(),
-            shared_bytes: 0,
-            cooperative: false,
-            early_start: target.gpu.early_start(),
-        },
-        args,
-    })
+    let mut launches = [half(0)?; N];
+    for (i, launch) in launches.iter_mut().enumerate().skip(1) {
+        *launch = half(i)?;
+    }
+    Ok(launches)
 }
 
 /// Queues a step's tail writes and its head writes as one launch on `on`
@@ -267,19 +292,9 @@ where
     R: Capacity,
 {
     let target = on.target();
-    let [tk, tv, hk, hv] = [0, 1, 2, 3].map(|i| {
-        prepare(
-            &target,
-            shape,
-            plan,
-            inputs,
-            settings[i],
-            canary[i],
-            ring,
-            counters[i],
-        )
-    });
-    let (tk, tv, hk, hv) = (tk?, tv?, hk?, hv?);
+    let [tk, tv, hk, hv] = prepare_halves(
+        &target, shape, plan, inputs, settings, canary, ring, counters,
+    )?;
     let Kernel::Write { fold, assert, .. } = tk.kernel else {
         return Err(Error::Malformed {
             detail: format!("write_ends: a write launch of kernel {:?}", tk.kernel),
@@ -309,10 +324,10 @@ where
             head_v: hv.args,
         },
     };
-    // SAFETY: four write launches built by `prepare` for this target over one plan and one set
-    // of inputs (their bounds are stated there; the head halves fold no source, which every
-    // fold kernel serves with a fingerprint of 0), every buffer they name borrowed for 'a; the
-    // kernel's parameter is `WriteEndsArgs` and block row y runs the half y names.
+    // SAFETY: four write launches built by `prepare_halves` for this target over one plan and
+    // one set of inputs (their bounds are stated there; the head halves fold no source, which
+    // every fold kernel serves with a fingerprint of 0), every buffer they name borrowed for 'a;
+    // the kernel's parameter is `WriteEndsArgs` and block row y runs the half y names.
     unsafe { ends.queue(&target) }
 }
 
@@ -342,25 +357,8 @@ where
     R: Capacity,
 {
     let target = on.target();
-    let tail = prepare(
-        &target,
-        shape,
-        plan,
-        inputs,
-        settings[0],
-        canary[0],
-        ring,
-        counters[0],
-    )?;
-    let mut head = prepare(
-        &target,
-        shape,
-        plan,
-        inputs,
-        settings[1],
-        canary[1],
-        ring,
-        counters[1],
+    let [tail, mut head] = prepare_halves(
+        &target, shape, plan, inputs, settings, canary, ring, counters,
     )?;
     if head.args.kv.num_sources != 0 {
         return Err(Error::OutOfRange {
@@ -371,8 +369,8 @@ where
     }
     head.kernel = tail.kernel;
     head.function = tail.function;
-    // SAFETY: both launches built by `prepare` for this target (their bounds are stated there;
-    // the head folds no source, which every fold kernel serves with a fingerprint of 0), every
-    // buffer borrowed for 'a; the pair kernel's parameter is `WritePairArgs`.
+    // SAFETY: both launches built by `prepare_halves` for this target (their bounds are stated
+    // there; the head folds no source, which every fold kernel serves with a fingerprint of 0),
+    // every buffer borrowed for 'a; the pair kernel's parameter is `WritePairArgs`.
     unsafe { super::queue_pair(&target, &tail, &head, |k, v| WritePairArgs { k, v }) }
 }
