@@ -29,14 +29,25 @@ fn addr_of<T: Element, B: DeviceSlice<T> + ?Sized>(
     Ok(buffer.device_addr())
 }
 
-/// `Arc`s of the viewed buffers, type-erased, for a [`Shared`] view to keep.
-fn keep<B: Send + Sync + 'static>(
+/// The [`Shared`] view `view` of `gpu`'s memory, keeping alive the buffers it was built over:
+/// `buffers`, then `optional`'s (their `Arc`s, type-erased, released after its drop has
+/// synchronised the context).
+fn shared_view<T, B, O>(
+    gpu: &Gpu,
+    view: T,
     buffers: impl IntoIterator<Item = Arc<B>>,
-) -> Vec<Arc<dyn Send + Sync>> {
-    buffers
+    optional: Option<Arc<O>>,
+) -> Shared<T>
+where
+    B: Send + Sync + 'static,
+    O: Send + Sync + 'static,
+{
+    let kept = buffers
         .into_iter()
         .map(|b| b as Arc<dyn Send + Sync>)
-        .collect()
+        .chain(optional.map(|o| o as Arc<dyn Send + Sync>))
+        .collect();
+    Shared::new(view, Fence::Gpu(gpu.clone()), kept)
 }
 
 impl<K: TableKind> DeviceTable<K> {
@@ -88,7 +99,7 @@ impl<K: TableKind> DeviceTable<K> {
         // SAFETY: the view keeps `cells` alive, and its drop waits for every launch that read
         // it before releasing it.
         let table = unsafe { Self::over(gpu, &*cells, rows, width)? };
-        Ok(Shared::new(table, Fence::Gpu(gpu.clone()), keep([cells])))
+        Ok(shared_view(gpu, table, [cells], None::<Arc<B>>))
     }
 }
 
@@ -111,7 +122,7 @@ impl DeviceLut {
     {
         // SAFETY: as `DeviceTable::from_shared`.
         let view = unsafe { Self::from_raw(gpu, lut.device_addr(), lut.len())? };
-        Ok(Shared::new(view, Fence::Gpu(gpu.clone()), keep([lut])))
+        Ok(shared_view(gpu, view, [lut], None::<Arc<B>>))
     }
 }
 
@@ -178,9 +189,7 @@ impl<W: Capacity> DeviceBatch<W> {
         let [a, b, c] = &columns;
         // SAFETY: as `DeviceTable::from_shared`, for every buffer.
         let batch = unsafe { Self::over(gpu, capacity, [&**a, &**b, &**c], bs.as_deref())? };
-        let mut buffers = keep(columns);
-        buffers.extend(keep(bs));
-        Ok(Shared::new(batch, Fence::Gpu(gpu.clone()), buffers))
+        Ok(shared_view(gpu, batch, columns, bs))
     }
 }
 
@@ -240,9 +249,7 @@ impl<W: Capacity> DeviceValidLens<W> {
     {
         // SAFETY: as `DeviceTable::from_shared`, for both buffers.
         let view = unsafe { Self::over(gpu, capacity, &*lens, count.as_deref())? };
-        let mut buffers = keep([lens]);
-        buffers.extend(keep(count));
-        Ok(Shared::new(view, Fence::Gpu(gpu.clone()), buffers))
+        Ok(shared_view(gpu, view, [lens], count))
     }
 }
 
@@ -292,6 +299,6 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
         let [a, b, c] = &arrays;
         // SAFETY: as `DeviceTable::from_shared`, for every buffer.
         let inputs = unsafe { Self::over(gpu, capacity, [&**a, &**b, &**c])? };
-        Ok(Shared::new(inputs, Fence::Gpu(gpu.clone()), keep(arrays)))
+        Ok(shared_view(gpu, inputs, arrays, None::<Arc<B>>))
     }
 }
