@@ -361,10 +361,9 @@ fn take_report(n: usize, report: PendingDeviceReport) -> Result<Option<Vec<usize
 /// unverified step), `None` for a clean step.
 fn findings(what: &str, report: &DeviceStepReport) -> Option<Vec<usize>> {
     if !report.enabled {
-        println!(
-            "{what}: UNVERIFIED ({} entries needed, verify capacity {})",
-            report.verify_num_valid, report.verify_capacity
-        );
+        // The device plan does not keep the entry count it needed (its verify plan holds the
+        // capacity then): `unverified()` says so in words.
+        println!("{what}: UNVERIFIED ({})", report.unverified());
         return Some(Vec::new());
     }
     if report.violations.is_empty() {

@@ -10,11 +10,14 @@
 
 namespace kvc {
 
-// A violation ring emptied (ViolationRing::clear_on): every row zeroed, write index 0.
+// A violation ring emptied (ViolationRing::clear_on): every row zeroed, write index 0; with
+// `status` the stream's status word zeroed too (the step's and the sweep's clear).
 struct RingClearArgs {
     i64* rows;
     i64 words;
     i32* write_index;
+    i64* status;
+    i64 status_words;
 };
 
 struct ReadbackArgs {
@@ -32,6 +35,7 @@ using kvc::ReadbackArgs;
 using kvc::RingClearArgs;
 KVC_CHECK_LAYOUT_ReadbackArgs(ReadbackArgs);
 KVC_CHECK_LAYOUT_RingClearArgs(RingClearArgs);
+static_assert(kvc::STATUS_WORDS <= kvc::READBACK_THREADS, "the ring clear zeroes the status word with block 0's threads");
 
 // The ring clear in one launch instead of two memsets (rows, write index): a kernel node takes
 // part in the programmatic dependent launches around it (a memset node does not), so the plan
@@ -45,6 +49,7 @@ extern "C" __global__ void __launch_bounds__(kvc::READBACK_THREADS) kv_canary_ri
         a.rows[i] = 0;
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) *a.write_index = 0;
+    if (blockIdx.x == 0 && a.status != nullptr && threadIdx.x < a.status_words) a.status[threadIdx.x] = 0;
 }
 
 extern "C" __global__ void __launch_bounds__(kvc::READBACK_THREADS) kv_canary_readback(ReadbackArgs a) {

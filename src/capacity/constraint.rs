@@ -250,10 +250,10 @@ same_capacity_trait!(
     /// The shape's write-entry capacity (`Self`) equals a per-token input buffer's (`Buffer`).
     SameWriteEntryCapacity, WriteEntryCapacity, NamedWriteEntryCapacity, "write_entry_capacity",
     SameWriteEntryNumber, "write-entry capacity", "the write inputs hold",
-    "allocate write inputs from the shape you launch with (`shape.write_inputs()`)",
+    "allocate write inputs from the shape you launch with (`shape.write_inputs()`), or make the views of the engine's buffers with its write-entry capacity",
     message = "kv-canary: write-entry capacity mismatch: the shape derives `{Self}` but the write inputs hold `{Buffer}`",
     label = "the shape's write-entry capacity is `{Self}`, the write inputs' `{Buffer}`",
-    note = "allocate write inputs from the shape you launch with (`shape.write_inputs()`), so both come from one expression",
+    note = "allocate write inputs from the shape you launch with (`shape.write_inputs()`), or make the views of the engine's buffers with its write-entry capacity, so both come from one expression",
 );
 
 impl<const N: usize> SameVerifyCapacity<Cap<N>> for Cap<N> {

@@ -201,9 +201,10 @@ impl Backend for Stream {
     }
 
     /// Queues the clear on the stream (one `kv_canary_ring_clear` launch, no host
-    /// synchronisation).
+    /// synchronisation), and in the same launch the stream's status word: the step's (or the
+    /// sweep's) report then holds the data errors of its own launches, not an earlier step's.
     fn clear_ring<R: Capacity>(&self, ring: &mut ViolationRing<R, Device>) -> Result<(), Error> {
-        ring.clear_on(self)
+        ring.queue_clear(self, true)
     }
 
     fn verify<V, W, E, VB, K, S, R>(

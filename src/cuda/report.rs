@@ -124,6 +124,32 @@ impl DeviceStepReport {
     }
 }
 
+/// One line, as the CPU's `StepReport`: `bs 3, 12 verify entries (enabled), 5 tokens written;
+/// clean` — or `2 violations (0 dropped)`, or `UNVERIFIED: ...` naming what was not checked (the
+/// device plan keeps the verify capacity, not the count it needed, when it overflows).
+impl core::fmt::Display for DeviceStepReport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        use crate::step::report::Counted;
+        write!(
+            f,
+            "bs {}, {} ({}), {} written; ",
+            self.bs,
+            Counted(
+                self.verify_num_valid as u64,
+                "verify entry",
+                "verify entries"
+            ),
+            if self.enabled {
+                "enabled"
+            } else {
+                "DISABLED: over capacity"
+            },
+            Counted(self.write_tokens, "token", "tokens"),
+        )?;
+        self.status().write_line(f, self.dropped)
+    }
+}
+
 /// The report of a device step whose copies are queued on the canary's stream: take it once
 /// with [`try_take`](Self::try_take) (never blocks) or [`wait`](Self::wait) (blocks).
 ///

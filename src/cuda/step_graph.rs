@@ -75,8 +75,12 @@ struct Instance {
 /// Dropping the graph (or [`into_parts`](StepGraph::into_parts)) first waits for every replay
 /// queued, then destroys the graph instances, then drops the canary and `K`: memory that `K`
 /// keeps alive is released only after the last replay that read it. Untaken reports are
-/// discarded. A new [`Shape`](crate::Shape) for the canary (`Canary::reshape`) means
-/// `into_parts`, the reshape, and a new graph and capture over the same inputs.
+/// discarded, and no later report counts them: take them first ([`wait`](StepGraph::wait) until
+/// [`unread`](StepGraph::unread) is 0). A new [`Shape`](crate::Shape) for the canary
+/// (`Canary::reshape`) means taking the reports, `into_parts`, the reshape, inputs of the new
+/// capacities (views made anew over the same buffers: a view carries the capacity it was made
+/// with, so the batch view must match the new write request capacity and the write inputs the
+/// new write entry capacity), and a new graph and capture.
 ///
 /// ```no_run
 /// use kv_canary::cuda::{self, StepGraph, Stream};

@@ -40,6 +40,20 @@ pub struct DeviceSweepReport {
     pub dropped: u64,
 }
 
+/// One line, as the CPU's `SweepReport`: `sweep of 12 entries; clean` — or `2 violations (0
+/// dropped)`, or `UNVERIFIED: ...`.
+impl core::fmt::Display for DeviceSweepReport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        use crate::step::report::Counted;
+        write!(
+            f,
+            "sweep of {}; ",
+            Counted(self.entries as u64, "entry", "entries")
+        )?;
+        self.status().write_line(f, self.dropped)
+    }
+}
+
 impl DeviceSweepReport {
     /// Violations recorded, stored or dropped.
     pub fn recorded(&self) -> u64 {

@@ -193,7 +193,7 @@
 
 mod group;
 mod head_findings;
-mod report;
+pub(crate) mod report;
 mod stage;
 mod sweep;
 mod sweep_entries;
@@ -559,9 +559,11 @@ where
     /// form for a canary held in an engine struct whose capacities are read from its run-time
     /// configuration ([`NamedShape`](crate::NamedShape) or
     /// [`UncheckedShape`](crate::UncheckedShape) with new numbers). The canary buffers, the
-    /// ring, the counters and the step counts stay; only the plans are allocated anew, and the
-    /// write inputs (the crate's or views of the engine's own slices) must be of the new write
-    /// entry capacity.
+    /// ring, the counters and the step counts stay; only the plans are allocated anew. The
+    /// inputs of the next steps must be of the new capacities: the batch (a `DeviceBatch` or a
+    /// view carries its write request capacity) and the write inputs (the crate's or views of
+    /// the engine's own slices, of the write entry capacity); views are made anew over the same
+    /// buffers.
     ///
     /// On error (the backend could not allocate the new plans) the canary is unchanged.
     pub fn reshape(&mut self, shape: Shape<V, W, E>) -> Result<(), Error> {
@@ -958,7 +960,7 @@ enum Half {
 #[diagnostic::on_unimplemented(
     message = "kv-canary: `{Self}` are not plan inputs for a `{G}` canary",
     label = "plan inputs of another group",
-    note = "a FULL canary plans `PlanInputs` with the `Full` group, an SWA canary with `.with_group(Swa::window(w).with_lut(&lut))`"
+    note = "a FULL canary plans `PlanInputs` with the `Full` group, an SWA canary with `.with_group(Swa::window(w).with_lut(&lut))` on the host or `.with_group(cuda::Swa::new(w, &device_lut))` on the device"
 )]
 pub trait PlanInputsOf<G: GroupKind> {
     /// Whether the inputs carry an expected-token pool (the verify launches then check tokens).

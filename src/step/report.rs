@@ -237,9 +237,23 @@ impl StepStatus {
     }
 }
 
+/// `clean`, `1 violation`, `2 violations` or `UNVERIFIED: <gaps>; 0 violations`.
+impl fmt::Display for StepStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let violations = |n| Counted(n, "violation", "violations");
+        match *self {
+            StepStatus::Clean => f.write_str("clean"),
+            StepStatus::Violations { recorded } => write!(f, "{}", violations(recorded)),
+            StepStatus::Unverified { gaps, recorded } => {
+                write!(f, "UNVERIFIED: {gaps}; {}", violations(recorded))
+            }
+        }
+    }
+}
+
 /// A count and its noun, singular for 1 (`1 violation`, `2 violations`): the reports' one-line
 /// forms.
-pub(super) struct Counted(pub u64, pub &'static str, pub &'static str);
+pub(crate) struct Counted(pub u64, pub &'static str, pub &'static str);
 
 impl fmt::Display for Counted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -252,7 +266,7 @@ impl StepStatus {
     /// Writes the status as the reports' one-line forms end: `clean`, `1 violation (0
     /// dropped)`, `2 violations (1 dropped)` or `UNVERIFIED: <gaps>; 0 violations (0 dropped)`,
     /// `dropped` being the rows the ring had no room for.
-    pub(super) fn write_line(self, f: &mut fmt::Formatter<'_>, dropped: u64) -> fmt::Result {
+    pub(crate) fn write_line(self, f: &mut fmt::Formatter<'_>, dropped: u64) -> fmt::Result {
         let violations = |n| Counted(n, "violation", "violations");
         match self {
             StepStatus::Clean => f.write_str("clean"),
@@ -368,5 +382,28 @@ mod tests {
         );
         assert_eq!(Counted(1, "slot", "slots").to_string(), "1 slot");
         assert_eq!(Counted(0, "slot", "slots").to_string(), "0 slots");
+    }
+
+    #[test]
+    fn a_status_alone_reads_as_its_line_without_the_drops() {
+        assert_eq!(StepStatus::Clean.to_string(), "clean");
+        assert_eq!(
+            StepStatus::Violations { recorded: 2 }.to_string(),
+            "2 violations"
+        );
+        let gaps = Unverified {
+            plan_overflow: Some(super::PlanOverflow {
+                needed: None,
+                capacity: 32,
+            }),
+            abandoned_steps: 0,
+        };
+        let line = StepStatus::Unverified { gaps, recorded: 0 }.to_string();
+        assert!(
+            line.starts_with("UNVERIFIED: ")
+                && line.ends_with("; 0 violations")
+                && line.contains("32"),
+            "{line}"
+        );
     }
 }

@@ -293,6 +293,13 @@ struct Progress<B: Backend> {
 /// An error ends the step. The launch that failed modified nothing; launches before it stand, as
 /// they would on a device. A step dropped before [`verify_tail`](Step::verify_tail) leaves its
 /// rows in the ring ([`Canary::ring`]) until the next `plan`, which counts it as abandoned.
+///
+/// An abandoned step's tokens are not in the canary: its tail records were never stamped, and
+/// on a CUDA stream with `KernelTuning::defer_head_writes` (the default) neither were its head
+/// records (they go with the tail writes, in `verify_tail`). An engine that stops a step before
+/// `verify_tail` (a head finding, an error) treats every request of the batch as not having
+/// written those tokens: it runs them again in a later step, or frees their slots; committing
+/// them makes the next step that verifies them report violations.
 #[must_use = "a step checks nothing until it runs `.verify_head()`, `.write(..)` and `.verify_tail(..)`"]
 pub struct Step<'c, St, C: StepCanary> {
     canary: &'c mut C,

@@ -94,6 +94,10 @@ const TESTS: &[(&str, TestFn)] = &[
         reports::try_take_does_not_block,
     ),
     (
+        "step_data_error_stays_with_its_step",
+        reports::data_error_stays_with_its_step,
+    ),
+    (
         "step_graph_owned_replays_match_cpu",
         step_graph::step_graph_replays_match_cpu,
     ),

@@ -128,3 +128,70 @@ fn try_take_on(gpu: &Gpu) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// A step whose device data is malformed (a request-pool row past the table) reports the
+/// error the CPU's plan returns, and only that step: the step queued behind it before its report
+/// was taken, and the steps after, report their own results, clean (each step's ring clear
+/// zeroes the stream's status word in the same launch; it used to stay set, failing every later
+/// report).
+pub fn data_error_stays_with_its_step(gpu: &Gpu) -> Result<(), String> {
+    let shape = Shape::<Cap<8>, Cap<4>, Cap<16>>::new();
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let mut canary =
+        Canary::full_on(stream, shape, Cap::<64>, Cap::<16>).map_err(fail("canary"))?;
+    let inputs = canary.try_write_inputs().map_err(fail("inputs"))?;
+    let bad_batch = shape.device_batch(gpu).map_err(fail("batch"))?;
+    let good_batch = shape.device_batch(gpu).map_err(fail("batch"))?;
+    let host_table = ReqToToken::from_vec(4, 8, (0..32).collect()).map_err(fail("table"))?;
+    let table = cuda::DeviceReqToToken::from_host(gpu, &host_table).map_err(fail("table"))?;
+    let bad = Batch::from_columns([9], [0], [3]);
+    bad_batch.upload(&bad).map_err(fail("batch"))?;
+    good_batch
+        .upload(&Batch::from_columns([1], [0], [3]))
+        .map_err(fail("batch"))?;
+    let step = |canary: &mut Small, batch: &cuda::DeviceBatch<Cap<4>>| {
+        canary
+            .plan(&cuda::PlanInputs::full(batch, &table))?
+            .verify_head()?
+            .write(&inputs)?
+            .verify_tail(cuda::TailKvOnDevice::NONE)
+    };
+    let cpu_error = Canary::try_full(shape, Cap::<64>, Cap::<16>)
+        .map_err(fail("cpu canary"))?
+        .plan(&kv_canary::PlanInputs::full(&bad, &host_table))
+        .err()
+        .ok_or("the CPU planned a row past the table")?;
+    // The malformed step, and a good one queued before its report is taken.
+    let failed = step(&mut canary, &bad_batch).map_err(fail("bad step"))?;
+    let next = step(&mut canary, &good_batch).map_err(fail("good step"))?;
+    match failed.wait() {
+        Err(e) => ensure!(
+            std::mem::discriminant(&e) == std::mem::discriminant(&cpu_error),
+            "the malformed step reported {e}, the CPU's plan {cpu_error}"
+        ),
+        Ok(r) => return Err(format!("the malformed step reported {r:?}")),
+    }
+    let r = next
+        .wait()
+        .map_err(fail("the step after the malformed one"))?;
+    ensure!(r.is_clean(), "the step after the malformed one: {r:?}");
+    let mut last = None;
+    for n in 0..3 {
+        let r = step(&mut canary, &good_batch)
+            .and_then(|p| p.wait())
+            .map_err(fail("a later step"))?;
+        ensure!(r.is_clean(), "later step {n}: {r:?}");
+        last = Some(r);
+    }
+    let last = last.ok_or("no later step")?;
+    let line = last.to_string();
+    ensure!(
+        line.starts_with("bs 1, ") && line.ends_with("; clean"),
+        "the last report's line: {line}"
+    );
+    println!(
+        "    a malformed step reported the CPU's error ({cpu_error}); the step queued behind it \
+         and 3 more reported clean (the last: {line})"
+    );
+    Ok(())
+}

@@ -350,6 +350,10 @@ kernel_args! {
         words: i64,
         /// The ring's write index.
         write_index: DevPtr<i32>,
+        /// A stream's status word to zero too, or null (`ViolationRing::clear_on`).
+        status: DevPtr<i64>,
+        /// Its `i64` words.
+        status_words: i64,
     }
 }
 

@@ -170,7 +170,7 @@ impl Gpu {
             .get(kernel.index_in_module())
             .copied()
             .ok_or_else(|| Error::Malformed {
-                detail: format!("kv-canary: kernel {kernel:?} is missing from its module"),
+                detail: format!("kernel {kernel:?} is missing from its module"),
             })
     }
 
@@ -193,7 +193,7 @@ impl Gpu {
         let loaded = self.load(id)?;
         let _ = cell.set(loaded);
         cell.get().ok_or_else(|| Error::Malformed {
-            detail: format!("kv-canary: module {} did not load", id.file()),
+            detail: format!("module {} did not load", id.file()),
         })
     }
 

@@ -123,7 +123,7 @@ impl Stream {
         if ordinal != gpu.ordinal() as usize || theirs != ours {
             return Err(Error::Malformed {
                 detail: format!(
-                    "kv-canary: the cudarc stream is on device {ordinal} (context {theirs:#x}), \
+                    "the cudarc stream is on device {ordinal} (context {theirs:#x}), \
                      this Gpu is device {} (primary context {ours:#x})",
                     gpu.ordinal()
                 ),
@@ -147,7 +147,7 @@ impl Stream {
         if theirs != ours {
             return Err(Error::Malformed {
                 detail: format!(
-                    "kv-canary: the stream belongs to context {:#x}, not to the primary context \
+                    "the stream belongs to context {:#x}, not to the primary context \
                      {:#x} of device {} ({})",
                     theirs as usize,
                     ours as usize,
@@ -236,8 +236,9 @@ impl Stream {
     }
 
     /// Synchronises, then returns the first malformed-data error the kernels of this stream
-    /// recorded since the last [`clear_status`](Self::clear_status) (or since creation), as the
-    /// [`Error`] the CPU op would return; `Ok` when there was none.
+    /// recorded since the last [`clear_status`](Self::clear_status) (or since creation, or since
+    /// the last ring clear of a step's `plan` or a sweep on a canary of this stream, which zeroes
+    /// it too), as the [`Error`] the CPU op would return; `Ok` when there was none.
     pub fn status(&self) -> Result<(), Error> {
         self.synchronize()?;
         let mut words = [0i64; STATUS_WORDS];

@@ -27,6 +27,10 @@ pub struct CudaErrorCode(Code);
 enum Code {
     Driver(CUresult),
     Cust(cust::error::CudaError),
+    /// A cudarc call of the engine's own (feature `cudarc`): the driver's code, in cudarc's
+    /// copy of the `CUresult` type.
+    #[cfg(feature = "cudarc")]
+    Cudarc(cudarc::driver::DriverError),
 }
 
 impl CudaErrorCode {
@@ -40,6 +44,8 @@ impl CudaErrorCode {
         match self.0 {
             Code::Driver(r) => r as u32,
             Code::Cust(e) => e as u32,
+            #[cfg(feature = "cudarc")]
+            Code::Cudarc(e) => e.0 as u32,
         }
     }
 
@@ -61,6 +67,26 @@ impl From<cust::error::CudaError> for Error {
     fn from(e: cust::error::CudaError) -> Self {
         Error::Cuda {
             call: "cust",
+            code: e.into(),
+        }
+    }
+}
+
+#[cfg(feature = "cudarc")]
+impl From<cudarc::driver::DriverError> for CudaErrorCode {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        CudaErrorCode(Code::Cudarc(e))
+    }
+}
+
+/// A cudarc call of the engine's own failed (feature `cudarc`): [`Error::Cuda`] with the
+/// driver's code, the call named `"cudarc"`, so an engine on cudarc returns `kv_canary::Error`
+/// with `?`, as one on cust does.
+#[cfg(feature = "cudarc")]
+impl From<cudarc::driver::DriverError> for Error {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        Error::Cuda {
+            call: "cudarc",
             code: e.into(),
         }
     }
@@ -95,6 +121,11 @@ impl core::fmt::Display for CudaErrorCode {
                 }
             }
             Code::Cust(e) => write!(f, "{e:?} ({}): {e}", e as u32),
+            #[cfg(feature = "cudarc")]
+            Code::Cudarc(e) => match e.error_string() {
+                Ok(text) => write!(f, "{:?} ({}): {}", e.0, e.0 as u32, text.to_string_lossy()),
+                Err(_) => write!(f, "{:?} ({})", e.0, e.0 as u32),
+            },
         }
     }
 }
@@ -146,5 +177,23 @@ mod tests {
         // Codes cust 0.3 does not name stay exact.
         let captured = CudaErrorCode::from_result(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
         assert_eq!(captured.raw(), 901);
+    }
+
+    #[cfg(feature = "cudarc")]
+    #[test]
+    fn a_cudarc_error_keeps_the_driver_code() {
+        use cudarc::driver::{sys::CUresult as CudarcResult, DriverError};
+        let err = Error::from(DriverError(CudarcResult::CUDA_ERROR_OUT_OF_MEMORY));
+        let Error::Cuda { call, code } = &err else {
+            panic!("not Error::Cuda: {err:?}");
+        };
+        assert_eq!(*call, "cudarc");
+        assert!(code.is(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!(
+            *code,
+            CudaErrorCode::from_result(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+        );
+        let e = DriverError(CudarcResult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        assert_eq!(CudaErrorCode::from(e).raw(), 901);
     }
 }

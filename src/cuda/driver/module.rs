@@ -45,7 +45,7 @@ impl Module {
     /// Loads `ptx` into the current context (the driver JIT-compiles it for the device).
     pub(crate) fn from_ptx(ptx: &str) -> Result<Module, Error> {
         let text = CString::new(ptx).map_err(|_| Error::Malformed {
-            detail: "kv-canary: PTX text holds a NUL byte".to_owned(),
+            detail: "PTX text holds a NUL byte".to_owned(),
         })?;
         let mut raw: CUmodule = core::ptr::null_mut();
         // SAFETY: `text` is a NUL-terminated PTX image that lives across the call; the driver
@@ -59,7 +59,7 @@ impl Module {
     /// The entry point `name`; valid while the module is loaded.
     pub(crate) fn function(&self, name: &str) -> Result<Function, Error> {
         let name = CString::new(name).map_err(|_| Error::Malformed {
-            detail: "kv-canary: a kernel name holds a NUL byte".to_owned(),
+            detail: "a kernel name holds a NUL byte".to_owned(),
         })?;
         let mut f: CUfunction = core::ptr::null_mut();
         // SAFETY: `self.raw` is a loaded module; `name` is NUL-terminated; the handle written
