@@ -144,7 +144,8 @@ pub fn data_error_stays_with_its_step(gpu: &Gpu) -> Result<(), String> {
     let good_batch = shape.device_batch(gpu).map_err(fail("batch"))?;
     let host_table = ReqToToken::from_vec(4, 8, (0..32).collect()).map_err(fail("table"))?;
     let table = cuda::DeviceReqToToken::from_host(gpu, &host_table).map_err(fail("table"))?;
-    let bad = Batch::from_columns([9], [0], [3]);
+    // Row 9 of a 4-row table, with a prefix to read there.
+    let bad = Batch::from_columns([9], [2], [1]);
     bad_batch.upload(&bad).map_err(fail("batch"))?;
     good_batch
         .upload(&Batch::from_columns([1], [0], [3]))
