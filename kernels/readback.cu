@@ -5,19 +5,18 @@
 // (every piece is i32 or i64 words, 4-byte aligned at both ends). A counted piece (the ring
 // rows) copies only the units its device count names. The host reads the staging only after
 // the event recorded behind this launch completed, and reads of a counted piece only the units
-// that count names (it is copied too). Beside it, the ring clear of every step and sweep.
+// that count names (it is copied too). A consumed piece (the stream's status word in a step's
+// or a sweep's report) is zeroed once copied, so the next report holds the errors recorded
+// after this one. Beside it, the ring clear of every step and sweep.
 #include "common.cuh"
 
 namespace kvc {
 
-// A violation ring emptied (ViolationRing::clear_on): every row zeroed, write index 0; with
-// `status` the stream's status word zeroed too (the step's and the sweep's clear).
+// A violation ring emptied (ViolationRing::clear_on): every row zeroed, write index 0.
 struct RingClearArgs {
     i64* rows;
     i64 words;
     i32* write_index;
-    i64* status;
-    i64 status_words;
 };
 
 struct ReadbackArgs {
@@ -26,6 +25,7 @@ struct ReadbackArgs {
     i64 bytes[READBACK_PIECES];
     const i32* limit[READBACK_PIECES];
     i64 unit[READBACK_PIECES];
+    i64 consume[READBACK_PIECES];
     i64 pieces;
 };
 
@@ -35,7 +35,6 @@ using kvc::ReadbackArgs;
 using kvc::RingClearArgs;
 KVC_CHECK_LAYOUT_ReadbackArgs(ReadbackArgs);
 KVC_CHECK_LAYOUT_RingClearArgs(RingClearArgs);
-static_assert(kvc::STATUS_WORDS <= kvc::READBACK_THREADS, "the ring clear zeroes the status word with block 0's threads");
 
 // The ring clear in one launch instead of two memsets (rows, write index): a kernel node takes
 // part in the programmatic dependent launches around it (a memset node does not), so the plan
@@ -49,7 +48,6 @@ extern "C" __global__ void __launch_bounds__(kvc::READBACK_THREADS) kv_canary_ri
         a.rows[i] = 0;
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) *a.write_index = 0;
-    if (blockIdx.x == 0 && a.status != nullptr && threadIdx.x < a.status_words) a.status[threadIdx.x] = 0;
 }
 
 extern "C" __global__ void __launch_bounds__(kvc::READBACK_THREADS) kv_canary_readback(ReadbackArgs a) {
@@ -67,5 +65,16 @@ extern "C" __global__ void __launch_bounds__(kvc::READBACK_THREADS) kv_canary_re
     const i64 words = bytes >> 2;
     const unsigned* s = reinterpret_cast<const unsigned*>(a.src[p]);
     volatile unsigned* d = reinterpret_cast<volatile unsigned*>(a.dst[p]);
+    if (a.consume[p] != 0) {
+        // A consumed piece (the stream's status word): each word zeroed by the thread that
+        // copied it; nothing else runs on the stream meanwhile (the launches around this one
+        // wait for it in grid_prologue()).
+        unsigned* z = const_cast<unsigned*>(s);
+        for (i64 i = threadIdx.x; i < words; i += blockDim.x) {
+            d[i] = s[i];
+            z[i] = 0;
+        }
+        return;
+    }
     for (i64 i = threadIdx.x; i < words; i += blockDim.x) d[i] = s[i];
 }

@@ -201,10 +201,9 @@ impl Backend for Stream {
     }
 
     /// Queues the clear on the stream (one `kv_canary_ring_clear` launch, no host
-    /// synchronisation), and in the same launch the stream's status word: the step's (or the
-    /// sweep's) report then holds the data errors of its own launches, not an earlier step's.
+    /// synchronisation).
     fn clear_ring<R: Capacity>(&self, ring: &mut ViolationRing<R, Device>) -> Result<(), Error> {
-        ring.queue_clear(self, true)
+        ring.clear_on(self)
     }
 
     fn verify<V, W, E, VB, K, S, R>(

@@ -79,7 +79,7 @@ impl ReadsHeadFindings for Stream {
         let context = self.gpu().context();
         let raw = self.as_raw();
         let enable = box_ptr(&head.verify_plan.enable).addr();
-        let (staged, layout) = Staged::queue(self, head.ring, 0, 1, |readback, _| {
+        let (staged, layout) = Staged::queue(self, head.ring, false, 0, 1, |readback, _| {
             readback.copy_narrow(context, 1, enable, 1, raw)
         })?;
         Ok(PendingHeadFindings {

@@ -139,11 +139,11 @@
 //! stream's sticky status word (the first error since the last [`Stream::clear_status`] wins);
 //! [`Stream::status`] synchronises and returns it as the same [`Error`](crate::Error) the CPU
 //! op returns. Each launch documents what it skips and how that differs from the CPU op, which
-//! validates everything before it modifies anything. The step API's `plan` and every sweep zero
-//! the status word in their ring-clear launch, so a step's report (or a sweep's) returns the
-//! data errors of its own launches only, and a malformed step does not fail the reports after
-//! it; the errors of launches an engine queues on the canary's stream between steps are its to
-//! read (`status()`) before the next `plan`.
+//! validates everything before it modifies anything. A step's report and a sweep's consume the
+//! status word: their readback zeroes it once copied, so each report returns the first data
+//! error recorded on the stream since the report before it (its own launches', or those of
+//! launches queued between the two), and a malformed step does not fail the reports after it.
+//! The head findings, read mid-step, leave it for the step's report.
 //!
 //! # Layers
 //!

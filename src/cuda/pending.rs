@@ -79,11 +79,15 @@ pub(crate) struct Staged {
 
 impl Staged {
     /// Queues on `stream` the copies of `ring` (rows, write index) and the stream's status
-    /// word into a staging of `extra_wide` more `i64` and `extra_narrow` more `i32` words, then
-    /// `more` (the caller's copies of those words), then the event. No host synchronisation.
+    /// word (with `consume_status` zeroed once copied: a sweep's report consumes it, as a
+    /// step's does; the head findings, read mid-step, leave it for the step's report) into a
+    /// staging of `extra_wide` more `i64` and `extra_narrow` more `i32` words, then `more` (the
+    /// caller's copies of those words), then the event. No host synchronisation.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn queue<R: Capacity>(
         stream: &Stream,
         ring: &ViolationRing<R, Device>,
+        consume_status: bool,
         extra_wide: usize,
         extra_narrow: usize,
         more: impl FnOnce(&mut Readback, RingLayout) -> Result<(), Error>,
@@ -106,7 +110,17 @@ impl Staged {
                 raw,
             )?;
             let status = stream.status_addr();
-            readback.copy_wide(context, layout.ring_fields, status, STATUS_WORDS, raw)?;
+            if consume_status {
+                readback.copy_wide_consumed(
+                    context,
+                    layout.ring_fields,
+                    status,
+                    STATUS_WORDS,
+                    raw,
+                )?;
+            } else {
+                readback.copy_wide(context, layout.ring_fields, status, STATUS_WORDS, raw)?;
+            }
             readback.copy_narrow(context, 0, box_ptr(&ring.write_index).addr(), 1, raw)?;
             more(&mut readback, layout)?;
             readback.finish(context, raw)

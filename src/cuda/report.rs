@@ -519,7 +519,8 @@ pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
         layout.offsets,
         raw,
     )?;
-    readback.copy_wide(
+    // The report consumes the status word: the next report holds the errors recorded after it.
+    readback.copy_wide_consumed(
         context,
         layout.status_at(),
         stream.status_addr(),

@@ -175,8 +175,13 @@ impl Sweeps for Stream {
         let context = self.gpu().context();
         let raw = self.as_raw();
         let counters = [&sweep.counters.k, &sweep.counters.v];
-        let (staged, layout) =
-            Staged::queue(self, sweep.ring, COUNTER_WORDS, 0, |readback, layout| {
+        let (staged, layout) = Staged::queue(
+            self,
+            sweep.ring,
+            true,
+            COUNTER_WORDS,
+            0,
+            |readback, layout| {
                 for (i, c) in counters.into_iter().enumerate() {
                     let at = layout.extra_at() + 2 * i;
                     let slot_run = box_ptr(&c.slot_run_counter).addr();
@@ -185,7 +190,8 @@ impl Sweeps for Stream {
                     readback.copy_wide(context, at + 1, kernel_run, 1, raw)?;
                 }
                 Ok(())
-            })?;
+            },
+        )?;
         Ok(PendingSweepReport {
             staged,
             layout,

@@ -131,9 +131,9 @@ fn try_take_on(gpu: &Gpu) -> Result<(), String> {
 
 /// A step whose device data is malformed (a request-pool row past the table) reports the
 /// error the CPU's plan returns, and only that step: the step queued behind it before its report
-/// was taken, and the steps after, report their own results, clean (each step's ring clear
-/// zeroes the stream's status word in the same launch; it used to stay set, failing every later
-/// report).
+/// was taken, and the steps after, report their own results, clean (a step's report consumes
+/// the stream's status word: its readback zeroes it once copied; it used to stay set, failing
+/// every later report).
 pub fn data_error_stays_with_its_step(gpu: &Gpu) -> Result<(), String> {
     let shape = Shape::<Cap<8>, Cap<4>, Cap<16>>::new();
     let stream = Stream::new(gpu).map_err(fail("stream"))?;

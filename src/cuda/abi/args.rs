@@ -336,6 +336,9 @@ kernel_args! {
         limit: [DevPtr<i32>; 16],
         /// Bytes of one counted unit (a multiple of 4; used with `limit`).
         unit: [i64; 16],
+        /// Per piece, 1: the source words are zeroed once copied (the stream's status word, which
+        /// a step's or a sweep's report consumes); 0: left as they are.
+        consume: [i64; 16],
         /// Pieces in use.
         pieces: i64,
     }
@@ -350,10 +353,6 @@ kernel_args! {
         words: i64,
         /// The ring's write index.
         write_index: DevPtr<i32>,
-        /// A stream's status word to zero too, or null (`ViolationRing::clear_on`).
-        status: DevPtr<i64>,
-        /// Its `i64` words.
-        status_words: i64,
     }
 }
 

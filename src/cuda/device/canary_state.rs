@@ -7,8 +7,6 @@ use crate::capacity::Capacity;
 use crate::consts::VIOLATION_FIELDS;
 use crate::cuda::abi::args::RingClearArgs;
 use crate::cuda::abi::kernels::Kernel;
-use crate::cuda::abi::ptr::DevPtr;
-use crate::cuda::abi::status::STATUS_WORDS;
 use crate::cuda::driver::array::DeviceArray;
 use crate::cuda::driver::launch::LaunchDims;
 use crate::cuda::driver::memory as driver;
@@ -99,13 +97,6 @@ impl<R: Capacity> ViolationRing<R, Device> {
     /// no host synchronisation; kernels queued after it on `stream` see an empty ring. The ring
     /// must live on `stream`'s device, as every launch's buffers.
     pub fn clear_on(&self, stream: &Stream) -> Result<(), Error> {
-        self.queue_clear(stream, false)
-    }
-
-    /// [`clear_on`](Self::clear_on), and with `status` the stream's status word zeroed in the
-    /// same launch (the step's and the sweep's clear: their reports then hold the data errors
-    /// of their own launches).
-    pub(crate) fn queue_clear(&self, stream: &Stream, status: bool) -> Result<(), Error> {
         let words = self.rows.len();
         let threads = Kernel::RingClear.threads();
         // Enough blocks for a word a thread, at most 1024 (grid-stride beyond).
@@ -126,16 +117,13 @@ impl<R: Capacity> ViolationRing<R, Device> {
                 rows: driver::ptr(&self.rows),
                 words: words as i64,
                 write_index: driver::box_ptr(&self.write_index),
-                status: if status { target.status } else { DevPtr::NULL },
-                status_words: STATUS_WORDS as i64,
             },
         };
         // SAFETY: `RingClearArgs` mirrors the kernel's parameter (layout asserted by the
         // generated header); the kernel stores zeros to `rows[0 .. words)`, exactly this ring's
         // live row allocation, and to its write index, both owned by `self`, which the caller
-        // keeps alive until the stream's work is done, as for every launch on the ring; with
-        // `status`, to the `STATUS_WORDS` words of `stream`'s status word (owned by the stream,
-        // freed only after its work); the function was looked up on `stream`'s `Gpu`.
+        // keeps alive until the stream's work is done, as for every launch on the ring; the
+        // function was looked up on `stream`'s `Gpu`.
         unsafe { launch.queue(&target) }
     }
 

@@ -237,8 +237,8 @@ impl Stream {
 
     /// Synchronises, then returns the first malformed-data error the kernels of this stream
     /// recorded since the last [`clear_status`](Self::clear_status) (or since creation, or since
-    /// the last ring clear of a step's `plan` or a sweep on a canary of this stream, which zeroes
-    /// it too), as the [`Error`] the CPU op would return; `Ok` when there was none.
+    /// the readback of the last step or sweep report of a canary on this stream, which consumes
+    /// it), as the [`Error`] the CPU op would return; `Ok` when there was none.
     pub fn status(&self) -> Result<(), Error> {
         self.synchronize()?;
         let mut words = [0i64; STATUS_WORDS];

@@ -222,7 +222,24 @@ impl Readback {
     ) -> Result<(), Error> {
         Self::host_range(&self.wide, at, len, self.state)?;
         let dst = self.wide.device + (at * 8) as u64;
-        self.push(context, dst, src, len * 8, None, stream)
+        self.push(context, dst, src, len * 8, None, false, stream)
+    }
+
+    /// As [`copy_wide`](Self::copy_wide), and the `len` source words are zeroed once copied, in
+    /// the same launch (a report consuming the stream's status word: the next report holds the
+    /// errors recorded after this one). The source must be written by nothing else while the
+    /// stream's work runs (the status word: only this stream's launches write it).
+    pub(crate) fn copy_wide_consumed(
+        &mut self,
+        context: &PrimaryContext,
+        at: usize,
+        src: u64,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), Error> {
+        Self::host_range(&self.wide, at, len, self.state)?;
+        let dst = self.wide.device + (at * 8) as u64;
+        self.push(context, dst, src, len * 8, None, true, stream)
     }
 
     /// As [`copy_wide`](Self::copy_wide), copying only the first `clamp(*count, 0, len / unit)`
@@ -249,7 +266,15 @@ impl Readback {
             });
         }
         let dst = self.wide.device + (at * 8) as u64;
-        self.push(context, dst, src, len * 8, Some((count, unit * 8)), stream)
+        self.push(
+            context,
+            dst,
+            src,
+            len * 8,
+            Some((count, unit * 8)),
+            false,
+            stream,
+        )
     }
 
     /// Queues a copy of `len` `i32` words from device address `src` into words `[at, at +
@@ -264,7 +289,7 @@ impl Readback {
     ) -> Result<(), Error> {
         Self::host_range(&self.narrow, at, len, self.state)?;
         let dst = self.narrow.device + (at * 4) as u64;
-        self.push(context, dst, src, len * 4, None, stream)
+        self.push(context, dst, src, len * 4, None, false, stream)
     }
 
     /// The host address of `[at, at + len)` of `buffer`, checked against its length; copies
@@ -296,7 +321,9 @@ impl Readback {
 
     /// Adds a piece of `bytes` bytes from device address `src` to device-mapped staging address
     /// `dst` to the pending launch (with `counted`: only as many units of the given bytes as
-    /// the device `i32` at that address names), launching it first when it is full.
+    /// the device `i32` at that address names; with `consume`, the source zeroed once copied),
+    /// launching it first when it is full.
+    #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
         context: &PrimaryContext,
@@ -304,6 +331,7 @@ impl Readback {
         src: u64,
         bytes: usize,
         counted: Option<(u64, usize)>,
+        consume: bool,
         stream: CUstream,
     ) -> Result<(), Error> {
         if bytes == 0 {
@@ -320,6 +348,7 @@ impl Readback {
         let (limit, unit) = counted.unwrap_or((0, 4));
         self.pending.limit[p] = DevPtr::from_addr(limit);
         self.pending.unit[p] = unit as i64;
+        self.pending.consume[p] = i64::from(consume);
         self.pending.pieces += 1;
         Ok(())
     }
