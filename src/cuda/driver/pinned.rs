@@ -220,9 +220,7 @@ impl Readback {
         len: usize,
         stream: CUstream,
     ) -> Result<(), Error> {
-        Self::host_range(&self.wide, at, len, self.state)?;
-        let dst = self.wide.device + (at * 8) as u64;
-        self.push(context, dst, src, len * 8, None, false, stream)
+        self.copy_wide_words(context, at, src, len, false, stream)
     }
 
     /// As [`copy_wide`](Self::copy_wide), and the `len` source words are zeroed once copied, in
@@ -237,9 +235,22 @@ impl Readback {
         len: usize,
         stream: CUstream,
     ) -> Result<(), Error> {
+        self.copy_wide_words(context, at, src, len, true, stream)
+    }
+
+    /// [`copy_wide`](Self::copy_wide), the source zeroed once copied with `consume`.
+    fn copy_wide_words(
+        &mut self,
+        context: &PrimaryContext,
+        at: usize,
+        src: u64,
+        len: usize,
+        consume: bool,
+        stream: CUstream,
+    ) -> Result<(), Error> {
         Self::host_range(&self.wide, at, len, self.state)?;
         let dst = self.wide.device + (at * 8) as u64;
-        self.push(context, dst, src, len * 8, None, true, stream)
+        self.push(context, dst, src, len * 8, None, consume, stream)
     }
 
     /// As [`copy_wide`](Self::copy_wide), copying only the first `clamp(*count, 0, len / unit)`
