@@ -125,26 +125,34 @@ impl DeviceStepReport {
 }
 
 /// One line, as the CPU's `StepReport`: `bs 3, 12 verify entries (enabled), 5 tokens written;
-/// clean` — or `2 violations (0 dropped)`, or `UNVERIFIED: ...` naming what was not checked (the
-/// device plan keeps the verify capacity, not the count it needed, when it overflows).
+/// clean` — or `2 violations (0 dropped)`, or `UNVERIFIED: ...` naming what was not checked (a
+/// plan over its verify capacity reads `more verify entries than the capacity of 8 (DISABLED)`:
+/// the device plan keeps the capacity then, not the count it needed).
 impl core::fmt::Display for DeviceStepReport {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         use crate::step::report::Counted;
+        write!(f, "bs {}, ", self.bs)?;
+        if self.enabled {
+            write!(
+                f,
+                "{} (enabled)",
+                Counted(
+                    self.verify_num_valid as u64,
+                    "verify entry",
+                    "verify entries"
+                )
+            )?;
+        } else {
+            write!(
+                f,
+                "more verify entries than the capacity of {} (DISABLED)",
+                self.verify_capacity
+            )?;
+        }
         write!(
             f,
-            "bs {}, {} ({}), {} written; ",
-            self.bs,
-            Counted(
-                self.verify_num_valid as u64,
-                "verify entry",
-                "verify entries"
-            ),
-            if self.enabled {
-                "enabled"
-            } else {
-                "DISABLED: over capacity"
-            },
-            Counted(self.write_tokens, "token", "tokens"),
+            ", {} written; ",
+            Counted(self.write_tokens, "token", "tokens")
         )?;
         self.status().write_line(f, self.dropped)
     }
@@ -550,4 +558,62 @@ pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
         captured,
         gpu: gpu.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceStepReport;
+    use crate::canary::HealthCounters;
+    use crate::cuda::DeviceSweepReport;
+    use crate::step::KvPair;
+
+    fn report(enabled: bool, dropped: u64) -> DeviceStepReport {
+        let counters = KvPair {
+            k: HealthCounters::new(),
+            v: HealthCounters::new(),
+        };
+        DeviceStepReport {
+            bs: 3,
+            verify_num_valid: if enabled { 12 } else { 8 },
+            enabled,
+            verify_capacity: 8,
+            write_tokens: 1,
+            head_counters: counters.clone(),
+            tail_counters: counters,
+            violations: Vec::new(),
+            dropped,
+            abandoned_steps: 0,
+        }
+    }
+
+    #[test]
+    fn a_device_report_reads_as_the_cpu_reports_line() {
+        assert_eq!(
+            report(true, 0).to_string(),
+            "bs 3, 12 verify entries (enabled), 1 token written; clean"
+        );
+        assert_eq!(
+            report(true, 2).to_string(),
+            "bs 3, 12 verify entries (enabled), 1 token written; 2 violations (2 dropped)"
+        );
+        let unverified = report(false, 0).to_string();
+        assert!(
+            unverified.starts_with(
+                "bs 3, more verify entries than the capacity of 8 (DISABLED), 1 token written; \
+                 UNVERIFIED: "
+            ) && unverified.contains("verify capacity of 8"),
+            "{unverified}"
+        );
+        let sweep = DeviceSweepReport {
+            entries: 1,
+            verify_capacity: 4,
+            counters: KvPair {
+                k: HealthCounters::new(),
+                v: HealthCounters::new(),
+            },
+            violations: Vec::new(),
+            dropped: 0,
+        };
+        assert_eq!(sweep.to_string(), "sweep of 1 entry; clean");
+    }
 }
