@@ -361,8 +361,7 @@ fn take_report(n: usize, report: PendingDeviceReport) -> Result<Option<Vec<usize
 /// unverified step), `None` for a clean step.
 fn findings(what: &str, report: &DeviceStepReport) -> Option<Vec<usize>> {
     if !report.enabled {
-        // The device plan does not keep the entry count it needed (its verify plan holds the
-        // capacity then): `unverified()` says so in words.
+        // `unverified()` names the entries the plan needed and the verify capacity.
         println!("{what}: UNVERIFIED ({})", report.unverified());
         return Some(Vec::new());
     }

@@ -105,6 +105,7 @@ struct PlanArgs {
     i64* v_prevs;
     i32* v_num_valid;
     i32* v_enable;
+    i64* v_requested;     // T, the entries the batch asked for (also when over the capacity)
     i64 verify_capacity;  // <= i32::MAX (host check)
     i64* w_offsets;       // write_capacity + 1
     i64* w_seeds;         // write_capacity
@@ -766,6 +767,7 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a, HeadVerify hv = {nu
     if (blockIdx.x == 0 && tid == 0) {
         *a.v_num_valid = static_cast<i32>(enable ? total : a.verify_capacity);
         *a.v_enable = enable ? 1 : 0;
+        *a.v_requested = total;
         *a.w_num_valid_reqs = static_cast<i32>(bs);
         // The head verify's counts, as its own launch would make them (count_launch).
 #pragma unroll

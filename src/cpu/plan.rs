@@ -329,6 +329,7 @@ fn emit<
         verify.num_valid = capacity.min(i32::MAX as usize) as i32;
     }
     verify.enable = i32::from(enabled);
+    verify.requested = i64::try_from(requested).unwrap_or(i64::MAX);
     emit_write(inputs, rows, write);
     PlanSummary {
         bs: rows.len(),

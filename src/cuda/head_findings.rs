@@ -2,7 +2,8 @@
 //! [`Step::head_findings`](crate::step::Step::head_findings) returns for a device canary.
 //!
 //! The call queues, on the canary's stream right after the head verify launches, copies of the
-//! ring rows, the write index, the stream's status word and the plan's `enable` into pinned host
+//! ring rows, the write index, the stream's status word and the plan's `enable` and requested
+//! entry count into pinned host
 //! memory and an event after them; nothing blocks. The engine takes them with
 //! [`try_take`](PendingHeadFindings::try_take) (never blocks) or
 //! [`wait`](PendingHeadFindings::wait) before it runs its forward pass. They are a peek: they are
@@ -58,9 +59,8 @@ impl PendingHeadFindings {
             Ok(HeadFindings {
                 violations,
                 dropped,
-                // The plan kernel records only that its entries exceeded the capacity.
                 plan_overflow: (narrow[1] == 0).then_some(PlanOverflow {
-                    needed: None,
+                    needed: u64::try_from(wide[layout.extra_at()]).ok(),
                     capacity,
                 }),
             })
@@ -79,8 +79,10 @@ impl ReadsHeadFindings for Stream {
         let context = self.gpu().context();
         let raw = self.as_raw();
         let enable = box_ptr(&head.verify_plan.enable).addr();
-        let (staged, layout) = Staged::queue(self, head.ring, false, 0, 1, |readback, _| {
-            readback.copy_narrow(context, 1, enable, 1, raw)
+        let requested = box_ptr(&head.verify_plan.requested).addr();
+        let (staged, layout) = Staged::queue(self, head.ring, false, 1, 1, |readback, at| {
+            readback.copy_narrow(context, 1, enable, 1, raw)?;
+            readback.copy_wide(context, at.extra_at(), requested, 1, raw)
         })?;
         Ok(PendingHeadFindings {
             staged,

@@ -3,7 +3,8 @@
 //!
 //! When a device step ends, its report is *queued*, not read: stream-ordered copies of the
 //! ring rows, the write index, the eight health counters (head/tail x K/V x slot/kernel run),
-//! the plan scalars (`verify_num_valid`, `enable`, `write_num_valid_reqs`, the write offsets)
+//! the plan scalars (`verify_num_valid`, `enable`, the entries requested,
+//! `write_num_valid_reqs`, the write offsets)
 //! and the stream's status word go into pinned host memory on the canary's stream, and an
 //! event is recorded after them. Nothing blocks. The report is then taken when the engine
 //! wants it: [`try_take`](PendingDeviceReport::try_take) never blocks (it hands the pending
@@ -63,8 +64,11 @@ impl Layout {
     fn status_at(self) -> usize {
         self.offsets_at() + self.offsets
     }
-    fn wide(self) -> usize {
+    fn requested_at(self) -> usize {
         self.status_at() + STATUS_WORDS
+    }
+    fn wide(self) -> usize {
+        self.requested_at() + 1
     }
 }
 
@@ -78,6 +82,9 @@ pub struct DeviceStepReport {
     /// `enable` as the plan wrote it: false when the batch needed more verify entries than the
     /// verify capacity (no slot was checked).
     pub enabled: bool,
+    /// The verify entries the plan asked for (`T`, before the capacity clamp): above
+    /// [`verify_capacity`](Self::verify_capacity) when the plan overflowed.
+    pub requested_entries: u64,
     /// The shape's verify capacity.
     pub verify_capacity: usize,
     /// Tokens the write launches stamped per buffer (`write_offsets[bs]`).
@@ -101,12 +108,12 @@ impl DeviceStepReport {
         self.violations.len() as u64 + self.dropped
     }
 
-    /// What went unchecked: a plan over the verify capacity (the kernel records only that it
-    /// was exceeded, so the needed count is unknown), abandoned steps.
+    /// What went unchecked: a plan over the verify capacity (the entries it needed and the
+    /// capacity), abandoned steps.
     pub fn unverified(&self) -> Unverified {
         Unverified {
             plan_overflow: (!self.enabled).then_some(crate::step::PlanOverflow {
-                needed: None,
+                needed: Some(self.requested_entries),
                 capacity: self.verify_capacity,
             }),
             abandoned_steps: self.abandoned_steps,
@@ -126,29 +133,22 @@ impl DeviceStepReport {
 
 /// One line, as the CPU's `StepReport`: `bs 3, 12 verify entries (enabled), 5 tokens written;
 /// clean` — or `2 violations (0 dropped)`, or `UNVERIFIED: ...` naming what was not checked (a
-/// plan over its verify capacity reads `more verify entries than the capacity of 8 (DISABLED)`:
-/// the device plan keeps the capacity then, not the count it needed).
+/// plan over its verify capacity: `bs 3, 12 verify entries (DISABLED: over capacity), ...;
+/// UNVERIFIED: the plan needed 12 verify entries but the verify capacity is 8, ...`).
 impl core::fmt::Display for DeviceStepReport {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         use crate::step::report::Counted;
-        write!(f, "bs {}, ", self.bs)?;
-        if self.enabled {
-            write!(
-                f,
-                "{} (enabled)",
-                Counted(
-                    self.verify_num_valid as u64,
-                    "verify entry",
-                    "verify entries"
-                )
-            )?;
-        } else {
-            write!(
-                f,
-                "more verify entries than the capacity of {} (DISABLED)",
-                self.verify_capacity
-            )?;
-        }
+        write!(
+            f,
+            "bs {}, {} ({})",
+            self.bs,
+            Counted(self.requested_entries, "verify entry", "verify entries"),
+            if self.enabled {
+                "enabled"
+            } else {
+                "DISABLED: over capacity"
+            }
+        )?;
         write!(
             f,
             ", {} written; ",
@@ -424,6 +424,7 @@ fn decode_words(
         bs,
         verify_num_valid: usize::try_from(verify_num_valid).unwrap_or(0),
         enabled: enable != 0,
+        requested_entries: u64::try_from(wide[l.requested_at()]).unwrap_or(0),
         verify_capacity,
         write_tokens,
         head_counters: pair(0),
@@ -544,6 +545,13 @@ pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
     for (at, src) in narrow.into_iter().enumerate() {
         readback.copy_narrow(context, at, src, 1, raw)?;
     }
+    readback.copy_wide(
+        context,
+        layout.requested_at(),
+        box_ptr(&step.verify_plan.requested).addr(),
+        1,
+        raw,
+    )?;
     if captured {
         readback.captured(context, raw)?;
     } else {
@@ -576,6 +584,7 @@ mod tests {
             bs: 3,
             verify_num_valid: if enabled { 12 } else { 8 },
             enabled,
+            requested_entries: 12,
             verify_capacity: 8,
             write_tokens: 1,
             head_counters: counters.clone(),
@@ -599,9 +608,9 @@ mod tests {
         let unverified = report(false, 0).to_string();
         assert!(
             unverified.starts_with(
-                "bs 3, more verify entries than the capacity of 8 (DISABLED), 1 token written; \
-                 UNVERIFIED: "
-            ) && unverified.contains("verify capacity of 8"),
+                "bs 3, 12 verify entries (DISABLED: over capacity), 1 token written; UNVERIFIED: \
+                 the plan needed 12 verify entries but the verify capacity is 8"
+            ),
             "{unverified}"
         );
         let sweep = DeviceSweepReport {

@@ -11,7 +11,7 @@
 
 use super::device::stream::Stream;
 use super::driver::memory::box_ptr;
-use super::driver::memory::{set_i32_async, upload_async};
+use super::driver::memory::{set_i32_async, set_i64_async, upload_async};
 use super::pending::{Landed, RingLayout, Staged};
 use crate::canary::{HealthCounters, Violation};
 use crate::capacity::Capacity;
@@ -146,6 +146,7 @@ impl Sweeps for Stream {
         if entries.len() > plan.capacity().get() {
             set_i32_async(&plan.enable, 0, raw)?;
             set_i32_async(&plan.num_valid, 0, raw)?;
+            set_i64_async(&plan.requested, entries.len() as i64, raw)?;
             return Ok(false);
         }
         let num_valid = i32::try_from(entries.len()).map_err(|_| Error::SweepTooLong {
@@ -164,6 +165,7 @@ impl Sweeps for Stream {
         upload_async(&plan.prev_slot_indices, 0, &column(|e| e.prev_slot), raw)?;
         set_i32_async(&plan.num_valid, num_valid, raw)?;
         set_i32_async(&plan.enable, 1, raw)?;
+        set_i64_async(&plan.requested, i64::from(num_valid), raw)?;
         Ok(true)
     }
 

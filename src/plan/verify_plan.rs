@@ -12,10 +12,15 @@ use derive_where::derive_where;
 /// slot), the number of valid entries and the `enable` flag (`i32` each). The plan op writes it;
 /// the verify op reads it. Entries at index `>= verify_num_valid` are stale and never read.
 ///
+/// Beside SGLang's tensors it keeps one `i64` of its own: the entries the plan asked for
+/// ([`requested_entries`](Self::requested_entries), `T` before the capacity clamp), so that a
+/// plan over its capacity says by how much on either backend (the device's step reports read it
+/// back with the rest).
+///
 /// `Clone` and `PartialEq` hold for every memory whose arrays and scalars have them (host plans;
 /// device buffers are copied through the CUDA transfers instead). Equality compares the contents:
 /// the capacity follows from the arrays' lengths.
-#[derive_where(Clone, PartialEq; M::Array<i64>, M::Scalar<i32>)]
+#[derive_where(Clone, PartialEq; M::Array<i64>, M::Scalar<i32>, M::Scalar<i64>)]
 pub struct VerifyPlan<C: Capacity, M: Memory = Host> {
     #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: C,
@@ -25,6 +30,8 @@ pub struct VerifyPlan<C: Capacity, M: Memory = Host> {
     pub(crate) prev_slot_indices: M::Array<i64>,
     pub(crate) num_valid: M::Scalar<i32>,
     pub(crate) enable: M::Scalar<i32>,
+    /// `T`, the entries the plan asked for; -1 where unknown (a plan given by parts).
+    pub(crate) requested: M::Scalar<i64>,
 }
 
 /// One verify entry: a slot to check and what it must hold (spec §2.4, §2.12 for sentinels).
@@ -56,6 +63,8 @@ pub struct VerifyPlanMut<'a> {
     pub num_valid: &'a mut i32,
     /// `enable`.
     pub enable: &'a mut i32,
+    /// The entries the plan asked for (`T`; -1: unknown).
+    pub requested: &'a mut i64,
 }
 
 impl<const N: usize> VerifyPlan<Cap<N>> {
@@ -93,6 +102,7 @@ impl<C: Capacity> VerifyPlan<C> {
             prev_slot_indices: host_array("verify_prev_slot_indices", n, 0)?,
             num_valid: 0,
             enable: 1,
+            requested: 0,
         })
     }
 
@@ -105,7 +115,9 @@ impl<C: Capacity> VerifyPlan<C> {
     }
 
     /// A host verify plan from raw arrays (conformance dumps, FFI). Every array must hold exactly
-    /// `capacity` entries.
+    /// `capacity` entries. Its [`requested_entries`](Self::requested_entries) is `num_valid`
+    /// when enabled (a plan within its capacity asked for exactly its entries), unknown (`None`)
+    /// when not.
     pub fn from_parts(
         capacity: C,
         slot_indices: Vec<i64>,
@@ -138,6 +150,11 @@ impl<C: Capacity> VerifyPlan<C> {
             prev_slot_indices: prev_slot_indices.into(),
             num_valid,
             enable,
+            requested: if enable != 0 {
+                i64::from(num_valid)
+            } else {
+                -1
+            },
         })
     }
 
@@ -168,6 +185,12 @@ impl<C: Capacity> VerifyPlan<C> {
     /// Whether a verify launch will check any entry (`enable != 0`).
     pub fn is_enabled(&self) -> bool {
         self.enable != 0
+    }
+    /// The verify entries the plan op asked for (`T`, before the capacity clamp): more than the
+    /// capacity when the plan overflowed (`enable = 0`). `None` where unknown (a plan given by
+    /// [`from_parts`](Self::from_parts) with `enable = 0`).
+    pub fn requested_entries(&self) -> Option<u64> {
+        u64::try_from(self.requested).ok()
     }
 
     /// The number of entries a verify launch reads: `clamp(verify_num_valid, 0, capacity)`,
@@ -200,6 +223,7 @@ impl<C: Capacity> VerifyPlan<C> {
             prev_slot_indices: &mut self.prev_slot_indices,
             num_valid: &mut self.num_valid,
             enable: &mut self.enable,
+            requested: &mut self.requested,
         }
     }
 
@@ -222,6 +246,7 @@ impl<C: Capacity> VerifyPlan<C> {
         }
         self.num_valid = entries.len() as i32;
         self.enable = 1;
+        self.requested = entries.len() as i64;
         Ok(())
     }
 }
@@ -241,6 +266,7 @@ impl<C: Capacity> fmt::Debug for VerifyPlan<C> {
             .field("capacity", &self.capacity)
             .field("verify_num_valid", &self.num_valid)
             .field("enable", &self.enable)
+            .field("requested_entries", &self.requested)
             .field("verify_slot_indices", &self.slot_indices)
             .field("verify_expected_tokens", &self.expected_tokens)
             .field("verify_expected_positions", &self.expected_positions)
@@ -277,6 +303,37 @@ mod tests {
         );
         let cap = UncheckedCapacity::new("verify_capacity", 3).unwrap();
         assert_eq!(VerifyPlan::try_with_capacity(cap).unwrap().enable(), 1);
+    }
+
+    #[test]
+    fn the_requested_count_follows_its_source() {
+        let cap = UncheckedCapacity::new("verify_capacity", 2).unwrap();
+        let parts = |num_valid, enable| {
+            VerifyPlan::from_parts(
+                cap,
+                vec![0; 2],
+                vec![0; 2],
+                vec![0; 2],
+                vec![0; 2],
+                num_valid,
+                enable,
+            )
+            .unwrap()
+        };
+        // Given by parts: exactly its entries when enabled, unknown when over its capacity.
+        assert_eq!(parts(2, 1).requested_entries(), Some(2));
+        assert_eq!(parts(2, 0).requested_entries(), None);
+        // A sweep's entries are what it asked for.
+        let mut plan = parts(2, 0);
+        let entry = VerifyEntry {
+            slot: 1,
+            expected_token: -1,
+            expected_position: 0,
+            prev_slot: -1,
+        };
+        plan.set_entries(&[entry]).unwrap();
+        assert_eq!(plan.requested_entries(), Some(1));
+        assert_eq!(VerifyPlan::<Cap<3>>::new().requested_entries(), Some(0));
     }
 
     #[test]

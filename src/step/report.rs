@@ -144,8 +144,9 @@ pub struct StepReport {
 /// wrote `enable = 0` and no verify launch of the step checked any slot (spec §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PlanOverflow {
-    /// Verify entries the batch needed (`T`), where the backend knows it (the CPU does; the
-    /// CUDA plan kernel records only that `T` exceeded the capacity).
+    /// Verify entries the batch needed (`T`): known to both backends' plans (the CUDA plan
+    /// kernel writes it into the verify plan beside `enable`); `None` only for a plan given by
+    /// parts ([`VerifyPlan::from_parts`](crate::VerifyPlan::from_parts) with `enable = 0`).
     pub needed: Option<u64>,
     /// The shape's verify capacity.
     pub capacity: usize,

@@ -100,7 +100,7 @@ fn same_findings(what: &str, c: &HeadFindings, d: &HeadFindings) -> Result<(), S
     ensure!(
         sorted(&c.violations) == sorted(&d.violations)
             && c.dropped == d.dropped
-            && c.plan_overflow.is_some() == d.plan_overflow.is_some(),
+            && c.plan_overflow == d.plan_overflow,
         "{what}: head findings differ: CPU {c:?}, GPU {d:?}"
     );
     Ok(())
@@ -139,13 +139,23 @@ pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
     let (p, l) = (params(), layout());
 
     // Step 1: rows 1 and 2 prefill 4 and 3 tokens. Step 2: row 2 decodes; row 1 stays idle.
-    let plan: [(Batch, Vec<Token>); 2] = [
+    // Step 3: rows 3 and 4 decode at position 25, 50 verify entries for a capacity of 48: the
+    // plan overflows, and both backends' head findings and reports name 50 and 48.
+    let plan: [(Batch, Vec<Token>); 3] = [
         (
             Batch::from_columns([1, 2], [0, 0], [4, 3]),
             [tokens(1, 0..4), tokens(2, 0..3)].concat(),
         ),
         (Batch::from_columns([2], [3], [1]), tokens(2, 3..4)),
+        (
+            Batch::from_columns([3, 4], [25, 25], [1, 1]),
+            [tokens(3, 25..26), tokens(4, 25..26)].concat(),
+        ),
     ];
+    let overflow = Some(kv_canary::step::PlanOverflow {
+        needed: Some(50),
+        capacity: 48,
+    });
     let mut head_rows = 0;
     for (n, (batch, toks)) in plan.iter().enumerate() {
         if n == 1 {
@@ -204,6 +214,11 @@ pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
             .map_err(fail("device report"))?;
         let (mut overflows, mut found) = (0, 0);
         compare(n, &c, &d, &mut overflows, &mut found)?;
+        ensure!(
+            (df.plan_overflow == overflow && d.unverified().plan_overflow == overflow) == (n == 2),
+            "step {n}: the overflow must be step 2's alone, with 50 needed for 48: head findings \
+             {df:?}, report {d}"
+        );
         // The head findings are the head verify's part of the final report, counted once:
         // on the CPU its first rows; on the device (no fixed order) rows it holds.
         ensure!(
@@ -278,8 +293,9 @@ pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
         dev.total_violations()
     );
     println!(
-        "    head findings equal before the forward pass ({head_rows} rows); the sweep found the \
-         idle-slot fault the steps missed; an overflowed sweep unverified on both"
+        "    head findings equal before the forward pass ({head_rows} rows); an overflowed plan \
+         unverified on both with 50 needed for 48; the sweep found the idle-slot fault the steps \
+         missed; an overflowed sweep unverified on both"
     );
     Ok(())
 }

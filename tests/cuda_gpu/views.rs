@@ -39,8 +39,9 @@ pub const K_AT: usize = 256;
 pub const V_AT: usize = K_AT + PAGES * ROW_STRIDE + 128;
 pub const KV_BYTES: usize = V_AT + PAGES * ROW_STRIDE + 48;
 /// Copies of the step's report readback into pinned memory (ring rows, 8 counters, the write
-/// offsets, the status word, 4 scalars): the only transfers of a step over views.
-const REPORT_COPIES: u64 = 15;
+/// offsets, the status word, 4 scalars, the entries requested): the only transfers of a step
+/// over views.
+const REPORT_COPIES: u64 = 16;
 
 type Spec = Shape<Cap<48>, Cap<ROWS>, Cap<ENTRIES>>;
 
@@ -561,6 +562,84 @@ pub fn cudarc_views_plan(gpu: &Gpu) -> Result<(), String> {
     ensure!(source.source().num_rows() == 8, "cudarc source rows");
     let past = cuda::CudarcKvSource::new(gpu, &kv, 16, layout, PARAMS);
     ensure!(past.is_err(), "a cudarc source past its slice was accepted");
-    println!("    plan over cudarc views equal to the worked example; short views refused");
+
+    // The shared views: over `Arc`s of new slices that only the views hold once the engine's
+    // handles are dropped; the same plan, byte for byte, into fresh plan buffers.
+    let (shared_verify, shared_write) = (
+        shape.device_verify_plan(gpu).map_err(fail("plan"))?,
+        shape.device_write_plan(gpu).map_err(fail("plan"))?,
+    );
+    let host = |s: &cudarc::driver::CudaSlice<i64>| engine.clone_dtoh(s).map_err(cudarc_err);
+    let arc_cols = [
+        std::sync::Arc::new(engine.clone_htod(&host(&cols[0])?).map_err(cudarc_err)?),
+        std::sync::Arc::new(engine.clone_htod(&host(&cols[1])?).map_err(cudarc_err)?),
+        std::sync::Arc::new(engine.clone_htod(&host(&cols[2])?).map_err(cudarc_err)?),
+    ];
+    let arc_bs = std::sync::Arc::new(engine.clone_htod(&[3i32]).map_err(cudarc_err)?);
+    let arc_table = std::sync::Arc::new(
+        engine
+            .clone_htod(&(0..32).collect::<Vec<i32>>())
+            .map_err(cudarc_err)?,
+    );
+    let arc_kv = std::sync::Arc::new(engine.clone_htod(&vec![0u8; 4096]).map_err(cudarc_err)?);
+    engine.synchronize().map_err(cudarc_err)?;
+    let stable = cuda::DeviceReqToToken::from_cudarc_shared(gpu, arc_table.clone(), 4, 8)
+        .map_err(fail("shared table"))?;
+    let sbatch =
+        DeviceBatch::from_cudarc_shared(gpu, Cap::<4>, arc_cols.clone(), Some(arc_bs.clone()))
+            .map_err(fail("shared batch"))?;
+    let skv = cuda::CudarcKvSource::shared(gpu, arc_kv.clone(), 0, layout, PARAMS)
+        .map_err(fail("shared kv"))?;
+    ensure!(
+        std::sync::Arc::strong_count(&arc_table) == 2
+            && std::sync::Arc::strong_count(&arc_bs) == 2
+            && arc_cols
+                .iter()
+                .all(|c| std::sync::Arc::strong_count(c) == 2)
+            && std::sync::Arc::strong_count(&arc_kv) == 2,
+        "a shared cudarc view does not hold its slices"
+    );
+    drop((arc_cols, arc_bs, arc_table, arc_kv));
+    cuda::plan(
+        &stream,
+        &shape,
+        &cuda::PlanInputs::full(&sbatch, &stable),
+        &shared_verify,
+        &shared_write,
+    )
+    .map_err(fail("plan over shared views"))?;
+    stream.status().map_err(fail("status"))?;
+    let (sv, sw) = (
+        shared_verify.to_host().map_err(fail("download"))?,
+        shared_write.to_host().map_err(fail("download"))?,
+    );
+    let bw = write.to_host().map_err(fail("download"))?;
+    ensure!(
+        sv == slots && sw == bw,
+        "plans over shared and borrowed cudarc views differ:\n  {sv:?}\n  {slots:?}"
+    );
+    ensure!(skv.source().num_rows() == 8, "shared cudarc source rows");
+    let short = DeviceBatch::from_cudarc_shared(
+        gpu,
+        Cap::<8>,
+        [0, 1, 2].map(|_| std::sync::Arc::new(engine.alloc_zeros::<i64>(4).unwrap())),
+        None::<std::sync::Arc<cudarc::driver::CudaSlice<i32>>>,
+    );
+    ensure!(
+        matches!(
+            short,
+            Err(kv_canary::Error::LengthMismatch {
+                expected: 8,
+                found: 4,
+                ..
+            })
+        ),
+        "a shared cudarc batch shorter than its capacity was accepted"
+    );
+    drop((stable, sbatch, skv));
+    println!(
+        "    plan over cudarc views equal to the worked example, over shared views (their slices \
+         held by the views alone) byte-equal to it; short views refused"
+    );
     Ok(())
 }

@@ -32,6 +32,7 @@ fn marked<const V: usize, const W: usize>() -> (VerifyPlan<Cap<V>>, WritePlan<Ca
     }
     *p.num_valid = -7;
     *p.enable = -7;
+    *p.requested = -7;
     let p = w.parts_mut();
     p.offsets.fill(-7);
     p.seed_slot_indices.fill(-7);
@@ -51,6 +52,7 @@ fn worked_example_3_6() {
     assert_eq!(v.expected_positions(), &[0, 1, 2, -7, -7, -7, -7, -7]);
     assert_eq!(v.prev_slot_indices(), &[-1, 16, 17, -7, -7, -7, -7, -7]);
     assert_eq!((v.num_valid(), v.enable()), (3, 1));
+    assert_eq!(v.requested_entries(), Some(3));
     assert_eq!(w.offsets(), &[0, 2, 2, 6, 0]);
     assert_eq!(w.seed_slot_indices(), &[18, -1, -1, -7]);
     assert_eq!(w.num_valid_reqs(), 3);
@@ -113,6 +115,8 @@ fn worked_example_overflow_leaves_entries_untouched() {
     assert!(!s.enabled);
     assert_eq!(v.slot_indices(), &[-7, -7]);
     assert_eq!((v.num_valid(), v.enable()), (2, 0));
+    // The plan keeps what it needed beside the clamp: 3 entries against a capacity of 2.
+    assert_eq!((v.requested_entries(), s.requested_entries), (Some(3), 3));
     assert_eq!(w.offsets(), &[0, 2, 2, 6, 0]);
 }
 
@@ -123,6 +127,7 @@ fn empty_batch() {
     let (mut v, mut w) = marked::<8, 4>();
     plan(&Spec::new(), &PlanInputs::full(&b, &t), &mut v, &mut w).unwrap();
     assert_eq!((v.num_valid(), v.enable()), (0, 1));
+    assert_eq!(v.requested_entries(), Some(0));
     assert_eq!(w.offsets(), &[0, 0, 0, 0, 0]);
     assert_eq!(w.num_valid_reqs(), 0);
     assert_eq!(v.slot_indices(), &[-7; 8]);

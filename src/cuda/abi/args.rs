@@ -113,6 +113,8 @@ kernel_args! {
         v_num_valid: DevPtr<i32>,
         /// Verify plan outputs.
         v_enable: DevPtr<i32>,
+        /// Verify plan outputs: the entries asked for (`T`).
+        v_requested: DevPtr<i64>,
         /// Verify capacity.
         verify_capacity: i64,
         /// Write plan outputs.

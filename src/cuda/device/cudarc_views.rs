@@ -1,7 +1,9 @@
 //! Safe views of cudarc device memory (feature `cudarc`): the device inputs over `&CudaSlice<T>`
 //! or `CudaView<T>`, borrowed for `'a`, so the slices outlive every view made of them.
 //!
-//! A view borrows its slices ([`Borrowed`], [`CudarcKvSource`]); the launches borrow the view.
+//! A view borrows its slices (`from_cudarc`: [`Borrowed`], [`CudarcKvSource::new`]) or keeps
+//! `Arc`s of them (`from_cudarc_shared`: [`Shared`], [`CudarcKvSource::shared`], for an engine's
+//! struct or a stored graph's inputs); the launches borrow the view.
 //! Dropping the view synchronises the slices' context (`cuCtxSynchronize`), so no launch or
 //! graph replay that read the memory can still run when the borrow ends and cudarc may free it
 //! (cudarc frees stream-ordered, on the slice's own stream, which the canary's streams are not
@@ -11,7 +13,7 @@
 //! engine orders its writes of the memory and the canary's launches by streams and events, as
 //! for any kernel of its own.
 
-use super::borrowed::{at_least, Borrowed, Fence};
+use super::borrowed::{at_least, Borrowed, Fence, Shared};
 use super::gpu::Gpu;
 use super::plan_inputs::{DeviceBatch, DeviceLut, DeviceTable, DeviceValidLens, RawBatch};
 use super::settings::DeviceRealKvSource;
@@ -34,7 +36,42 @@ fn parts<T, S: DevicePtr<T>>(slice: &S) -> (u64, usize, Arc<CudaContext>) {
     (addr, slice.len(), Arc::clone(stream.context()))
 }
 
+/// The `Shared` view `view` of cudarc memory of `context`, keeping `slices` alive (type-erased,
+/// released after its drop has synchronised the context).
+fn shared<T>(
+    view: T,
+    context: Arc<CudaContext>,
+    slices: impl IntoIterator<Item = Arc<dyn Send + Sync>>,
+) -> Shared<T> {
+    Shared::new(view, Fence::Cudarc(context), slices.into_iter().collect())
+}
+
+/// `slice` type-erased, for a [`Shared`] view's kept buffers.
+fn kept<S: Send + Sync + 'static>(slice: &Arc<S>) -> Arc<dyn Send + Sync> {
+    Arc::clone(slice) as Arc<dyn Send + Sync>
+}
+
 impl<K: TableKind> DeviceTable<K> {
+    /// The table over `cells`, checked as [`from_raw`](Self::from_raw) and for its length,
+    /// with the slice's context.
+    ///
+    /// # Safety
+    ///
+    /// `cells` stays allocated while the table, or any launch or graph that read it, can run.
+    unsafe fn over_cudarc<S: DevicePtr<i32>>(
+        gpu: &Gpu,
+        cells: &S,
+        rows: usize,
+        width: usize,
+    ) -> Result<(Self, Arc<CudaContext>), Error> {
+        let (addr, len, context) = parts(cells);
+        at_least(K::NAME, len, rows.saturating_mul(width))?;
+        // SAFETY: `cells` is a live cudarc allocation of `len >= rows x width` elements, which
+        // the caller keeps allocated while the table can be read.
+        let table = unsafe { Self::from_raw(gpu, addr, rows, width)? };
+        Ok((table, context))
+    }
+
     /// A view of a cudarc slice holding at least `rows x width` `i32` cells (row-major),
     /// checked as [`from_raw`](Self::from_raw); a shorter slice is [`Error::LengthMismatch`].
     pub fn from_cudarc<'a, S: DevicePtr<i32>>(
@@ -43,30 +80,125 @@ impl<K: TableKind> DeviceTable<K> {
         rows: usize,
         width: usize,
     ) -> Result<Borrowed<'a, Self>, Error> {
-        let (addr, len, context) = parts(cells);
-        at_least(K::NAME, len, rows.saturating_mul(width))?;
-        // SAFETY: `cells` is a live cudarc allocation of `len >= rows x width` elements,
-        // borrowed for 'a, which the returned view cannot outlive, and whose drop waits for
-        // every launch that read it.
-        let table = unsafe { Self::from_raw(gpu, addr, rows, width)? };
+        // SAFETY: `cells` is borrowed for 'a, which the returned view cannot outlive, and the
+        // view's drop waits for every launch that read it.
+        let (table, context) = unsafe { Self::over_cudarc(gpu, cells, rows, width)? };
         Ok(Borrowed::new(table, Fence::Cudarc(context)))
+    }
+
+    /// [`from_cudarc`](Self::from_cudarc) over a slice the view keeps alive (an `Arc` of a
+    /// cudarc `CudaSlice`): the view borrows nothing, so an engine's struct or a stored
+    /// graph's inputs hold it.
+    pub fn from_cudarc_shared<S>(
+        gpu: &Gpu,
+        cells: Arc<S>,
+        rows: usize,
+        width: usize,
+    ) -> Result<Shared<Self>, Error>
+    where
+        S: DevicePtr<i32> + Send + Sync + 'static,
+    {
+        // SAFETY: the view keeps `cells` alive, and its drop waits for every launch that read
+        // it before releasing it.
+        let (table, context) = unsafe { Self::over_cudarc(gpu, &*cells, rows, width)? };
+        Ok(shared(table, context, [kept(&cells)]))
     }
 }
 
 impl DeviceLut {
+    /// The LUT over the whole of `lut`, with its context.
+    ///
+    /// # Safety
+    ///
+    /// As `DeviceTable::over_cudarc`.
+    unsafe fn over_cudarc<S: DevicePtr<i64>>(
+        gpu: &Gpu,
+        lut: &S,
+    ) -> Result<(Self, Arc<CudaContext>), Error> {
+        let (addr, len, context) = parts(lut);
+        // SAFETY: `lut` is a live cudarc allocation of `len` elements, kept by the caller.
+        let lut = unsafe { Self::from_raw(gpu, addr, len)? };
+        Ok((lut, context))
+    }
+
     /// A view of a whole cudarc slice of `i64`s, checked as [`from_raw`](Self::from_raw).
     pub fn from_cudarc<'a, S: DevicePtr<i64>>(
         gpu: &Gpu,
         lut: &'a S,
     ) -> Result<Borrowed<'a, Self>, Error> {
-        let (addr, len, context) = parts(lut);
         // SAFETY: as `DeviceTable::from_cudarc`.
-        let lut = unsafe { Self::from_raw(gpu, addr, len)? };
+        let (lut, context) = unsafe { Self::over_cudarc(gpu, lut)? };
         Ok(Borrowed::new(lut, Fence::Cudarc(context)))
+    }
+
+    /// [`from_cudarc`](Self::from_cudarc) over a slice the view keeps alive.
+    pub fn from_cudarc_shared<S>(gpu: &Gpu, lut: Arc<S>) -> Result<Shared<Self>, Error>
+    where
+        S: DevicePtr<i64> + Send + Sync + 'static,
+    {
+        // SAFETY: as `DeviceTable::from_cudarc_shared`.
+        let (view, context) = unsafe { Self::over_cudarc(gpu, &*lut)? };
+        Ok(shared(view, context, [kept(&lut)]))
     }
 }
 
+/// The addresses of `slices` after checking each holds at least `needed` elements (named by
+/// `names`).
+fn addrs_of<T, S: DevicePtr<T>, const N: usize>(
+    slices: [&S; N],
+    names: [&'static str; N],
+    needed: usize,
+) -> Result<[u64; N], Error> {
+    let mut addrs = [0u64; N];
+    for ((addr, slice), what) in addrs.iter_mut().zip(slices).zip(names) {
+        let (a, len, _) = parts(slice);
+        at_least(what, len, needed)?;
+        *addr = a;
+    }
+    Ok(addrs)
+}
+
+/// The address of an optional count slice (`bs`, the valid lengths' count) after checking it
+/// holds an element.
+fn count_of<C: DevicePtr<i32>>(
+    what: &'static str,
+    count: Option<&C>,
+) -> Result<Option<u64>, Error> {
+    count
+        .map(|c| {
+            let (a, len, _) = parts(c);
+            at_least(what, len, 1).map(|()| a)
+        })
+        .transpose()
+}
+
 impl<W: Capacity> DeviceBatch<W> {
+    /// The batch over `columns` and `bs`, with the columns' context.
+    ///
+    /// # Safety
+    ///
+    /// As `DeviceTable::over_cudarc`, for every slice.
+    unsafe fn over_cudarc<S: DevicePtr<i64>, B: DevicePtr<i32>>(
+        gpu: &Gpu,
+        capacity: W,
+        columns: [&S; 3],
+        bs: Option<&B>,
+    ) -> Result<(Self, Arc<CudaContext>), Error> {
+        let names = ["req_pool_indices", "prefix_lens", "extend_seq_lens"];
+        let addrs = addrs_of(columns, names, capacity.get())?;
+        let raw = RawBatch {
+            req_pool_indices: addrs[0],
+            prefix_lens: addrs[1],
+            extend_seq_lens: addrs[2],
+            bs: count_of("bs", bs)?,
+        };
+        // SAFETY: every slice is a live cudarc allocation holding what the batch reads
+        // (checked), kept by the caller.
+        let batch = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        let (_, _, context) = parts(columns[0]);
+        Ok((batch, context))
+    }
+
     /// Views of three cudarc slices of at least `capacity` `i64`s (`req_pool_indices`,
     /// `prefix_lens`, `extend_seq_lens`) and optionally the engine's `bs` (an `i32` slice of at
     /// least one element; `None`: [`set_len_on`](Self::set_len_on)), checked as
@@ -77,35 +209,55 @@ impl<W: Capacity> DeviceBatch<W> {
         columns: [&'a S; 3],
         bs: Option<&'a B>,
     ) -> Result<Borrowed<'a, Self>, Error> {
-        let names = ["req_pool_indices", "prefix_lens", "extend_seq_lens"];
-        let mut addrs = [0u64; 3];
-        for ((addr, column), what) in addrs.iter_mut().zip(columns).zip(names) {
-            let (a, len, _) = parts(column);
-            at_least(what, len, capacity.get())?;
-            *addr = a;
-        }
-        let bs = match bs {
-            Some(b) => {
-                let (a, len, _) = parts(b);
-                at_least("bs", len, 1)?;
-                Some(a)
-            }
-            None => None,
-        };
-        let raw = RawBatch {
-            req_pool_indices: addrs[0],
-            prefix_lens: addrs[1],
-            extend_seq_lens: addrs[2],
-            bs,
-        };
         // SAFETY: as `DeviceTable::from_cudarc`, for every slice.
-        let batch = unsafe { Self::from_raw(gpu, capacity, raw)? };
-        let (_, _, context) = parts(columns[0]);
+        let (batch, context) = unsafe { Self::over_cudarc(gpu, capacity, columns, bs)? };
         Ok(Borrowed::new(batch, Fence::Cudarc(context)))
+    }
+
+    /// [`from_cudarc`](Self::from_cudarc) over slices the view keeps alive.
+    pub fn from_cudarc_shared<S, B>(
+        gpu: &Gpu,
+        capacity: W,
+        columns: [Arc<S>; 3],
+        bs: Option<Arc<B>>,
+    ) -> Result<Shared<Self>, Error>
+    where
+        S: DevicePtr<i64> + Send + Sync + 'static,
+        B: DevicePtr<i32> + Send + Sync + 'static,
+    {
+        let refs = [&*columns[0], &*columns[1], &*columns[2]];
+        // SAFETY: as `DeviceTable::from_cudarc_shared`, for every slice.
+        let (batch, context) = unsafe { Self::over_cudarc(gpu, capacity, refs, bs.as_deref())? };
+        let slices = columns.iter().map(kept).chain(bs.as_ref().map(kept));
+        Ok(shared(batch, context, slices))
     }
 }
 
 impl<W: Capacity> DeviceValidLens<W> {
+    /// The lengths over `lens` and `count`, with the context of `lens`.
+    ///
+    /// # Safety
+    ///
+    /// As `DeviceTable::over_cudarc`, for both slices.
+    unsafe fn over_cudarc<S: DevicePtr<i64>, C: DevicePtr<i32>>(
+        gpu: &Gpu,
+        capacity: W,
+        lens: &S,
+        count: Option<&C>,
+    ) -> Result<(Self, Arc<CudaContext>), Error> {
+        let [addr] = addrs_of(
+            [lens],
+            ["req_to_verify_expected_tokens_valid_lens"],
+            capacity.get(),
+        )?;
+        let count = count_of("valid_lens count", count)?;
+        // SAFETY: both slices are live cudarc allocations holding what the view reads
+        // (checked), kept by the caller.
+        let view = unsafe { Self::from_raw(gpu, capacity, addr, count)? };
+        let (_, _, context) = parts(lens);
+        Ok((view, context))
+    }
+
     /// Views of a cudarc slice of at least `capacity` `i64` lengths and optionally of their
     /// count (an `i32` slice; `None`: [`set_len_on`](Self::set_len_on)), checked as
     /// [`from_raw`](Self::from_raw).
@@ -115,27 +267,55 @@ impl<W: Capacity> DeviceValidLens<W> {
         lens: &'a S,
         count: Option<&'a C>,
     ) -> Result<Borrowed<'a, Self>, Error> {
-        let (addr, len, context) = parts(lens);
-        at_least(
-            "req_to_verify_expected_tokens_valid_lens",
-            len,
-            capacity.get(),
-        )?;
-        let count = match count {
-            Some(c) => {
-                let (a, n, _) = parts(c);
-                at_least("valid_lens count", n, 1)?;
-                Some(a)
-            }
-            None => None,
-        };
         // SAFETY: as `DeviceTable::from_cudarc`, for both slices.
-        let lens = unsafe { Self::from_raw(gpu, capacity, addr, count)? };
-        Ok(Borrowed::new(lens, Fence::Cudarc(context)))
+        let (view, context) = unsafe { Self::over_cudarc(gpu, capacity, lens, count)? };
+        Ok(Borrowed::new(view, Fence::Cudarc(context)))
+    }
+
+    /// [`from_cudarc`](Self::from_cudarc) over slices the view keeps alive.
+    pub fn from_cudarc_shared<S, C>(
+        gpu: &Gpu,
+        capacity: W,
+        lens: Arc<S>,
+        count: Option<Arc<C>>,
+    ) -> Result<Shared<Self>, Error>
+    where
+        S: DevicePtr<i64> + Send + Sync + 'static,
+        C: DevicePtr<i32> + Send + Sync + 'static,
+    {
+        // SAFETY: as `DeviceTable::from_cudarc_shared`, for both slices.
+        let (view, context) =
+            unsafe { Self::over_cudarc(gpu, capacity, &*lens, count.as_deref())? };
+        let slices = [kept(&lens)].into_iter().chain(count.as_ref().map(kept));
+        Ok(shared(view, context, slices))
     }
 }
 
 impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
+    /// The write inputs over `arrays`, with their context.
+    ///
+    /// # Safety
+    ///
+    /// As `DeviceTable::over_cudarc`, for every slice.
+    unsafe fn over_cudarc<S: DevicePtr<i64>>(
+        gpu: &Gpu,
+        capacity: E,
+        arrays: [&S; 3],
+    ) -> Result<(Self, Arc<CudaContext>), Error> {
+        let names = ["input_ids", "positions", "out_cache_loc"];
+        let addrs = addrs_of(arrays, names, capacity.get())?;
+        let raw = RawWriteInputs {
+            input_ids: addrs[0],
+            positions: addrs[1],
+            out_cache_loc: addrs[2],
+        };
+        // SAFETY: every slice is a live cudarc allocation of at least `capacity` elements
+        // (checked), kept by the caller.
+        let inputs = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        let (_, _, context) = parts(arrays[0]);
+        Ok((inputs, context))
+    }
+
     /// Views of three cudarc slices of at least `capacity` `i64`s (`input_ids`, `positions`,
     /// `out_cache_loc`), checked as [`from_raw`](Self::from_raw).
     pub fn from_cudarc<'a, S: DevicePtr<i64>>(
@@ -143,35 +323,68 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
         capacity: E,
         arrays: [&'a S; 3],
     ) -> Result<Borrowed<'a, Self>, Error> {
-        let names = ["input_ids", "positions", "out_cache_loc"];
-        let mut addrs = [0u64; 3];
-        for ((addr, array), what) in addrs.iter_mut().zip(arrays).zip(names) {
-            let (a, len, _) = parts(array);
-            at_least(what, len, capacity.get())?;
-            *addr = a;
-        }
-        let raw = RawWriteInputs {
-            input_ids: addrs[0],
-            positions: addrs[1],
-            out_cache_loc: addrs[2],
-        };
         // SAFETY: as `DeviceTable::from_cudarc`, for every slice.
-        let inputs = unsafe { Self::from_raw(gpu, capacity, raw)? };
-        let (_, _, context) = parts(arrays[0]);
+        let (inputs, context) = unsafe { Self::over_cudarc(gpu, capacity, arrays)? };
         Ok(Borrowed::new(inputs, Fence::Cudarc(context)))
+    }
+
+    /// [`from_cudarc`](Self::from_cudarc) over slices the view keeps alive.
+    pub fn from_cudarc_shared<S>(
+        gpu: &Gpu,
+        capacity: E,
+        arrays: [Arc<S>; 3],
+    ) -> Result<Shared<Self>, Error>
+    where
+        S: DevicePtr<i64> + Send + Sync + 'static,
+    {
+        let refs = [&*arrays[0], &*arrays[1], &*arrays[2]];
+        // SAFETY: as `DeviceTable::from_cudarc_shared`, for every slice.
+        let (inputs, context) = unsafe { Self::over_cudarc(gpu, capacity, refs)? };
+        Ok(shared(inputs, context, arrays.iter().map(kept)))
     }
 }
 
-/// A real-KV source over cudarc bytes borrowed for `'a`: [`source`](Self::source) gives the
+/// A real-KV source over cudarc bytes, borrowed for `'a` ([`new`](Self::new)) or kept alive
+/// by the value itself ([`shared`](Self::shared), a `CudarcKvSource<'static>` that an engine's
+/// struct or a stored graph's closure holds): [`source`](Self::source) gives the
 /// [`DeviceRealKvSource`] for launches, bounded by this value's borrow; dropping it synchronises
-/// the memory's context.
+/// the memory's context (then releases a kept slice).
 pub struct CudarcKvSource<'a> {
     source: DeviceRealKvSource<'static>,
     context: Arc<CudaContext>,
+    /// The slice a shared source keeps alive (released after the drop's synchronisation).
+    kept: Option<Arc<dyn Send + Sync>>,
     bytes: PhantomData<&'a ()>,
 }
 
 impl<'a> CudarcKvSource<'a> {
+    /// The source over `bytes` from `byte_offset`, with its context.
+    ///
+    /// # Safety
+    ///
+    /// `bytes` stays allocated while the source, or any launch or graph that used it, can run.
+    unsafe fn over<S: DevicePtr<u8>>(
+        gpu: &Gpu,
+        bytes: &S,
+        byte_offset: usize,
+        layout: RowLayout,
+        params: RealKvParams,
+    ) -> Result<(DeviceRealKvSource<'static>, Arc<CudaContext>), Error> {
+        let (addr, len, context) = parts(bytes);
+        let Some(rest) = len.checked_sub(byte_offset) else {
+            return Err(Error::RealKvShape {
+                shape: vec![len],
+                detail: format!("byte offset {byte_offset} is past the {len} bytes given"),
+            });
+        };
+        // SAFETY: `bytes` is a live cudarc allocation of `len` bytes, kept by the caller; the
+        // range from the offset lies inside it (checked above, and by `from_raw`).
+        let source = unsafe {
+            DeviceRealKvSource::from_raw(gpu, addr + byte_offset as u64, rest, layout, params)?
+        };
+        Ok((source, context))
+    }
+
     /// The source whose row 0 starts `byte_offset` bytes into the cudarc byte slice `bytes`,
     /// checked as [`DeviceRealKvSource::at`] (and the slice's range as
     /// [`DeviceRealKvSource::from_raw`]).
@@ -182,22 +395,36 @@ impl<'a> CudarcKvSource<'a> {
         layout: RowLayout,
         params: RealKvParams,
     ) -> Result<Self, Error> {
-        let (addr, len, context) = parts(bytes);
-        let Some(rest) = len.checked_sub(byte_offset) else {
-            return Err(Error::RealKvShape {
-                shape: vec![len],
-                detail: format!("byte offset {byte_offset} is past the {len} bytes given"),
-            });
-        };
-        // SAFETY: `bytes` is a live cudarc allocation of `len` bytes, borrowed for 'a; the
-        // source is handed out only for borrows of this value, whose drop waits for every
-        // launch that read it.
-        let source = unsafe {
-            DeviceRealKvSource::from_raw(gpu, addr + byte_offset as u64, rest, layout, params)?
-        };
+        // SAFETY: `bytes` is borrowed for 'a; the source is handed out only for borrows of
+        // this value, whose drop waits for every launch that read it.
+        let (source, context) = unsafe { Self::over(gpu, bytes, byte_offset, layout, params)? };
         Ok(CudarcKvSource {
             source,
             context,
+            kept: None,
+            bytes: PhantomData,
+        })
+    }
+
+    /// The source that `new` gives, over a slice this value keeps alive (an `Arc` of the
+    /// engine's cudarc KV pool): it borrows nothing.
+    pub fn shared<S>(
+        gpu: &Gpu,
+        bytes: Arc<S>,
+        byte_offset: usize,
+        layout: RowLayout,
+        params: RealKvParams,
+    ) -> Result<CudarcKvSource<'static>, Error>
+    where
+        S: DevicePtr<u8> + Send + Sync + 'static,
+    {
+        // SAFETY: the value keeps `bytes` alive; its drop waits for every launch that read
+        // them before releasing them.
+        let (source, context) = unsafe { Self::over(gpu, &*bytes, byte_offset, layout, params)? };
+        Ok(CudarcKvSource {
+            source,
+            context,
+            kept: Some(kept(&bytes)),
             bytes: PhantomData,
         })
     }
@@ -210,7 +437,16 @@ impl<'a> CudarcKvSource<'a> {
 
 impl Drop for CudarcKvSource<'_> {
     fn drop(&mut self) {
-        // As `Borrowed`'s drop.
+        // As `Borrowed`'s drop; a kept slice is released after it (fields drop after this).
         let _ = self.context.synchronize();
+    }
+}
+
+impl core::fmt::Debug for CudarcKvSource<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CudarcKvSource")
+            .field("source", &self.source)
+            .field("shared", &self.kept.is_some())
+            .finish()
     }
 }

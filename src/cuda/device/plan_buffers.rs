@@ -24,6 +24,7 @@ impl<C: Capacity> VerifyPlan<C, Device> {
             prev_slot_indices: driver::zeroed(n)?,
             num_valid: driver::scalar(0)?,
             enable: driver::scalar(1)?,
+            requested: driver::scalar(0)?,
         })
     }
 
@@ -35,7 +36,8 @@ impl<C: Capacity> VerifyPlan<C, Device> {
         driver::upload(&self.expected_positions, 0, &host.expected_positions)?;
         driver::upload(&self.prev_slot_indices, 0, &host.prev_slot_indices)?;
         driver::set_scalar(&self.num_valid, host.num_valid)?;
-        driver::set_scalar(&self.enable, host.enable)
+        driver::set_scalar(&self.enable, host.enable)?;
+        driver::set_scalar(&self.requested, host.requested)
     }
 
     /// A host copy (synchronous: waits for the launches queued before it).
@@ -47,6 +49,7 @@ impl<C: Capacity> VerifyPlan<C, Device> {
         driver::download(&mut host.prev_slot_indices, &self.prev_slot_indices, 0)?;
         host.num_valid = driver::get_scalar(&self.num_valid)?;
         host.enable = driver::get_scalar(&self.enable)?;
+        host.requested = driver::get_scalar(&self.requested)?;
         Ok(host)
     }
 }

@@ -251,6 +251,28 @@ pub(crate) fn get_scalar<T: Element>(src: &DeviceScalar<T>) -> Result<T, Error> 
 
 /// Queues setting a device `i32` scalar to `value` on `stream` (`cuMemsetD32Async`: no host
 /// memory involved, so it is graph-capturable and records the value as it is now).
+/// Sets the `i64` scalar `dst` to `value`, stream-ordered on `stream` (two 4-byte memsets: no
+/// host memory has to outlive the call).
+pub(crate) fn set_i64_async(
+    dst: &DeviceScalar<i64>,
+    value: i64,
+    stream: CUstream,
+) -> Result<(), Error> {
+    make_owner_current(box_addr(dst))?;
+    let bits = value as u64;
+    for (word, half) in [(0u64, bits as u32), (4, (bits >> 32) as u32)] {
+        // SAFETY: `dst` is one live, 8-byte aligned `i64` of device memory (a crate allocation,
+        // or a view whose constructor checked its alignment and whose caller keeps it
+        // allocated), so both of its 4-byte words at offsets 0 and 4 are in bounds; stream
+        // ordering keeps the kernels of `stream` from racing the memsets. Little-endian: the
+        // low word first.
+        check("cuMemsetD32Async", unsafe {
+            sys::cuMemsetD32Async(box_addr(dst) + word, half, 1, stream)
+        })?;
+    }
+    Ok(())
+}
+
 pub(crate) fn set_i32_async(
     dst: &DeviceScalar<i32>,
     value: i32,

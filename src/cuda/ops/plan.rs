@@ -230,6 +230,7 @@ where
         v_prevs,
         v_num_valid: driver::box_ptr(&verify.num_valid),
         v_enable: driver::box_ptr(&verify.enable),
+        v_requested: driver::box_ptr(&verify.requested),
         verify_capacity: verify_capacity as i64,
         w_offsets: driver::ptr(&write.offsets),
         w_seeds: driver::ptr(&write.seed_slot_indices),
