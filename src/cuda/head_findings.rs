@@ -2,10 +2,9 @@
 //! [`Step::head_findings`](crate::step::Step::head_findings) returns for a device canary.
 //!
 //! The call queues, on the canary's stream right after the head verify launches, copies of the
-//! ring rows, the write index, the stream's status word and the plan's `enable` and requested
-//! entry count into pinned host
-//! memory and an event after them; nothing blocks. The engine takes them with
-//! [`try_take`](PendingHeadFindings::try_take) (never blocks) or
+//! ring rows, the write index, the stream's status word, the plan's `enable` and the entries it
+//! requested into pinned host memory and an event after them; nothing blocks. The engine takes
+//! them with [`try_take`](PendingHeadFindings::try_take) (never blocks) or
 //! [`wait`](PendingHeadFindings::wait) before it runs its forward pass. They are a peek: they are
 //! not counted as delivered, and the step's final report still holds the same rows once.
 

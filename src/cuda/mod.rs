@@ -89,8 +89,8 @@
 //! ([`DeviceBatch::from_shared`], ...) keeps `Arc`s of them ([`Shared`]: storable in an engine's
 //! struct or a [`StepGraph`]'s inputs); with the `cudarc` feature, `from_cudarc` borrows cudarc
 //! slices and `from_cudarc_shared` keeps `Arc`s of them (`CudarcKvSource::new` / `::shared` for
-//! the KV pool). Dropping a safe view synchronises the context, so make views once and keep them. The
-//! launches read views in place: a step over views copies no engine array
+//! the KV pool). Dropping a safe view synchronises the context, so make views once and keep
+//! them. The launches read views in place: a step over views copies no engine array
 //! ([`transfers_issued`] counts the copies the crate issues; docs/cuda.md, "The engine's
 //! memory").
 //!

@@ -3,12 +3,11 @@
 //!
 //! When a device step ends, its report is *queued*, not read: stream-ordered copies of the
 //! ring rows, the write index, the eight health counters (head/tail x K/V x slot/kernel run),
-//! the plan scalars (`verify_num_valid`, `enable`, the entries requested,
-//! `write_num_valid_reqs`, the write offsets)
-//! and the stream's status word go into pinned host memory on the canary's stream, and an
-//! event is recorded after them. Nothing blocks. The report is then taken when the engine
-//! wants it: [`try_take`](PendingDeviceReport::try_take) never blocks (it hands the pending
-//! report back while the event has not completed), [`wait`](PendingDeviceReport::wait)
+//! the plan scalars (`verify_num_valid`, `enable`, the entries requested, `write_num_valid_reqs`,
+//! the write offsets) and the stream's status word go into pinned host memory on the canary's
+//! stream, and an event is recorded after them. Nothing blocks. The report is then taken when
+//! the engine wants it: [`try_take`](PendingDeviceReport::try_take) never blocks (it hands the
+//! pending report back while the event has not completed), [`wait`](PendingDeviceReport::wait)
 //! blocks until it has. Both consume the pending report, so a report is decoded and
 //! delivered once.
 //!

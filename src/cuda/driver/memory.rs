@@ -249,10 +249,8 @@ pub(crate) fn get_scalar<T: Element>(src: &DeviceScalar<T>) -> Result<T, Error> 
     Ok(value)
 }
 
-/// Queues setting a device `i32` scalar to `value` on `stream` (`cuMemsetD32Async`: no host
-/// memory involved, so it is graph-capturable and records the value as it is now).
-/// Sets the `i64` scalar `dst` to `value`, stream-ordered on `stream` (two 4-byte memsets: no
-/// host memory has to outlive the call).
+/// Queues setting a device `i64` scalar to `value` on `stream` (two `cuMemsetD32Async`, one a
+/// word: no host memory involved, as [`set_i32_async`]).
 pub(crate) fn set_i64_async(
     dst: &DeviceScalar<i64>,
     value: i64,
@@ -273,6 +271,8 @@ pub(crate) fn set_i64_async(
     Ok(())
 }
 
+/// Queues setting a device `i32` scalar to `value` on `stream` (`cuMemsetD32Async`: no host
+/// memory involved, so it is graph-capturable and records the value as it is now).
 pub(crate) fn set_i32_async(
     dst: &DeviceScalar<i32>,
     value: i32,
