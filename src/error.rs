@@ -317,6 +317,16 @@ pub enum Error {
         /// The replay that was refused.
         replay: u64,
     },
+    /// The report of one replay of a captured step could not be taken (feature `cuda`,
+    /// [`StepGraph::try_take`](crate::cuda::StepGraph::try_take) and `wait`): `error` is what
+    /// that replay's kernels recorded or what the driver said. The replay counts as taken.
+    /// [`source`](std::error::Error::source) is `error`; [`Error::root`] unwraps it.
+    InReplay {
+        /// The replay's number (0 for the first replay after a capture).
+        replay: u64,
+        /// What went wrong in it.
+        error: Box<Error>,
+    },
     /// No CUDA device to run on (`cuInit` reports none); GPU tests report themselves skipped.
     NoCudaDevice {
         /// What the driver said.
@@ -348,10 +358,19 @@ pub enum Error {
     },
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Error {
+    /// The error itself, unwrapped from the context variants ([`Error::InReplay`]) around it:
+    /// what to match on whichever call returned it.
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::InReplay { error, .. } => error.root(),
+            e => e,
+        }
+    }
+
+    /// The message without its `kv-canary: ` prefix (what a context variant appends).
+    fn fmt_body(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use Error::*;
-        f.write_str("kv-canary: ")?;
         match self {
             ZeroCapacity { what, value } => write!(f, "{what} must be positive, got {value}"),
             CapacityMismatch {
@@ -588,6 +607,10 @@ impl fmt::Display for Error {
                 "replay {replay} of the captured step would overwrite the unread report of \
                  replay {unread}: take that report first (nothing was replayed)"
             ),
+            InReplay { replay, error } => {
+                write!(f, "replay {replay} of the captured step: ")?;
+                error.fmt_body(f)
+            }
             NoCudaDevice { detail } => write!(f, "no CUDA device: {detail}"),
             #[cfg(feature = "cuda")]
             Cuda { call, code } => write!(f, "CUDA {call} failed: {code}"),
@@ -606,9 +629,17 @@ impl fmt::Display for Error {
     }
 }
 
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("kv-canary: ")?;
+        self.fmt_body(f)
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
+            Error::InReplay { error, .. } => Some(error.as_ref()),
             #[cfg(feature = "cuda")]
             Error::Cuda { code, .. } => Some(code),
             _ => None,
@@ -700,5 +731,38 @@ mod tests {
             .to_string(),
             "kv-canary: SWA slot 18 is outside full_to_swa_index_mapping length 18"
         );
+    }
+
+    #[test]
+    fn a_replays_error_names_the_replay_once_prefixed_and_unwraps() {
+        use std::error::Error as _;
+        let inner = Error::SlotOutOfRange {
+            what: "out_cache_loc",
+            index: 0,
+            slot: 71,
+            num_slots: 64,
+        };
+        let e = Error::InReplay {
+            replay: 12,
+            error: Box::new(inner.clone()),
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "kv-canary: replay 12 of the captured step: {}",
+                inner.to_string().trim_start_matches("kv-canary: ")
+            )
+        );
+        assert_eq!(e.to_string().matches("kv-canary:").count(), 1, "{e}");
+        assert_eq!(e.root(), &inner);
+        assert_eq!(inner.root(), &inner);
+        let source = e.source().map(ToString::to_string);
+        assert_eq!(source, Some(inner.to_string()));
+        // Nested context unwraps to the innermost error.
+        let twice = Error::InReplay {
+            replay: 13,
+            error: Box::new(e),
+        };
+        assert_eq!(twice.root(), &inner);
     }
 }

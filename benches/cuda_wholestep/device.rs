@@ -9,6 +9,7 @@
 //! TAIL_V write) on the canary's buffers, without the report's copies, as SGLang's graph has
 //! none; [`step_graph_run`] times the same step with them.
 
+use crate::host_sched::{SchedMark, TimedCall};
 use crate::timing::{self, Lead, Stats};
 use crate::workload::{cap, Mode, Workload, RING_ROWS};
 use crate::Options;
@@ -44,41 +45,84 @@ fn ctx(what: &'static str) -> impl Fn(Error) -> String {
 /// What the host calls of the step API cost, over a run of steps.
 #[derive(Clone, Debug, Default)]
 pub struct HostTimes {
-    /// `[plan_verify_head_and_write, verify_tail, try_take]`, µs, every call.
-    pub calls: [Vec<f64>; 3],
+    /// `[plan_verify_head_and_write, verify_tail, try_take]`, every call (wall µs and the
+    /// thread's scheduler accounting around it).
+    pub calls: [Vec<TimedCall>; 3],
     /// `wait` calls (a report not ready at the next step), µs.
     pub waits: Vec<f64>,
-    /// `try_take` calls that found the report ready.
+    /// `try_take` calls that found the report ready one step late.
     pub ready: usize,
+    /// Reports still pending one step late and taken at the next step's start, ready then
+    /// (forward pass on the device only).
+    pub ready_late: usize,
+    /// The forward pass between write and tail verify, µs (0: none).
+    pub forward_us: f64,
     /// Pinned report stagings the stream allocated (2 when reports are taken one step late).
     pub stagings: u64,
     /// Timeline lines of a few steps (host timestamps).
     pub timeline: Vec<String>,
 }
 
+/// The two host timelines of a row: the forward pass spun on the host, then queued on the
+/// device.
+pub type Timelines = [HostTimes; 2];
+
 /// Names of [`HostTimes::calls`].
 pub const HOST_CALLS: [&str; 3] = ["plan_verify_head_and_write", "verify_tail", "try_take"];
 
 impl HostTimes {
-    /// Calls longer than `stall_us`, `wait` excluded.
-    pub fn stalls(&self, stall_us: f64) -> usize {
+    /// Calls longer than `stall_us` (`wait` excluded), in two counts: the stalls (the thread
+    /// on a CPU or blocked for that long) and the calls the OS preempted (their run-queue wait
+    /// explains the time: [`TimedCall::preempted`]).
+    pub fn slow_calls(&self, stall_us: f64) -> (usize, usize) {
+        let slow = self.calls.iter().flatten().filter(|c| c.wall_us > stall_us);
+        slow.fold((0, 0), |(stalls, preempted), c| {
+            if c.preempted(stall_us) {
+                (stalls, preempted + 1)
+            } else {
+                (stalls + 1, preempted)
+            }
+        })
+    }
+
+    /// The stalls of [`slow_calls`](Self::slow_calls) during which the thread slept in the
+    /// kernel (a blocking wait); the others ran on a CPU throughout.
+    pub fn slept_stalls(&self, stall_us: f64) -> usize {
         self.calls
             .iter()
             .flatten()
-            .filter(|&&t| t > stall_us)
+            .filter(|c| c.wall_us > stall_us && !c.preempted(stall_us) && c.slept())
             .count()
+    }
+
+    /// Calls of at least half the forward pass queued on the device: what a call that waited
+    /// for the device would last (0 with the forward pass on the host: no such bound).
+    pub fn device_bound(&self) -> usize {
+        let bound = self.forward_us / 2.0;
+        self.calls
+            .iter()
+            .flatten()
+            .filter(|c| bound > 0.0 && c.wall_us >= bound)
+            .count()
+    }
+
+    /// Every call, for the legend of the accounting used.
+    pub fn all_calls(&self) -> Vec<TimedCall> {
+        self.calls.iter().flatten().copied().collect()
     }
 
     /// The largest call of each kind, µs.
     pub fn max(&self) -> [f64; 3] {
         self.calls
             .each_ref()
-            .map(|c| c.iter().copied().fold(0.0, f64::max))
+            .map(|c| c.iter().map(|c| c.wall_us).fold(0.0, f64::max))
     }
 
     /// Median of each kind, µs.
     pub fn median(&self) -> [f64; 3] {
-        self.calls.each_ref().map(|c| median(c))
+        self.calls
+            .each_ref()
+            .map(|c| median(&c.iter().map(|c| c.wall_us).collect::<Vec<_>>()))
     }
 
     /// Steps recorded.
@@ -141,8 +185,9 @@ pub struct RowResult {
     pub step_api: Option<Stats>,
     /// Eager raw launches, events between them: (launch, median µs).
     pub launches: Vec<(&'static str, f64)>,
-    /// The host calls of the step API (timeline run).
-    pub host: Option<HostTimes>,
+    /// The host calls of the step API (timeline runs: the forward pass spun on the host, then
+    /// queued on the device).
+    pub host: Option<Timelines>,
     /// The floor (one-device full run only).
     pub floor: Option<Floor>,
     /// Step reports checked clean (step API) plus graph/raw executions checked clean.
@@ -324,10 +369,29 @@ fn spin_host(d: Duration) {
     }
 }
 
+/// Where the engine's forward pass runs between a step's `write` and its `verify_tail` in
+/// [`step_api_run`].
+#[derive(Clone, Copy)]
+enum Forward<'k> {
+    /// Nothing in between (the timed eager steps).
+    Nothing,
+    /// Spun on the host for this long (the device idle while the host waits).
+    Host(Duration),
+    /// A spin kernel of this length queued on the canary's stream, as an engine queues its
+    /// forward pass: the device is busy while the host queues the tail verify and polls the
+    /// reports, so a call that waited for the device would last about this long. The engine's
+    /// own wait (step N starts once step N-1's forward pass is done, as an engine waits for its
+    /// sampled tokens) is outside the timed calls.
+    Device(&'k Floors, Duration),
+}
+
 /// `reps` steps through the step API, each report taken one step late (after the next step is
-/// queued: `try_take`, and `wait` only when it is still pending), every report checked. Each
-/// step is timed on the device by events around it; `forward` is spun on the host between
-/// `write` and `verify_tail`; the first `timeline_lines` steps are kept as timeline lines.
+/// queued: `try_take`), every report checked. Each step is timed on the device by events around
+/// it; `forward` runs between `write` and `verify_tail`; the first `timeline_lines` steps are
+/// kept as timeline lines. A report still pending at its `try_take` is waited for when the
+/// forward pass ran on the host (`waits`); with the forward pass on the device it is polled
+/// again at the start of the next step, after the engine's wait (`ready_late`), where it is
+/// always ready: its tail verify was queued before the forward pass that wait waited for.
 /// Returns the device times and the host's.
 #[allow(clippy::too_many_arguments)]
 fn step_api_run<G: BenchGroup>(
@@ -338,72 +402,141 @@ fn step_api_run<G: BenchGroup>(
     write: &DeviceInputs,
     kv: TailKvOnDevice<'_>,
     reps: usize,
-    forward: Duration,
+    forward: Forward<'_>,
     timeline_lines: usize,
 ) -> Result<(Vec<f64>, HostTimes), String> {
     let events: Vec<_> = (0..reps)
         .map(|_| Ok((cuda::Event::new(gpu)?, cuda::Event::new(gpu)?)))
         .collect::<Result<_, Error>>()
         .map_err(ctx("events"))?;
-    let mut host = HostTimes::default();
+    let forward_done = cuda::Event::new(gpu).map_err(ctx("event"))?;
+    let mut host = HostTimes {
+        forward_us: match forward {
+            Forward::Nothing => 0.0,
+            Forward::Host(d) | Forward::Device(_, d) => d.as_secs_f64() * 1e6,
+        },
+        ..HostTimes::default()
+    };
     let origin = Instant::now();
     let us = |t: Instant| t.duration_since(origin).as_secs_f64() * 1e6;
+    // Takes `prev` (the report of step `of`) without blocking; `Err(prev)` when still pending.
+    let take = |host: &mut HostTimes,
+                prev,
+                of: usize,
+                line: &mut String|
+     -> Result<Option<kv_canary::cuda::PendingDeviceReport>, String> {
+        let m6 = SchedMark::now();
+        let t6 = Instant::now();
+        let polled: Polled =
+            kv_canary::cuda::PendingDeviceReport::try_take(prev).map_err(ctx("try_take"))?;
+        let t7 = Instant::now();
+        host.calls[2].push(TimedCall::new(t7 - t6, m6, SchedMark::now()));
+        let (report, how) = match polled {
+            Polled::Ready(r) => (r, "ready"),
+            Polled::Pending(p) => {
+                *line += &format!(
+                    "; then step {of}'s report: try_take at +{:.1} us ({:.1} us) -> pending",
+                    us(t6),
+                    (t7 - t6).as_secs_f64() * 1e6
+                );
+                return Ok(Some(p));
+            }
+        };
+        check_report(w, &report, "step")?;
+        *line += &format!(
+            "; then step {of}'s report: try_take at +{:.1} us ({:.1} us) -> {how}, clean",
+            us(t6),
+            (t7 - t6).as_secs_f64() * 1e6
+        );
+        Ok(None)
+    };
+    // The scheduler accounting (procfs reads) only in the timeline runs: the timed eager steps
+    // measure the device, and reads between their events would show as device time.
+    let accounting = !matches!(forward, Forward::Nothing);
+    let mark = move || {
+        if accounting {
+            SchedMark::now()
+        } else {
+            SchedMark::default()
+        }
+    };
     let mut unread = None;
+    let mut late: Option<(usize, _)> = None;
     for (n, (start, stop)) in events.iter().enumerate() {
+        let mut head = String::new();
+        if let Forward::Device(..) = forward {
+            if n > 0 {
+                forward_done.synchronize().map_err(ctx("engine wait"))?;
+            }
+            if let Some((of, prev)) = late.take() {
+                if let Some(p) = take(&mut host, prev, of, &mut head)? {
+                    return Err(format!(
+                        "step {of}'s report still pending after step {}'s forward pass: {p:?}",
+                        n - 1
+                    ));
+                }
+                host.ready_late += 1;
+            }
+        }
         c.backend().record(start).map_err(ctx("record"))?;
+        let m0 = mark();
         let t0 = Instant::now();
         let s = c
             .plan_verify_head_and_write(inputs, write)
             .map_err(ctx("plan_verify_head_and_write"))?;
         let t3 = Instant::now();
-        spin_host(forward);
+        let m3 = mark();
+        match forward {
+            Forward::Nothing => {}
+            Forward::Host(d) => spin_host(d),
+            Forward::Device(floors, d) => {
+                let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+                floors.spin(s.backend(), ns).map_err(ctx("forward"))?;
+                s.backend().record(&forward_done).map_err(ctx("record"))?;
+            }
+        }
+        let m4 = mark();
         let t4 = Instant::now();
         let pending = s.verify_tail(G::sources(kv)).map_err(ctx("verify_tail"))?;
         let t5 = Instant::now();
+        let m5 = mark();
         c.backend().record(stop).map_err(ctx("record"))?;
-        for (i, d) in [(0, t3 - t0), (1, t5 - t4)] {
-            host.calls[i].push(d.as_secs_f64() * 1e6);
-        }
+        host.calls[0].push(TimedCall::new(t3 - t0, m0, m3));
+        host.calls[1].push(TimedCall::new(t5 - t4, m4, m5));
+        let forward_how = match forward {
+            Forward::Device(..) => "queued",
+            _ => "spun",
+        };
         let mut line = format!(
-            "    step {n}: plan_verify_head_and_write at +{:.1} us ({:.1} us), \
-             forward {:.0} us, verify_tail {:.1} us: queued at +{:.1} us",
+            "    step {n}:{head} plan_verify_head_and_write at +{:.1} us ({:.1} us), \
+             forward {:.0} us {forward_how}, verify_tail {:.1} us: queued at +{:.1} us",
             us(t0),
-            host.calls[0][n],
+            host.calls[0][n].wall_us,
             (t4 - t3).as_secs_f64() * 1e6,
-            host.calls[1][n],
+            host.calls[1][n].wall_us,
             us(t5)
         );
         if let Some(prev) = unread.take() {
-            let t6 = Instant::now();
-            let polled: Polled =
-                kv_canary::cuda::PendingDeviceReport::try_take(prev).map_err(ctx("try_take"))?;
-            let t7 = Instant::now();
-            host.calls[2].push((t7 - t6).as_secs_f64() * 1e6);
-            let (report, how) = match polled {
-                Polled::Ready(r) => {
-                    host.ready += 1;
-                    (r, "ready")
+            if let Some(p) = take(&mut host, prev, n - 1, &mut line)? {
+                match forward {
+                    Forward::Device(..) => late = Some((n - 1, p)),
+                    _ => {
+                        let t = Instant::now();
+                        check_report(w, &p.wait().map_err(ctx("wait"))?, "step")?;
+                        host.waits.push(t.elapsed().as_secs_f64() * 1e6);
+                        line += ", then wait";
+                    }
                 }
-                Polled::Pending(p) => {
-                    let r = p.wait().map_err(ctx("wait"))?;
-                    host.waits.push(t7.elapsed().as_secs_f64() * 1e6);
-                    (r, "pending, then wait")
-                }
-            };
-            check_report(w, &report, "step")?;
-            line += &format!(
-                "; then step {}'s report: try_take at +{:.1} us ({:.1} us) -> {how}, clean",
-                n - 1,
-                us(t6),
-                (t7 - t6).as_secs_f64() * 1e6
-            );
+            } else {
+                host.ready += 1;
+            }
         }
         if n < timeline_lines {
             host.timeline.push(line);
         }
         unread = Some(pending);
     }
-    if let Some(last) = unread {
+    for last in late.map(|(_, p)| p).into_iter().chain(unread) {
         check_report(w, &last.wait().map_err(ctx("wait"))?, "step")?;
     }
     host.stagings = c.backend().report_stagings_allocated();
@@ -416,8 +549,9 @@ fn step_api_run<G: BenchGroup>(
 }
 
 /// The eager step-API runs of one row on `c`: a probe, the timed steps (events around each),
-/// and on the full run the host timeline (the engine's forward pass spun on the host: twice the
-/// eager step, at least 100 µs). Returns the device times with the steps checked, and the host's.
+/// and on the full run the two host timelines: the engine's forward pass (twice the eager step,
+/// at least 100 µs) spun on the host, then queued on the device as a spin kernel. Returns the
+/// device times with the steps checked, and the host's (`[host forward, device forward]`).
 #[allow(clippy::too_many_arguments)]
 fn step_api_rows<G: BenchGroup>(
     w: &Workload,
@@ -428,22 +562,24 @@ fn step_api_rows<G: BenchGroup>(
     plan_inputs: &DevicePlanInputs<'_>,
     inputs: &DeviceInputs,
     kv: TailKvOnDevice<'_>,
-) -> Result<((Stats, usize), Option<HostTimes>), String> {
+) -> Result<((Stats, usize), Option<Timelines>), String> {
     let run = |c: &mut CanaryOf<G>, reps, forward, lines| {
         step_api_run(w, gpu, c, plan_inputs, inputs, kv, reps, forward, lines)
     };
-    let (probe, _) = run(c, 3, Duration::ZERO, 0)?;
+    let (probe, _) = run(c, 3, Forward::Nothing, 0)?;
     let reps = within_budget(o.step_reps, median(&probe), 20);
-    let (times, _) = run(c, reps, Duration::ZERO, 0)?;
+    let (times, _) = run(c, reps, Forward::Nothing, 0)?;
     let mut checked = probe.len() + times.len();
     let eager = stats_of(&times);
     let host = match kit {
-        Some(_) => {
+        Some(k) => {
             let forward = Duration::from_secs_f64((2.0 * eager.median_us).max(100.0) * 1e-6);
             let steps = within_budget(o.timeline_steps, 3.0 * eager.median_us, 20);
-            let (t, host) = run(c, steps, forward, 6)?;
+            let (t, on_host) = run(c, steps, Forward::Host(forward), 6)?;
             checked += t.len();
-            Some(host)
+            let (t, on_device) = run(c, steps, Forward::Device(&k.floors, forward), 6)?;
+            checked += t.len();
+            Some([on_host, on_device])
         }
         None => None,
     };

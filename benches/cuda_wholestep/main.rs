@@ -23,8 +23,10 @@
 //! replay, as SGLang measured; and queued behind a spin kernel), eager steps through the step
 //! API (`step::Canary::full_on(stream, ..)`, events around each step, its report copies
 //! included), eager raw launches timed one by one, the floor (`workload::FLOOR_FORMULA`), the
-//! host timeline of the step API (the host time of every stage call and `try_take`, stalls over
-//! `--stall-us`, default 50). Every measured step is checked verified and clean.
+//! host timelines of the step API (the host time of every stage call and `try_take`, stalls over
+//! `--stall-us`, default 50, with the engine's forward pass spun on the host and then queued on
+//! the device, the thread's scheduler accounting telling preempted calls from stalls). Every
+//! measured step is checked verified and clean.
 //!
 //! `--devices N` then runs one canary per device, each on its own thread and stream, the same
 //! steps concurrently, and prints the per-device times beside the one-device ones.
@@ -36,12 +38,13 @@
 
 mod cpu_check;
 mod device;
+mod host_sched;
 #[allow(dead_code)]
 #[path = "../cuda/timing.rs"]
 mod timing;
 mod workload;
 
-use device::{FloorKit, Lineup, RowResult, HOST_CALLS, LINEUP_POINTS_PER_ROW};
+use device::{FloorKit, HostTimes, Lineup, RowResult, HOST_CALLS, LINEUP_POINTS_PER_ROW};
 use kv_canary::cuda::Gpu;
 use kv_canary::Error;
 use std::fmt::Write as _;
@@ -305,6 +308,7 @@ fn dry_run(workloads: &[Workload]) -> Result<(), String> {
             );
         }
     }
+    host_sched::self_check()?;
     println!("\n!!! SKIPPED: no device timing was run (CPU checks passed) !!!");
     Ok(())
 }
@@ -428,24 +432,88 @@ fn print_results(rows: &[RowResult], o: &Options) {
         let sum: f64 = r.launches.iter().map(|l| l.1).sum();
         println!("  {:<27} {:<15}{line} sum {sum:.1}", r.step, r.mode.name());
     }
-    println!(
-        "\nhost timeline of the step API (forward pass spun on the host: 2 x the eager step, at \
-         least 100 us; step N's report taken after step N+1 is queued): host µs per call, median / \
-         max; stalls = calls over {} us (wait excluded)",
-        o.stall_us
+    let legend = host_sched::accounting(
+        &rows
+            .iter()
+            .filter_map(|r| r.host.as_ref())
+            .flatten()
+            .flat_map(HostTimes::all_calls)
+            .collect::<Vec<_>>(),
     );
-    let mut total_stalls = 0;
+    println!(
+        "\nhost timelines of the step API (the engine's forward pass: 2 x the eager step, at least \
+         100 us, between write and verify_tail; step N's report taken after step N+1 is queued): \
+         host µs per call, median / max; stalls = calls over {} us (wait excluded) that the OS did \
+         not preempt, slept = stalls during which the thread slept in the kernel (a voluntary \
+         context switch: a blocking wait), preempted = calls whose run-queue wait brings them \
+         under it (the thread's scheduler accounting: {legend})",
+        o.stall_us,
+    );
+    print_host_table(
+        rows,
+        o,
+        0,
+        "forward pass spun on the host (the device idle, so a report is ready when taken)",
+    );
+    print_host_table(
+        rows,
+        o,
+        1,
+        "forward pass queued on the device (a spin kernel: the device busy while the host queues \
+         the tail and polls; the engine waits for step N-1's forward pass before step N, outside \
+         the calls; device-bound = calls lasting half the forward pass or more, what a call that \
+         waited for the device would last)",
+    );
+    for (which, how) in [(0, "on the host"), (1, "on the device")] {
+        if let Some(h) = rows
+            .iter()
+            .find(|r| r.step.starts_with("decode bs 256") && r.host.is_some())
+            .and_then(|r| r.host.as_ref())
+        {
+            println!(
+                "\n  timeline, decode bs 256 K+V PARTIAL, forward pass {how} (host timestamps from \
+                 the run's start):"
+            );
+            for line in &h[which].timeline {
+                println!("{line}");
+            }
+        }
+    }
+    let checked: usize = rows.iter().map(|r| r.checked_steps).sum();
+    println!("\nevery measured step verified and clean: {checked} steps checked (step-API reports, and the ring / plan after every raw and graph run)");
+}
+
+/// One host-timeline table: timeline `which` of every row that has one.
+fn print_host_table(rows: &[RowResult], o: &Options, which: usize, title: &str) {
+    println!("  {title}:");
+    let (mut total_stalls, mut total_preempted, mut total_bound, mut total_slept) = (0, 0, 0, 0);
     for r in rows {
-        let Some(h) = &r.host else { continue };
+        let Some(h) = r.host.as_ref().map(|h| &h[which]) else {
+            continue;
+        };
         let (med, max) = (h.median(), h.max());
         let mut line = String::new();
         for i in 0..HOST_CALLS.len() {
             let _ = write!(line, " {} {:.1}/{:.1},", HOST_CALLS[i], med[i], max[i]);
         }
-        let stalls = h.stalls(o.stall_us);
+        let (stalls, preempted) = h.slow_calls(o.stall_us);
+        let slept = h.slept_stalls(o.stall_us);
+        total_slept += slept;
+        let bound = h.device_bound();
         total_stalls += stalls;
+        total_preempted += preempted;
+        total_bound += bound;
+        let late = if which == 1 {
+            format!(
+                " (late {}), forward {:.0} us, device-bound {bound},",
+                h.ready_late, h.forward_us
+            )
+        } else {
+            ",".to_owned()
+        };
         println!(
-            "  {:<27} {:<15}{line} try_take ready {}/{}, waits {}, stagings {}, stalls {stalls} in {} steps",
+            "    {:<27} {:<15}{line} try_take ready {}/{}{late} waits {}, stagings {}, stalls \
+             {stalls} (slept {slept}; preempted {preempted}) in {} steps",
             r.step,
             r.mode.name(),
             h.ready,
@@ -455,19 +523,15 @@ fn print_results(rows: &[RowResult], o: &Options) {
             h.steps()
         );
     }
-    println!("  stalls over every row: {total_stalls}");
-    if let Some(h) = rows
-        .iter()
-        .find(|r| r.step.starts_with("decode bs 256") && r.host.is_some())
-        .and_then(|r| r.host.as_ref())
-    {
-        println!("\n  timeline, decode bs 256 K+V PARTIAL (host timestamps from the run's start):");
-        for line in &h.timeline {
-            println!("{line}");
-        }
-    }
-    let checked: usize = rows.iter().map(|r| r.checked_steps).sum();
-    println!("\nevery measured step verified and clean: {checked} steps checked (step-API reports, and the ring / plan after every raw and graph run)");
+    let bound = if which == 1 {
+        format!(", device-bound calls {total_bound}")
+    } else {
+        String::new()
+    };
+    println!(
+        "    stalls over every row: {total_stalls}, of which {total_slept} slept in the kernel \
+         (and {total_preempted} calls preempted by the OS){bound}"
+    );
 }
 
 fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<(), String> {
@@ -480,7 +544,10 @@ fn write_files(rows: &[RowResult], o: &Options, gpu: &Gpu, copy: f64) -> Result<
     for r in rows {
         let floor = r.floor.map(|f| f.total_us());
         let s = sglang(r);
-        let stalls = r.host.as_ref().map(|h| h.stalls(o.stall_us));
+        let stalls = r
+            .host
+            .as_ref()
+            .map(|h| h.iter().map(|h| h.slow_calls(o.stall_us).0).sum::<usize>());
         let _ = writeln!(
             csv,
             "\"{}\",{},{},{},{:.3},{:.3},{:.3},{},{},{},{},{:.3},{},{},{},{},{},{},{},{}",

@@ -252,15 +252,18 @@ where
     }
 
     /// The oldest replay's report not taken yet, with its number, if its copies have landed;
-    /// `None` when it has not (or no replay is pending). Never blocks. A malformed-data error
-    /// recorded by the stream's kernels is returned as the CPU op's [`Error`] (the report then
-    /// counts as taken).
+    /// `None` when it has not (or no replay is pending). Never blocks. An error of that
+    /// replay (a malformed-data error its kernels recorded, as the CPU op's [`Error`], or the
+    /// driver's) is returned as [`Error::InReplay`] naming the replay ([`Error::root`] is the
+    /// error itself); a decoded report then counts as taken, and the next take is the next
+    /// replay's.
     pub fn try_take(&mut self) -> Result<Option<(u64, DeviceStepReport)>, Error> {
         self.take(false)
     }
 
     /// The oldest replay's report not taken yet, with its number, blocking until its copies
-    /// have landed; `None` when every replay's report was taken.
+    /// have landed; `None` when every replay's report was taken. Errors as
+    /// [`try_take`](Self::try_take)'s.
     pub fn wait(&mut self) -> Result<Option<(u64, DeviceStepReport)>, Error> {
         self.take(true)
     }
@@ -290,7 +293,10 @@ where
                 if !instance.report.is_unread() {
                     self.taken += 1;
                 }
-                Err(e)
+                Err(Error::InReplay {
+                    replay: n,
+                    error: Box::new(e),
+                })
             }
         }
     }

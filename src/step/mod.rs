@@ -202,8 +202,8 @@ pub use group::{GroupKind, GroupOf, KOnly, SwaGroup};
 pub use head_findings::{HeadFindings, HeadVerifyDone, ReadsHeadFindings};
 pub use report::{KvPair, PlanOverflow, StepReport, StepStatus, TailKv, Unverified};
 pub use stage::{
-    FinishedStep, HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify, ReadyToWrite,
-    Reports, Step, StepCanary, Written,
+    Cancelled, FinishedStep, HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify,
+    ReadyToWrite, Reports, Step, StepCanary, StepStage, Written,
 };
 #[cfg(feature = "cuda")]
 pub(crate) use sweep::sweep_gaps;

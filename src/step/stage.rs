@@ -52,6 +52,63 @@ impl sealed::Sealed for Planned {}
 impl sealed::Sealed for HeadVerified {}
 impl<I: WriteInputSource + ?Sized> sealed::Sealed for Written<'_, I> {}
 
+/// A stage of a [`Step`] ([`Planned`], [`HeadVerified`], [`Written`]): what a step cancelled
+/// there ([`Step::cancel`]) has done.
+pub trait StepStage: sealed::Sealed {
+    /// The stage's name, as [`Cancelled::stage`] gives it.
+    const NAME: &'static str;
+    /// Whether the step's `write` ran (its head writes queued, or deferred to the tail's).
+    const WRITTEN: bool;
+}
+
+impl StepStage for Planned {
+    const NAME: &'static str = "planned";
+    const WRITTEN: bool = false;
+}
+
+impl StepStage for HeadVerified {
+    const NAME: &'static str = "head verified";
+    const WRITTEN: bool = false;
+}
+
+impl<I: WriteInputSource + ?Sized> StepStage for Written<'_, I> {
+    const NAME: &'static str = "written";
+    const WRITTEN: bool = true;
+}
+
+/// What a step ended by [`Step::cancel`] left behind: which stage it reached, whether its
+/// tokens are in the head buffers, and what the next report will count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cancelled {
+    /// The stage the step was cancelled at ([`StepStage::NAME`]: `planned`, `head verified`,
+    /// `written`).
+    pub stage: &'static str,
+    /// Whether the step's tokens were stamped into the head buffers: its `write` ran and its
+    /// head writes were not deferred to the tail launch (the CPU; a CUDA stream with
+    /// `KernelTuning::defer_head_writes` off). The tail buffers never hold them.
+    pub head_stamped: bool,
+    /// Steps abandoned since the last report, this one included: the next report's
+    /// [`Unverified::abandoned_steps`](super::Unverified::abandoned_steps).
+    pub abandoned_steps: u64,
+}
+
+impl fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "step cancelled at stage {} (head buffers {}, tail buffers not stamped); {} step(s) \
+             abandoned since the last report",
+            self.stage,
+            if self.head_stamped {
+                "stamped"
+            } else {
+                "not stamped"
+            },
+            self.abandoned_steps
+        )
+    }
+}
+
 /// The stage a step must be at to verify its head buffers: [`Planned`].
 #[diagnostic::on_unimplemented(
     message = "kv-canary: this step cannot verify its head buffers now: it is at stage `{Self}`, and the head verify runs once, right after `plan`",
@@ -420,6 +477,34 @@ where
     /// that the tail verify runs after it.
     pub fn backend(&self) -> &B {
         &self.canary.backend
+    }
+
+    /// Ends the step here, before its tail verify: for an engine that stops a step (a head
+    /// finding, its forward pass failed). Nothing is queued. The step counts as abandoned
+    /// now, once (the next report's `abandoned_steps`; the next `plan` does not count it
+    /// again), and the rows its launches recorded stay in the ring until that `plan`.
+    ///
+    /// What it returns says what the step stamped: its tokens are never in the tail buffers,
+    /// and in the head buffers only when [`Cancelled::head_stamped`]. Treat every request of
+    /// the batch as not having written those tokens (run them again, or free their slots), as
+    /// for a step dropped before [`verify_tail`](Step::verify_tail), which this makes explicit.
+    pub fn cancel(self) -> Cancelled
+    where
+        St: StepStage,
+    {
+        let Step {
+            canary: c,
+            progress,
+            ..
+        } = self;
+        if core::mem::take(&mut c.in_flight) {
+            c.abandoned += 1;
+        }
+        Cancelled {
+            stage: St::NAME,
+            head_stamped: St::WRITTEN && !progress.head_write_deferred,
+            abandoned_steps: c.abandoned,
+        }
     }
 }
 

@@ -631,6 +631,70 @@ fn a_step_that_did_not_run_all_its_launches_makes_the_next_report_unverified() {
 }
 
 #[test]
+fn a_cancelled_step_says_what_it_stamped_and_is_counted_once() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    assert!(prefill(&mut engine, &mut canary).is_clean());
+    let table = engine.table.clone();
+    let batch = Batch::from_columns([1], [3], [1]);
+    let planned = canary.plan(&PlanInputs::full(&batch, &table)).unwrap();
+    assert_eq!(
+        planned.cancel(),
+        super::Cancelled {
+            stage: "planned",
+            head_stamped: false,
+            abandoned_steps: 1
+        }
+    );
+    assert_eq!(canary.abandoned_steps(), 1);
+    // Cancelled after its write: on the CPU the head buffers hold the token, the tail's not.
+    let tokens = [(11, 103, 3)];
+    let write = inputs(&canary, &tokens);
+    let written = canary
+        .plan(&PlanInputs::full(&batch, &table))
+        .unwrap()
+        .verify_head()
+        .unwrap()
+        .write(&write)
+        .unwrap();
+    let cancelled = written.cancel();
+    assert_eq!(
+        cancelled,
+        super::Cancelled {
+            stage: "written",
+            head_stamped: true,
+            abandoned_steps: 2
+        },
+        "the cancelled step is counted once, not again by the plan after it"
+    );
+    assert_eq!(
+        cancelled.to_string(),
+        "step cancelled at stage written (head buffers stamped, tail buffers not stamped); 2 \
+         step(s) abandoned since the last report"
+    );
+    let record = |tag| canary.buffer(tag).unwrap().slot(11).unwrap();
+    assert_eq!(
+        (
+            record(LaunchTag::HeadKFull).token,
+            record(LaunchTag::HeadVFull).token
+        ),
+        (103, 103)
+    );
+    assert_eq!(
+        (
+            record(LaunchTag::TailKFull).token,
+            record(LaunchTag::TailVFull).token
+        ),
+        (0, 0)
+    );
+    // The next step reports both, once; the one after is clean (the token is stamped again by
+    // the step that writes it for real).
+    let report = decode(&mut engine, &mut canary, 3);
+    assert_eq!(report.abandoned_steps, 2, "{report}");
+    assert!(!report.is_clean());
+    assert!(decode(&mut engine, &mut canary, 4).is_clean());
+}
+
+#[test]
 fn a_canary_in_an_engine_struct_reshapes_in_place_and_keeps_its_state() {
     use crate::capacity::UncheckedCapacity;
     use crate::shape::{EngineKnobs, NamedShape};

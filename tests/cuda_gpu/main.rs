@@ -80,6 +80,7 @@ const TESTS: &[(&str, TestFn)] = &[
         "step_api_launch_modes_match_cpu",
         step::launch_modes_match_cpu,
     ),
+    ("step_cancel_matches_cpu", step::cancel_matches_cpu),
     (
         "step_sweep_and_head_findings_match_cpu",
         sweep::sweep_and_head_findings_match_cpu,

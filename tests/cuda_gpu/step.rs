@@ -12,8 +12,8 @@ use kv_canary::cuda::{
 use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
 use kv_canary::Capacity as _;
 use kv_canary::{
-    Batch, CanarySlot, Cap, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
-    RealKvSources, ReqToToken, RowLayout, Shape, Violation, WriteInputsMut,
+    Batch, CanarySlot, Cap, HealthCounters, LaunchTag, RealKv, RealKvHashMode, RealKvParams,
+    RealKvSource, RealKvSources, ReqToToken, RowLayout, Shape, Violation, WriteInputsMut,
 };
 use kv_canary_testkit::floors::Floors;
 
@@ -236,6 +236,150 @@ pub fn launch_modes_match_cpu(gpu: &Gpu) -> Result<(), String> {
         ensure!(
             tampered > 0 && found > 0,
             "weak generator: {tampered} tampered, {found} found"
+        );
+    }
+    Ok(())
+}
+
+/// `Step::cancel` on both backends, with the head writes deferred (the default) and not: a
+/// prefill of row 1, then a decode cancelled after its write (the device's `Cancelled` says
+/// the head buffers hold the token exactly when the head writes were not deferred, and its
+/// head K buffer agrees; the CPU's always stamps the head), then the same decode run whole:
+/// both reports count the cancelled step once and agree (the device's head counters one
+/// launch behind when its head write was deferred and so never ran), and the canaries end
+/// byte-equal.
+pub fn cancel_matches_cpu(gpu: &Gpu) -> Result<(), String> {
+    for defer in [true, false] {
+        let mut handle = gpu.clone();
+        let mut tuning = handle.kernel_tuning();
+        tuning.defer_head_writes = defer;
+        handle.set_kernel_tuning(tuning);
+        handle.make_current().map_err(fail("context"))?;
+        let shape = Spec::new();
+        let mut cpu = Canary::full(shape, Cap::<SLOTS>, Cap::<64>);
+        let stream = Stream::new(&handle).map_err(fail("stream"))?;
+        let mut dev =
+            Canary::full_on(stream, shape, Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
+        let cells = (0..ROWS * WIDTH).map(|i| i as i32 + 1).collect();
+        let table = ReqToToken::from_vec(ROWS, WIDTH, cells).map_err(fail("table"))?;
+        let dtable = cuda::DeviceReqToToken::from_host(&handle, &table).map_err(fail("table"))?;
+        let dbatch = shape.device_batch(&handle).map_err(fail("batch"))?;
+        let mut inputs = cpu.write_inputs();
+        let dinputs = dev.try_write_inputs().map_err(fail("inputs"))?;
+        let (mut k, mut v) = (vec![0u8; SLOTS * STRIP], vec![0u8; SLOTS * STRIP]);
+        let cuda_err = |e: cust::error::CudaError| format!("device KV: {e}");
+        let mut dk = DeviceBuffer::from_slice(&k).map_err(cuda_err)?;
+        let mut dv = DeviceBuffer::from_slice(&v).map_err(cuda_err)?;
+        let params = RealKvParams::new(1, STRIP as i64, STRIP as i64);
+        let layout = RowLayout {
+            num_rows: SLOTS,
+            row_bytes: STRIP,
+            row_stride_bytes: STRIP,
+        };
+        let (mut overflows, mut found) = (0, 0);
+        // (prefix, tokens) of row 1 per step: a prefill of 3, a decode cancelled, that decode.
+        for (n, (prefix, extend, cancel)) in [(0, 3, false), (3, 1, true), (3, 1, false)]
+            .into_iter()
+            .enumerate()
+        {
+            let batch = Batch::from_columns([1], [prefix as i64], [extend as i64]);
+            let tokens: Vec<_> = (prefix..prefix + extend)
+                .map(|p| (slot(1, p), token(1, p), p as i64))
+                .collect();
+            fill_write_inputs(inputs.parts_mut(), &tokens);
+            dinputs.upload(&inputs).map_err(fail("inputs"))?;
+            dbatch.upload(&batch).map_err(fail("batch"))?;
+            let cpu_step = cpu
+                .plan(&kv_canary::PlanInputs::full(&batch, &table))
+                .and_then(|s| s.verify_head())
+                .and_then(|s| s.write(&inputs))
+                .map_err(fail("cpu step"))?;
+            let dev_step = dev
+                .plan(&cuda::PlanInputs::full(&dbatch, &dtable))
+                .and_then(|s| s.verify_head())
+                .and_then(|s| s.write(&dinputs))
+                .map_err(fail("device step"))?;
+            if cancel {
+                let (c, d) = (cpu_step.cancel(), dev_step.cancel());
+                ensure!(
+                    c.stage == "written" && c.head_stamped && c.abandoned_steps == 1,
+                    "CPU: {c:?}"
+                );
+                ensure!(
+                    d.stage == "written" && d.head_stamped != defer && d.abandoned_steps == 1,
+                    "device, head writes deferred {defer}: {d:?}"
+                );
+                dev.backend().synchronize().map_err(fail("sync"))?;
+                let s = tokens[0].0 as usize;
+                let stamped = |tag| -> Result<i64, String> {
+                    let buf = dev.buffer(tag).ok_or("buffer")?;
+                    let host = buf.to_host().map_err(fail("download"))?;
+                    Ok(host.slot(s).ok_or("slot")?.token)
+                };
+                let (head, tail) = (
+                    stamped(LaunchTag::HeadKFull)?,
+                    stamped(LaunchTag::TailKFull)?,
+                );
+                ensure!(
+                    (head == tokens[0].1) == d.head_stamped && tail == 0,
+                    "device, head writes deferred {defer}: slot {s} holds token {head} in the \
+                     head K buffer and {tail} in the tail's after {d:?}"
+                );
+                continue;
+            }
+            for &(s, t, pos) in &tokens {
+                let at = s as usize * STRIP;
+                k[at..at + 8].copy_from_slice(&t.to_le_bytes());
+                k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
+                v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
+                v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
+            }
+            dk.copy_from(&k[..]).map_err(cuda_err)?;
+            dv.copy_from(&v[..]).map_err(cuda_err)?;
+            let c: StepReport = cpu_step
+                .verify_tail(TailKv::new(host_kv(&k, params)?, host_kv(&v, params)?))
+                .map_err(fail("cpu tail"))?;
+            let d = dev_step
+                .verify_tail(KvPair {
+                    k: dev_kv(&dk, layout, params)?,
+                    v: dev_kv(&dv, layout, params)?,
+                })
+                .map_err(fail("device tail"))?
+                .wait()
+                .map_err(fail("device report"))?;
+            // A deferred head write of the cancelled step never ran on the device: its head
+            // counters are one launch and one slot a half behind the CPU's, which ran it.
+            let mut expected = c.clone();
+            if defer && n == 2 {
+                let behind = |h: HealthCounters| {
+                    HealthCounters::from_parts(h.slot_run_counter() - 1, h.kernel_run_counter() - 1)
+                };
+                expected.head_counters = KvPair {
+                    k: behind(c.head_counters.k),
+                    v: behind(c.head_counters.v),
+                };
+            }
+            compare(n, &expected, &d, &mut overflows, &mut found)?;
+            let want = u64::from(n == 2);
+            ensure!(
+                c.abandoned_steps == want && d.unverified().abandoned_steps == want,
+                "step {n}: abandoned steps CPU {}, device {d}",
+                c.abandoned_steps
+            );
+        }
+        for tag in cpu.tags() {
+            let host = cpu.buffer(tag).ok_or("buffer")?;
+            let device = dev
+                .buffer(tag)
+                .ok_or("buffer")?
+                .to_host()
+                .map_err(fail("download"))?;
+            ensure!(host == &device, "{tag:?}: canary bytes differ");
+        }
+        println!(
+            "    head writes deferred {defer}: a decode cancelled after its write (device head \
+             buffers {}), counted once by the next report on both, canaries equal",
+            if defer { "not stamped" } else { "stamped" }
         );
     }
     Ok(())

@@ -14,7 +14,7 @@ use kv_canary::cuda::{
 };
 use kv_canary::step::{Canary, KvPair, StepReport, SweepEntries, TailKv};
 use kv_canary::{
-    CanarySlot, Cap, Device, Error, Full, InputAssertOff, LaunchTag, RealKv, RealKvHashMode,
+    Batch, CanarySlot, Cap, Device, Error, Full, InputAssertOff, LaunchTag, RealKv, RealKvHashMode,
     RealKvParams, RealKvSource, RealKvSources, ReqToToken, RowLayout, Shape, WriteInputs,
 };
 use std::collections::VecDeque;
@@ -98,6 +98,8 @@ struct Twin {
     cached: [usize; ROWS],
     rng: Rng,
     tampered: usize,
+    /// The batch of the last draw.
+    last_batch: Batch,
 }
 
 impl Twin {
@@ -116,6 +118,7 @@ impl Twin {
             cached: [0; ROWS],
             rng: Rng::new(seed),
             tampered: 0,
+            last_batch: Batch::default(),
         })
     }
 
@@ -143,6 +146,7 @@ impl Twin {
             .and_then(|s| s.verify_head())
             .and_then(|s| s.write(&self.inputs))
             .map_err(fail("cpu step"))?;
+        self.last_batch = batch;
         step.verify_tail(TailKv::new(host_kv(&self.k)?, host_kv(&self.v)?))
             .map_err(fail("cpu tail"))
     }
@@ -385,7 +389,7 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
         "weak run: {} tampered, {found} replays with violations",
         twin.tampered
     );
-    let canary = engine.graph.into_canary();
+    let canary = engine.graph.canary();
     for tag in twin.cpu.tags() {
         let host = twin.cpu.buffer(tag).ok_or("buffer")?;
         let device = canary
@@ -404,13 +408,99 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
         canary.total_violations(),
         twin.cpu.total_violations()
     );
+    let malformed = malformed_replay(&mut engine, &mut twin, replays)?;
     println!(
         "    {replays} replays equal to the CPU ({} tampered, {found} with violations, \
          {overflows} unverified), 1 replay too far ahead refused, {sweeps} sweeps between \
-         replays equal to the CPU ({swept_rows} rows), {stagings} stagings",
+         replays equal to the CPU ({swept_rows} rows), {stagings} stagings; {malformed}",
         twin.tampered
     );
     Ok(())
+}
+
+/// After the compared replays: one replay over a written token whose `out_cache_loc` is past
+/// the pool. Its report is taken as an error naming the replay (`Error::InReplay`) around the
+/// CPU's error for the same inputs, it counts as taken, and the next replay's report is
+/// delivered. Returns the line for the test's output.
+fn malformed_replay(engine: &mut Engine, twin: &mut Twin, first: u64) -> Result<String, String> {
+    // A batch that writes at least one token (draws until one does; the CPU twin runs them).
+    let mut draws = 0;
+    loop {
+        twin.step(engine.graph.inputs())?;
+        draws += 1;
+        if twin.inputs.out_cache_loc().first().is_some_and(|&s| s >= 0) {
+            break;
+        }
+        ensure!(draws < 50, "no batch in {draws} draws writes a token");
+    }
+    let mut bad = twin.inputs.clone();
+    let past = SLOTS as i64 + 7;
+    bad.parts_mut().out_cache_loc[0] = past;
+    engine
+        .graph
+        .inputs()
+        .write
+        .upload(&bad)
+        .map_err(fail("inputs"))?;
+    let replay = engine.graph.replay().map_err(fail("replay"))?;
+    // The draws refilled the inputs without replaying: this is the replay after the compared
+    // ones.
+    ensure!(
+        replay == first,
+        "malformed replay numbered {replay}, not {first}"
+    );
+    let cpu = twin
+        .cpu
+        .plan(&kv_canary::PlanInputs::full(&twin.last_batch, &twin.table))
+        .and_then(|s| s.verify_head())
+        .and_then(|s| s.write(&bad))
+        .err()
+        .ok_or("the CPU wrote a token past the pool")?;
+    let got = engine.graph.wait();
+    let Err(Error::InReplay { replay: n, error }) = &got else {
+        return Err(format!(
+            "replay {replay} over slot {past}: {got:?}, not InReplay"
+        ));
+    };
+    ensure!(*n == replay, "the error names replay {n}, not {replay}");
+    ensure!(
+        **error == cpu && got.as_ref().err().map(Error::root) == Some(&cpu),
+        "replay {replay}: the device's error {error:?} is not the CPU's {cpu:?}"
+    );
+    let message = got
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    ensure!(
+        message.starts_with(&format!(
+            "kv-canary: replay {replay} of the captured step: "
+        )) && message.matches("kv-canary:").count() == 1,
+        "message: {message}"
+    );
+    ensure!(
+        engine.graph.unread() == 0,
+        "{} unread after the malformed replay's error was taken",
+        engine.graph.unread()
+    );
+    engine
+        .graph
+        .inputs()
+        .write
+        .upload(&twin.inputs)
+        .map_err(fail("inputs"))?;
+    let next = engine.graph.replay().map_err(fail("replay"))?;
+    let taken = engine
+        .graph
+        .wait()
+        .map_err(fail("report after the malformed replay"))?;
+    ensure!(
+        taken.as_ref().map(|t| t.0) == Some(next),
+        "after the malformed replay {replay}: {taken:?}, not replay {next}'s report"
+    );
+    Ok(format!(
+        "replay {replay} over slot {past} taken as `{message}`, replay {next} delivered after it"
+    ))
 }
 
 /// The engine's own capture: a raw non-blocking stream created here, the canary on it
