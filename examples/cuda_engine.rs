@@ -334,12 +334,8 @@ fn fold(pool: &DeviceBuffer<u8>) -> Result<DeviceRealKv<'_>, Error> {
 
 /// [`fold`] of the pool whose row 0 lies `byte_offset` bytes into `bytes`.
 fn fold_at(bytes: &DeviceBuffer<u8>, byte_offset: usize) -> Result<DeviceRealKv<'_>, Error> {
-    let layout = RowLayout {
-        num_rows: SLOTS,
-        row_bytes: TOKEN_BYTES,
-        row_stride_bytes: TOKEN_BYTES,
-    };
-    let params = RealKvParams::new(1, TOKEN_BYTES as i64, TOKEN_BYTES as i64);
+    let layout = RowLayout::dense(SLOTS, TOKEN_BYTES);
+    let params = RealKvParams::from_sizes(1, TOKEN_BYTES, TOKEN_BYTES);
     let source = DeviceRealKvSource::at(bytes, byte_offset, layout, params)?;
     Ok(DeviceRealKv::new(RealKvHashMode::All, [source]))
 }

@@ -28,6 +28,38 @@ impl RealKvParams {
             read_bytes,
         }
     }
+
+    /// The three parameters from sizes, as an engine's tensor shapes give them (the same units
+    /// as [`RowLayout`]'s), without casts at the call site. A size past `i64::MAX` becomes
+    /// `i64::MAX`, which every source constructor refuses (the CUDA ABI passes these as int32).
+    ///
+    /// ```
+    /// use kv_canary::{RealKvParams, RowLayout};
+    /// // A paged pool: pages of 16 tokens of 8 heads x 128 x 2 bytes; fold the first 256 bytes.
+    /// let (page, token_bytes) = (16usize, 8 * 128 * 2);
+    /// let params = RealKvParams::from_sizes(page, token_bytes, 256);
+    /// assert_eq!(params, RealKvParams::new(16, 2048, 256));
+    /// let layout = RowLayout::dense(1024, page * token_bytes);
+    /// assert_eq!(layout.row_stride_bytes, 16 * 2048);
+    /// ```
+    pub const fn from_sizes(
+        page_size: usize,
+        num_bytes_per_token: usize,
+        read_bytes: usize,
+    ) -> Self {
+        const fn signed(v: usize) -> i64 {
+            if v > i64::MAX as usize {
+                i64::MAX
+            } else {
+                v as i64
+            }
+        }
+        RealKvParams::new(
+            signed(page_size),
+            signed(num_bytes_per_token),
+            signed(read_bytes),
+        )
+    }
 }
 
 /// One real-KV source (spec §2.10): a 2-D byte view `[num_rows, row_bytes]` of KV memory with a
@@ -62,6 +94,22 @@ pub struct RowLayout {
     pub row_bytes: usize,
     /// Bytes from one row's start to the next's (dim-0 stride; >= `row_bytes`).
     pub row_stride_bytes: usize,
+}
+
+impl RowLayout {
+    /// `num_rows` rows of `row_bytes`, `row_stride_bytes` apart.
+    pub const fn new(num_rows: usize, row_bytes: usize, row_stride_bytes: usize) -> Self {
+        RowLayout {
+            num_rows,
+            row_bytes,
+            row_stride_bytes,
+        }
+    }
+
+    /// `num_rows` rows of `row_bytes`, one right after another (the stride is the row).
+    pub const fn dense(num_rows: usize, row_bytes: usize) -> Self {
+        RowLayout::new(num_rows, row_bytes, row_bytes)
+    }
 }
 
 const ABI_INT32: &str = "at most i32::MAX (the CUDA ABI passes it as int32)";
@@ -361,6 +409,30 @@ mod tests {
             msg(RealKvSource::from_shape(&kv40, &[4, 40], p(1, 16, 16))),
             "kv-canary: RealKvSource.tensor row stride (bytes) must be a multiple of 16, got 40"
         );
+    }
+
+    #[test]
+    fn sizes_convert_and_oversized_ones_are_refused_not_wrapped() {
+        assert_eq!(RealKvParams::from_sizes(2, 32, 16), p(2, 32, 16));
+        let huge = RealKvParams::from_sizes(usize::MAX, 32, 32);
+        assert_eq!(huge.page_size, i64::MAX);
+        let kv = vec![0u8; 4 * 64];
+        let err = RealKvSource::strided(&kv, RowLayout::dense(4, 64), huge).unwrap_err();
+        assert!(
+            err.to_string().starts_with("kv-canary: ") && err.to_string().contains("page_size"),
+            "{err}"
+        );
+        let ok = RealKvSource::strided(
+            &kv,
+            RowLayout::dense(4, 64),
+            RealKvParams::from_sizes(2, 32, 32),
+        )
+        .unwrap();
+        assert_eq!(
+            (ok.num_rows(), ok.row_stride_bytes(), ok.page_size()),
+            (4, 64, 2)
+        );
+        assert_eq!(RowLayout::new(4, 64, 128).row_stride_bytes, 128);
     }
 
     #[test]
