@@ -318,8 +318,8 @@ pub enum Error {
         replay: u64,
     },
     /// The report of one replay of a captured step could not be taken (feature `cuda`,
-    /// [`StepGraph::try_take`](crate::cuda::StepGraph::try_take) and `wait`): `error` is what
-    /// that replay's kernels recorded or what the driver said. The replay counts as taken.
+    /// `cuda::StepGraph::try_take` and `wait`): `error` is what that replay's kernels recorded
+    /// or what the driver said. The replay counts as taken.
     /// [`source`](std::error::Error::source) is `error`; [`Error::root`] unwraps it.
     InReplay {
         /// The replay's number (0 for the first replay after a capture).

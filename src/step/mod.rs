@@ -90,8 +90,9 @@
 //!
 //! * its plan needed more verify entries than the verify capacity (`enable = 0`: SGLang then
 //!   checks nothing, silently) — [`Unverified::plan_overflow`] names both numbers;
-//! * an earlier step was planned and never reached [`Step::verify_tail`] (dropped, or ended by
-//!   an error) — [`Unverified::abandoned_steps`] counts them, once.
+//! * an earlier step was planned and never reached [`Step::verify_tail`] (cancelled with
+//!   [`Step::cancel`], dropped, or ended by an error) — [`Unverified::abandoned_steps`] counts
+//!   them, once.
 //!
 //! # Sizing the verify capacity
 //!
