@@ -14,6 +14,7 @@ mod testing;
 mod verify;
 mod write;
 
+pub(crate) use plan::row_slots;
 pub use plan::{plan, PlanSummary};
 pub use scatter::{scatter_req_token_ids, ScatterSummary};
 pub use verify::{verify, VerifySummary};

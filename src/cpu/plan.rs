@@ -94,6 +94,39 @@ where
     Ok(emit(inputs, pool, &rows, totals, verify, write))
 }
 
+/// Each batch row's verify slots and written-token count, as [`plan`] derives them from
+/// `inputs` (the same validation and errors; the slots exactly as it writes
+/// `verify_slot_indices`, translated through an SWA group's LUT; nothing written). Row r's
+/// tokens are flat indices `[W_r, W_r + written_r)` of the write inputs (`W_r` the exclusive
+/// sum over rows), its slots the verify plan's entries `[V_r, V_r + len)` likewise.
+pub(crate) fn row_slots<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
+    inputs: &PlanInputs<'_, G, X, B, T>,
+) -> Result<Vec<(Vec<i64>, usize)>, Error> {
+    let mut rows = Vec::with_capacity(inputs.batch.len());
+    validate(inputs, inputs.expected.pool(), usize::MAX, &mut rows)?;
+    let table = inputs.req_to_token.as_slice();
+    let width = inputs.req_to_token.width();
+    let lut = inputs.group.lut();
+    Ok(rows
+        .iter()
+        .map(|plan| {
+            let written = usize::try_from(plan.write_len).unwrap_or(0);
+            if plan.verify_len == 0 {
+                return (Vec::new(), written);
+            }
+            // Validated: the window lies inside the row (check_cells_fit).
+            let start = plan.rp * width + plan.window_start;
+            let window = &table[start..start + plan.verify_len];
+            let mut slots = vec![0; plan.verify_len];
+            match lut {
+                None => widen(&mut slots, window),
+                Some(lut) => translate(&mut slots, window, lut),
+            }
+            (slots, written)
+        })
+        .collect())
+}
+
 struct Totals {
     verify_entries: u64,
     write_tokens: i64,

@@ -195,6 +195,7 @@
 mod group;
 mod head_findings;
 pub(crate) mod report;
+mod slot_rows;
 mod stage;
 mod sweep;
 mod sweep_entries;
@@ -202,6 +203,7 @@ mod sweep_entries;
 pub use group::{GroupKind, GroupOf, KOnly, SwaGroup};
 pub use head_findings::{HeadFindings, HeadVerifyDone, ReadsHeadFindings};
 pub use report::{KvPair, PlanOverflow, StepReport, StepStatus, TailKv, Unverified};
+pub use slot_rows::SlotRows;
 pub use stage::{
     Cancelled, FinishedStep, HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify,
     ReadyToWrite, Reports, Step, StepCanary, StepStage, Written,

@@ -281,3 +281,27 @@ fn an_overflowing_token_count_names_both_lengths() {
     );
     assert_eq!((v, w), before);
 }
+
+#[test]
+fn row_slots_are_the_plans_verify_slots_row_by_row() {
+    let (t, b) = (table(), batch());
+    let lut: Vec<i64> = (0..33).map(|x| x + 100).collect();
+    let full = PlanInputs::full(&b, &t);
+    let swa = full.with_group(Swa::window(2).with_lut(&lut));
+    let check = |rows: Vec<(Vec<i64>, usize)>, v: &VerifyPlan<Cap<8>>, w: &WritePlan<Cap<4>>| {
+        let slots: Vec<i64> = rows.iter().flat_map(|r| r.0.iter().copied()).collect();
+        assert_eq!(slots, &v.slot_indices()[..v.num_valid() as usize]);
+        let mut at = 0;
+        for (r, (_, written)) in rows.iter().enumerate() {
+            assert_eq!(w.offsets()[r], at, "row {r}'s first token");
+            at += *written as i64;
+        }
+        assert_eq!(w.offsets()[rows.len()], at);
+    };
+    let (mut v, mut w) = marked::<8, 4>();
+    plan(&Spec::new(), &full, &mut v, &mut w).unwrap();
+    check(super::row_slots(&full).unwrap(), &v, &w);
+    let (mut v, mut w) = marked::<8, 4>();
+    plan(&Spec::new(), &swa, &mut v, &mut w).unwrap();
+    check(super::row_slots(&swa).unwrap(), &v, &w);
+}
