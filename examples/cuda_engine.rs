@@ -23,6 +23,10 @@
 //! * replay 12: a token's `out_cache_loc` points into another request's cached slot: the next
 //!   replay reports both requests' chains, and the engine aborts them.
 //!
+//! A report names slots; the engine keeps the host copies of each step's batch and write
+//! inputs until its report is taken, and `step::SlotRows` maps the violation rows back to the
+//! requests that verified or wrote those slots (the ones it aborts).
+//!
 //! Run on a machine with a CUDA GPU: `cargo run --release --features cuda --example cuda_engine`
 //! (or the binary staged by `scripts/gpu-build.sh`). Without a device it says so and exits.
 
@@ -31,11 +35,12 @@ use kv_canary::cuda::{
     self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, DeviceStepReport, Gpu, Landed,
     PendingDeviceReport, Shared, StepGraph, Stream,
 };
-use kv_canary::step::{Canary, KvPair, SweepEntries};
+use kv_canary::step::{Canary, KvPair, SlotRows, SweepEntries};
 use kv_canary::{
-    Batch, BatchRow, Cap, Device, Error, Full, InputAssertOff, LaunchTag, RealKvHashMode,
-    RealKvParams, ReqToToken, RowLayout, Shape, WriteInputs,
+    Batch, BatchRow, Cap, Device, Error, Full, InputAssertOff, LaunchTag, PlanInputs,
+    RealKvHashMode, RealKvParams, ReqToToken, RowLayout, Shape, WriteInputs,
 };
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Request rows (row 0 is the padding row) and positions a row.
@@ -186,7 +191,7 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
         vec![0u8; SLOTS * TOKEN_BYTES],
         vec![0u8; SLOTS * TOKEN_BYTES],
     );
-    let mut late: Option<(usize, PendingDeviceReport)> = None;
+    let mut late: Option<(usize, PendingDeviceReport, Planned)> = None;
     let (mut crate_uploads, mut readbacks, mut clean) = (0, 0, 0);
     for step in 0..STEPS {
         let rows = scheduler.next();
@@ -260,10 +265,17 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
 
         // Step N-1's report, taken now that step N is queued. A request whose KV is found
         // corrupted is aborted (an engine would recompute it).
-        if let Some((n, report)) = late.take() {
-            clean += take(&mut scheduler, n, report)?;
+        if let Some((n, report, planned)) = late.take() {
+            clean += take(&mut scheduler, n, report, &planned, host_table)?;
         }
-        late = Some((step, pending));
+        late = Some((
+            step,
+            pending,
+            Planned {
+                batch: host_batch,
+                inputs: host_inputs,
+            },
+        ));
 
         if step == 24 {
             // The radix cache's idle entries (request 4's cached KV), swept between steps.
@@ -271,8 +283,8 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
             entries.push_table_row(host_table, 4, scheduler.cached[4])?;
             // This step's report first, only to print in order: its copies are queued ahead of
             // the sweep, which empties the ring after them.
-            if let Some((n, report)) = late.take() {
-                clean += take(&mut scheduler, n, report)?;
+            if let Some((n, report, planned)) = late.take() {
+                clean += take(&mut scheduler, n, report, &planned, host_table)?;
             }
             let sweep = canary
                 .sweep(
@@ -300,8 +312,8 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
             }
         }
     }
-    if let Some((n, report)) = late.take() {
-        clean += take(&mut scheduler, n, report)?;
+    if let Some((n, report, planned)) = late.take() {
+        clean += take(&mut scheduler, n, report, &planned, host_table)?;
     }
     println!(
         "\neager loop: {STEPS} steps, {clean} clean, {} violation rows in all; copies the canary \
@@ -313,9 +325,22 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
     Ok(())
 }
 
+/// The host copies of what a step was planned from, kept until its report is taken: what
+/// `SlotRows` maps the report's violation rows back to requests with.
+struct Planned {
+    batch: Batch,
+    inputs: WriteInputs<Cap<ENTRIES>>,
+}
+
 /// Takes step `n`'s report and aborts the requests it names; 1 for a clean step.
-fn take(scheduler: &mut Scheduler, n: usize, report: PendingDeviceReport) -> Result<u32, Error> {
-    let Some(rows) = take_report(n, report)? else {
+fn take(
+    scheduler: &mut Scheduler,
+    n: usize,
+    report: PendingDeviceReport,
+    planned: &Planned,
+    host_table: &ReqToToken,
+) -> Result<u32, Error> {
+    let Some(rows) = take_report(n, report, planned, host_table)? else {
         return Ok(1);
     };
     for row in rows {
@@ -340,29 +365,39 @@ fn fold_at(bytes: &DeviceBuffer<u8>, byte_offset: usize) -> Result<DeviceRealKv<
     Ok(DeviceRealKv::new(RealKvHashMode::All, [source]))
 }
 
-/// Takes step `n`'s report (queued a step ago: its copies have landed unless the device is
-/// behind, and then it waits), prints what it found; the request rows whose KV a violation
-/// names, `None` for a clean step.
-fn take_report(n: usize, report: PendingDeviceReport) -> Result<Option<Vec<usize>>, Error> {
+/// Step `n`'s report (waited for only when still running, to print in order), through
+/// [`findings`].
+fn take_report(
+    n: usize,
+    report: PendingDeviceReport,
+    planned: &Planned,
+    host_table: &ReqToToken,
+) -> Result<Option<Vec<usize>>, Error> {
     let report = match report.try_take()? {
         Landed::Ready(report) => report,
         // Still running: an engine would try again at its next step; here wait, to print in
         // order.
         Landed::Pending(pending) => pending.wait()?,
     };
-    Ok(findings(&format!("step {n}"), &report))
+    findings(&format!("step {n}"), &report, planned, host_table)
 }
 
-/// Prints what `report` found; the request rows whose slots its violations name (none for an
-/// unverified step), `None` for a clean step.
-fn findings(what: &str, report: &DeviceStepReport) -> Option<Vec<usize>> {
+/// Prints what `report` found; the request rows its violations belong to (`SlotRows`: the
+/// batch rows that verified or wrote each violation's slot, as the step was planned), none
+/// for an unverified step, `None` for a clean step.
+fn findings(
+    what: &str,
+    report: &DeviceStepReport,
+    planned: &Planned,
+    host_table: &ReqToToken,
+) -> Result<Option<Vec<usize>>, Error> {
     if !report.enabled {
         // `unverified()` names the entries the plan needed and the verify capacity.
         println!("{what}: UNVERIFIED ({})", report.unverified());
-        return Some(Vec::new());
+        return Ok(Some(Vec::new()));
     }
     if report.violations.is_empty() {
-        return None;
+        return Ok(None);
     }
     println!(
         "{what}: {} violation(s) in its report",
@@ -371,13 +406,18 @@ fn findings(what: &str, report: &DeviceStepReport) -> Option<Vec<usize>> {
     for v in &report.violations {
         println!("    {v}");
     }
-    Some(
-        report
-            .violations
-            .iter()
-            .map(|v| v.slot as usize / WIDTH)
-            .collect(),
-    )
+    let plan_inputs = PlanInputs::full(&planned.batch, host_table);
+    let rows = SlotRows::new(&plan_inputs, planned.inputs.out_cache_loc())?;
+    let pool_rows = planned.batch.req_pool_indices();
+    let mut requests: Vec<usize> = report
+        .violations
+        .iter()
+        .flat_map(|v| rows.rows_of(v))
+        .map(|&batch_row| pool_rows[batch_row] as usize)
+        .collect();
+    requests.sort_unstable();
+    requests.dedup();
+    Ok(Some(requests))
 }
 
 /// What a stored step graph replays over: the engine's buffers behind the canary's views of
@@ -452,20 +492,29 @@ fn graph_loop(gpu: &Gpu, host_table: &ReqToToken) -> Outcome {
     let mut active = vec![1usize, 2, 3];
     let mut cached = [0usize; ROWS];
     let (mut replays, mut clean, mut aborted) = (0u64, 0u64, Vec::new());
-    let mut take = |n: u64, report: DeviceStepReport, active: &mut Vec<usize>| match findings(
-        &format!("replay {n}"),
-        &report,
-    ) {
-        None => clean += 1,
-        Some(rows) => {
-            for row in rows {
-                if active.contains(&row) {
-                    println!("    -> the engine aborts request {row}");
-                    active.retain(|&r| r != row);
-                    aborted.push(row);
+    // Each replay's host inputs until its report is taken.
+    let mut planned: HashMap<u64, Planned> = HashMap::new();
+    let mut take = |n: u64,
+                    report: DeviceStepReport,
+                    planned: &mut HashMap<u64, Planned>,
+                    active: &mut Vec<usize>|
+     -> Result<(), Error> {
+        let inputs = planned.remove(&n).ok_or(Error::Malformed {
+            detail: format!("no host inputs kept for replay {n}"),
+        })?;
+        match findings(&format!("replay {n}"), &report, &inputs, host_table)? {
+            None => clean += 1,
+            Some(rows) => {
+                for row in rows {
+                    if active.contains(&row) {
+                        println!("    -> the engine aborts request {row}");
+                        active.retain(|&r| r != row);
+                        aborted.push(row);
+                    }
                 }
             }
         }
+        Ok(())
     };
     for replay in 0..24u64 {
         let extend = if replay == 0 { 8 } else { 1 };
@@ -499,21 +548,28 @@ fn graph_loop(gpu: &Gpu, host_table: &ReqToToken) -> Outcome {
         // At most two replays in flight: wait for the older one before refilling.
         if engine.graph.unread() == 2 {
             if let Some((n, report)) = engine.graph.wait()? {
-                take(n, report, &mut active);
+                take(n, report, &mut planned, &mut active)?;
             }
         }
         // The engine refills its own buffers through the views (synchronous copies, ordered
         // with the replays on this blocking stream).
         engine.graph.inputs().batch.upload(&host_batch)?;
         engine.graph.inputs().write.upload(&host_inputs)?;
-        engine.graph.replay()?;
+        let n = engine.graph.replay()?;
+        planned.insert(
+            n,
+            Planned {
+                batch: host_batch,
+                inputs: host_inputs,
+            },
+        );
         replays += 1;
         while let Some((n, report)) = engine.graph.try_take()? {
-            take(n, report, &mut active);
+            take(n, report, &mut planned, &mut active)?;
         }
     }
     while let Some((n, report)) = engine.graph.wait()? {
-        take(n, report, &mut active);
+        take(n, report, &mut planned, &mut active)?;
     }
     println!(
         "step graph: {replays} replays of the captured decode step (real-KV tail inside the \
