@@ -419,18 +419,28 @@ fn step_api_run<G: BenchGroup>(
     };
     let origin = Instant::now();
     let us = |t: Instant| t.duration_since(origin).as_secs_f64() * 1e6;
+    // The scheduler accounting (procfs reads) only in the timeline runs: the timed eager steps
+    // measure the device, and reads between their events would show as device time.
+    let accounting = !matches!(forward, Forward::Nothing);
+    let mark = move || {
+        if accounting {
+            SchedMark::now()
+        } else {
+            SchedMark::default()
+        }
+    };
     // Takes `prev` (the report of step `of`) without blocking; `Err(prev)` when still pending.
     let take = |host: &mut HostTimes,
                 prev,
                 of: usize,
                 line: &mut String|
      -> Result<Option<kv_canary::cuda::PendingDeviceReport>, String> {
-        let m6 = SchedMark::now();
+        let m6 = mark();
         let t6 = Instant::now();
         let polled: Polled =
             kv_canary::cuda::PendingDeviceReport::try_take(prev).map_err(ctx("try_take"))?;
         let t7 = Instant::now();
-        host.calls[2].push(TimedCall::new(t7 - t6, m6, SchedMark::now()));
+        host.calls[2].push(TimedCall::new(t7 - t6, m6, mark()));
         let (report, how) = match polled {
             Polled::Ready(r) => (r, "ready"),
             Polled::Pending(p) => {
@@ -449,16 +459,6 @@ fn step_api_run<G: BenchGroup>(
             (t7 - t6).as_secs_f64() * 1e6
         );
         Ok(None)
-    };
-    // The scheduler accounting (procfs reads) only in the timeline runs: the timed eager steps
-    // measure the device, and reads between their events would show as device time.
-    let accounting = !matches!(forward, Forward::Nothing);
-    let mark = move || {
-        if accounting {
-            SchedMark::now()
-        } else {
-            SchedMark::default()
-        }
     };
     let mut unread = None;
     let mut late: Option<(usize, _)> = None;

@@ -9,8 +9,8 @@ use kv_canary::cuda::{
     self, DeviceRealKv, DeviceRealKvSource, DeviceStepReport, Event, Gpu, PendingDeviceReport,
     Stream,
 };
-use kv_canary::step::{Canary, KvPair, StepReport, TailKv};
-use kv_canary::Capacity as _;
+use kv_canary::step::{Canary, GroupKind, KvPair, StepReport, TailKv};
+use kv_canary::Capacity;
 use kv_canary::{
     Batch, CanarySlot, Cap, HealthCounters, LaunchTag, RealKv, RealKvHashMode, RealKvParams,
     RealKvSource, RealKvSources, ReqToToken, RowLayout, Shape, Violation, WriteInputsMut,
@@ -101,6 +101,45 @@ pub fn fill_write_inputs(p: WriteInputsMut<'_>, written: &[(i64, i64, i64)]) {
     for (i, &(s, t, pos)) in written.iter().enumerate() {
         (p.out_cache_loc[i], p.input_ids[i], p.positions[i]) = (s, t, pos);
     }
+}
+
+/// The forward pass's KV bytes of `tokens` (slot, token id, position) in the host pools: the
+/// slot's K strip holds the token and the position, its V strip their complements.
+pub fn stamp_kv(k: &mut [u8], v: &mut [u8], tokens: &[(i64, i64, i64)]) {
+    for &(s, t, pos) in tokens {
+        let at = s as usize * STRIP;
+        k[at..at + 8].copy_from_slice(&t.to_le_bytes());
+        k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
+        v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
+        v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
+    }
+}
+
+/// Every canary buffer of the device canary, downloaded, equals the CPU canary's; `after`
+/// ends the message (`" after 60 steps"`, or empty).
+pub fn same_canaries<V, W, E, S, R, G>(
+    cpu: &Canary<V, W, E, S, R, G>,
+    dev: &Canary<V, W, E, S, R, G, Stream>,
+    after: &str,
+) -> Result<(), String>
+where
+    V: Capacity,
+    W: Capacity,
+    E: Capacity,
+    S: Capacity,
+    R: Capacity,
+    G: GroupKind,
+{
+    for tag in cpu.tags() {
+        let host = cpu.buffer(tag).ok_or("buffer")?;
+        let device = dev
+            .buffer(tag)
+            .ok_or("buffer")?
+            .to_host()
+            .map_err(fail("download"))?;
+        ensure!(host == &device, "{tag:?}: canary bytes differ{after}");
+    }
+    Ok(())
 }
 
 /// The violations as a sorted list (the device records rows of different requests in no fixed
@@ -327,13 +366,7 @@ pub fn cancel_matches_cpu(gpu: &Gpu) -> Result<(), String> {
                 );
                 continue;
             }
-            for &(s, t, pos) in &tokens {
-                let at = s as usize * STRIP;
-                k[at..at + 8].copy_from_slice(&t.to_le_bytes());
-                k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
-                v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
-                v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
-            }
+            stamp_kv(&mut k, &mut v, &tokens);
             dk.copy_from(&k[..]).map_err(cuda_err)?;
             dv.copy_from(&v[..]).map_err(cuda_err)?;
             let c: StepReport = cpu_step
@@ -367,15 +400,7 @@ pub fn cancel_matches_cpu(gpu: &Gpu) -> Result<(), String> {
                 c.abandoned_steps
             );
         }
-        for tag in cpu.tags() {
-            let host = cpu.buffer(tag).ok_or("buffer")?;
-            let device = dev
-                .buffer(tag)
-                .ok_or("buffer")?
-                .to_host()
-                .map_err(fail("download"))?;
-            ensure!(host == &device, "{tag:?}: canary bytes differ");
-        }
+        same_canaries(&cpu, &dev, "")?;
         println!(
             "    head writes deferred {defer}: a decode cancelled after its write (device head \
              buffers {}), counted once by the next report on both, canaries equal",
@@ -590,13 +615,7 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
             "step {step}: the head stage queued {head_launches} launches, want {want}"
         );
         // The forward pass: this step's KV bytes.
-        for &(s, t, pos) in &tokens {
-            let at = s as usize * STRIP;
-            k[at..at + 8].copy_from_slice(&t.to_le_bytes());
-            k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
-            v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
-            v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
-        }
+        stamp_kv(&mut k, &mut v, &tokens);
         let dev_step = match forward {
             None => {
                 dk.copy_from(&k[..]).map_err(cuda_err)?;
@@ -641,18 +660,7 @@ pub fn run_against_cpu_on(gpu: &Gpu, draw: Draw, setup: Setup<'_>) -> Result<Run
         compare(n, &c, &d, &mut overflows, &mut found)?;
     }
     fence_before(dev.backend()).map_err(fail("fence"))?;
-    for tag in cpu.tags() {
-        let host = cpu.buffer(tag).ok_or("buffer")?;
-        let device = dev
-            .buffer(tag)
-            .ok_or("buffer")?
-            .to_host()
-            .map_err(fail("download"))?;
-        ensure!(
-            host == &device,
-            "{tag:?}: canary bytes differ after {steps} steps"
-        );
-    }
+    same_canaries(&cpu, &dev, &format!(" after {steps} steps"))?;
     ensure!(
         dev.steps() == cpu.steps() && dev.total_violations() == cpu.total_violations(),
         "step counts differ"

@@ -129,13 +129,7 @@ impl Twin {
         let tokens = drawn.written(slot);
         let batch = drawn.batch();
         fill_write_inputs(self.inputs.parts_mut(), &tokens);
-        for &(s, t, pos) in &tokens {
-            let at = s as usize * STRIP;
-            self.k[at..at + 8].copy_from_slice(&t.to_le_bytes());
-            self.k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
-            self.v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
-            self.v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
-        }
+        crate::step::stamp_kv(&mut self.k, &mut self.v, &tokens);
         device.write.upload(&self.inputs).map_err(fail("inputs"))?;
         device.batch.upload(&batch).map_err(fail("batch"))?;
         upload_kv(&device.k, &self.k)?;
@@ -390,18 +384,7 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
         twin.tampered
     );
     let canary = engine.graph.canary();
-    for tag in twin.cpu.tags() {
-        let host = twin.cpu.buffer(tag).ok_or("buffer")?;
-        let device = canary
-            .buffer(tag)
-            .ok_or("buffer")?
-            .to_host()
-            .map_err(fail("download"))?;
-        ensure!(
-            host == &device,
-            "{tag:?}: canary bytes differ after {replays} replays"
-        );
-    }
+    crate::step::same_canaries(&twin.cpu, canary, &format!(" after {replays} replays"))?;
     ensure!(
         canary.total_violations() == twin.cpu.total_violations(),
         "violation totals differ: GPU {}, CPU {}",

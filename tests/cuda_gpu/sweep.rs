@@ -48,13 +48,7 @@ impl Pool {
 
     /// The forward pass: the KV bytes of `tokens`, on both sides.
     fn forward(&mut self, tokens: &[Token]) -> Result<(), String> {
-        for &(s, t, pos) in tokens {
-            let at = s as usize * STRIP;
-            self.k[at..at + 8].copy_from_slice(&t.to_le_bytes());
-            self.k[at + 8..at + 16].copy_from_slice(&pos.to_le_bytes());
-            self.v[at..at + 8].copy_from_slice(&(!t).to_le_bytes());
-            self.v[at + 8..at + 16].copy_from_slice(&(!pos).to_le_bytes());
-        }
+        crate::step::stamp_kv(&mut self.k, &mut self.v, tokens);
         self.sync()
     }
 
@@ -395,15 +389,7 @@ pub fn k_only_matches_cpu(gpu: &Gpu) -> Result<(), String> {
         "the K-only sweep should find slot {} alone: {d:?}",
         slot(1, 4)
     );
-    for tag in cpu.tags() {
-        let host = cpu.buffer(tag).ok_or("buffer")?;
-        let device = dev
-            .buffer(tag)
-            .ok_or("buffer")?
-            .to_host()
-            .map_err(fail("download"))?;
-        ensure!(host == &device, "{tag:?}: canary bytes differ");
-    }
+    crate::step::same_canaries(&cpu, &dev, "")?;
     ensure!(
         dev.buffer(LaunchTag::HeadVFull).is_none() && dev.tags().len() == 2,
         "a K-only device canary has V buffers"

@@ -240,18 +240,7 @@ pub fn step_over_views_matches_cpu_with_no_copies(gpu: &Gpu) -> Result<(), Strin
         compare(step, &c, &d, &mut overflows, &mut found)?;
         steps_checked += 1;
     }
-    for tag in cpu.tags() {
-        let host = cpu.buffer(tag).ok_or("buffer")?;
-        let device = dev
-            .buffer(tag)
-            .ok_or("buffer")?
-            .to_host()
-            .map_err(fail("download"))?;
-        ensure!(
-            host == &device,
-            "{tag:?}: canary bytes differ after {steps} steps"
-        );
-    }
+    crate::step::same_canaries(&cpu, &dev, &format!(" after {steps} steps"))?;
     // The counter counts: the crate's own synchronous upload of a batch is 4 copies.
     let owned = shape.device_batch(gpu).map_err(fail("owned batch"))?;
     let before = cuda::transfers_issued();

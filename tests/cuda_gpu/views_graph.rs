@@ -477,18 +477,7 @@ pub fn step_graph_over_views(gpu: &Gpu) -> Result<(), String> {
 
     let Engine { graph, memory } = engine;
     let canary = graph.into_canary();
-    for tag in host.cpu.tags() {
-        let cpu = host.cpu.buffer(tag).ok_or("buffer")?;
-        let device = canary
-            .buffer(tag)
-            .ok_or("buffer")?
-            .to_host()
-            .map_err(fail("download"))?;
-        ensure!(
-            cpu == &device,
-            "{tag:?}: canary bytes differ after {replays} replays"
-        );
-    }
+    crate::step::same_canaries(&host.cpu, &canary, &format!(" after {replays} replays"))?;
     ensure!(
         canary.total_violations() == host.cpu.total_violations(),
         "violation totals differ: GPU {}, CPU {}",
