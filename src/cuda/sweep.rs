@@ -7,7 +7,9 @@
 //! host work), ordered after the stream's earlier launches and before its later ones; then the
 //! ring clear, the `SWEEP_K_*` / `SWEEP_V_*` verify launches and the readback of the ring rows,
 //! the write index, the four sweep counters and the status word are queued on the stream, and
-//! `sweep` returns without waiting for the GPU.
+//! `sweep` returns without waiting for the GPU. A sweep of table rows (`sweep_table_rows`)
+//! queues the plan launch instead of the copies, so its entries are derived from the engine's
+//! device table on the device; the report reads back how many it derived.
 
 use super::device::stream::Stream;
 use super::driver::memory::box_ptr;
@@ -22,11 +24,14 @@ use crate::Error;
 
 /// `i64` words of the sweep counters: (K, V) x (slot run, kernel run).
 const COUNTER_WORDS: usize = 4;
+/// `i64` words read back after the counters: the sweep plan's requested entries.
+const EXTRA_WIDE: usize = COUNTER_WORDS + 1;
 
 /// What a device sweep did, read back once its copies have landed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceSweepReport {
-    /// Entries the engine handed to the sweep.
+    /// Entries the engine handed to the sweep, or those the plan op derived from the table rows
+    /// (`Canary::sweep_table_rows`, read back with the rest).
     pub entries: usize,
     /// The verify capacity of the canary's shape.
     pub verify_capacity: usize,
@@ -85,7 +90,6 @@ impl DeviceSweepReport {
 pub struct PendingSweepReport {
     staged: Staged,
     layout: RingLayout,
-    entries: usize,
     verify_capacity: usize,
 }
 
@@ -113,12 +117,13 @@ impl PendingSweepReport {
     }
 
     fn decode(&mut self) -> Result<DeviceSweepReport, Error> {
-        let (layout, entries, verify_capacity) = (self.layout, self.entries, self.verify_capacity);
+        let (layout, verify_capacity) = (self.layout, self.verify_capacity);
         let report = self.staged.decode(|wide, narrow| {
             let (violations, dropped) = layout.decode(wide, narrow)?;
-            let c = &wide[layout.extra_at()..layout.extra_at() + COUNTER_WORDS];
+            let c = &wide[layout.extra_at()..layout.extra_at() + EXTRA_WIDE];
             Ok(DeviceSweepReport {
-                entries,
+                // Never negative: the sweep's plan was loaded or planned just before.
+                entries: usize::try_from(c[COUNTER_WORDS]).unwrap_or(0),
                 verify_capacity,
                 counters: KvPair {
                     k: HealthCounters::from_parts(c[0], c[1]),
@@ -169,6 +174,19 @@ impl Sweeps for Stream {
         Ok(true)
     }
 
+    /// Disables the plan (`enable = 0`, `verify_num_valid = 0`): a plan launch that finds
+    /// malformed rows writes nothing, and the sweep's launches must not check the last step's
+    /// entries then.
+    fn ready_planned_sweep<C: Capacity>(
+        &self,
+        plan: &mut VerifyPlan<C, Device>,
+    ) -> Result<(), Error> {
+        let raw = self.as_raw();
+        set_i32_async(&plan.enable, 0, raw)?;
+        set_i32_async(&plan.num_valid, 0, raw)?;
+        set_i64_async(&plan.requested, -1, raw)
+    }
+
     /// Queues the readback on the stream (no host synchronisation).
     fn sweep_report<R: Capacity>(
         &self,
@@ -177,13 +195,8 @@ impl Sweeps for Stream {
         let context = self.gpu().context();
         let raw = self.as_raw();
         let counters = [&sweep.counters.k, &sweep.counters.v];
-        let (staged, layout) = Staged::queue(
-            self,
-            sweep.ring,
-            true,
-            COUNTER_WORDS,
-            0,
-            |readback, layout| {
+        let (staged, layout) =
+            Staged::queue(self, sweep.ring, true, EXTRA_WIDE, 0, |readback, layout| {
                 for (i, c) in counters.into_iter().enumerate() {
                     let at = layout.extra_at() + 2 * i;
                     let slot_run = box_ptr(&c.slot_run_counter).addr();
@@ -191,13 +204,18 @@ impl Sweeps for Stream {
                     let kernel_run = box_ptr(&c.kernel_run_counter).addr();
                     readback.copy_wide(context, at + 1, kernel_run, 1, raw)?;
                 }
-                Ok(())
-            },
-        )?;
+                let requested = box_ptr(sweep.requested).addr();
+                readback.copy_wide(
+                    context,
+                    layout.extra_at() + COUNTER_WORDS,
+                    requested,
+                    1,
+                    raw,
+                )
+            })?;
         Ok(PendingSweepReport {
             staged,
             layout,
-            entries: sweep.entries,
             verify_capacity: sweep.verify_capacity,
         })
     }

@@ -10,12 +10,13 @@
 
 use super::report::{Counted, KvPair, PlanOverflow, StepStatus, Unverified};
 use super::stage::{verify_both, Verified};
-use super::{Canary, GroupKind};
-use crate::backend::{Backend, Cpu};
+use super::{Canary, GroupKind, PlanInputsOf};
+use crate::backend::{Backend, Cpu, PlanWith};
 use crate::canary::{HealthCounters, Violation, ViolationRing};
-use crate::capacity::{Capacity, SameVerifyCapacity};
+use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::cpu::VerifySummary;
 use crate::error::Error;
+use crate::memory::Memory;
 use crate::plan::{VerifyEntry, VerifyPlan};
 use core::fmt;
 
@@ -103,12 +104,26 @@ pub trait Sweeps: Backend + Sized {
 
     /// Loads `entries` into `plan` (`verify_num_valid = entries.len()`, `enable = 1`) and
     /// returns `true`; with more entries than the plan's capacity it loads none, disables the
-    /// plan (`enable = 0`, so the sweep launches check nothing) and returns `false`.
+    /// plan (`enable = 0`, so the sweep launches check nothing) and returns `false`. Either way
+    /// the plan's requested word is `entries.len()` (what the report says was asked for).
     fn load_sweep<C: Capacity>(
         &self,
         plan: &mut VerifyPlan<C, Self::Memory>,
         entries: &[VerifyEntry],
     ) -> Result<bool, Error>;
+
+    /// Readies `plan` for a sweep whose entries the backend's plan op derives
+    /// ([`Canary::sweep_table_rows`]): a backend whose plan op reports malformed rows only
+    /// later (a device plan writes nothing then, and its error comes with the report) disables
+    /// the plan first, so that the sweep's launches never check the last step's stale entries.
+    /// The CPU's plan op returns its error before anything runs: nothing to do.
+    fn ready_planned_sweep<C: Capacity>(
+        &self,
+        plan: &mut VerifyPlan<C, Self::Memory>,
+    ) -> Result<(), Error> {
+        let _ = plan;
+        Ok(())
+    }
 
     /// The report of the sweep that just ran.
     fn sweep_report<R: Capacity>(
@@ -126,8 +141,9 @@ pub trait Sweeps: Backend + Sized {
 /// Everything a sweep did, handed to [`Sweeps::sweep_report`] when its launches have run.
 #[non_exhaustive]
 pub struct FinishedSweep<'c, B: Backend, R: Capacity> {
-    /// Entries the engine handed in.
-    pub entries: usize,
+    /// The sweep plan's requested word: the entries the engine handed in, or those the plan op
+    /// derived from the table rows ([`Canary::sweep_table_rows`]), before the capacity clamp.
+    pub requested: &'c <B::Memory as Memory>::Scalar<i64>,
     /// The shape's verify capacity.
     pub verify_capacity: usize,
     /// The sweep's verify launches' returns (K, V).
@@ -149,6 +165,7 @@ impl Sweeps for Cpu {
         if entries.len() > plan.capacity().get() {
             let parts = plan.parts_mut();
             (*parts.num_valid, *parts.enable) = (0, 0);
+            *parts.requested = i64::try_from(entries.len()).unwrap_or(i64::MAX);
             return Ok(false);
         }
         plan.set_entries(entries)?;
@@ -160,7 +177,8 @@ impl Sweeps for Cpu {
         sweep: &FinishedSweep<'_, Cpu, R>,
     ) -> Result<SweepReport, Error> {
         Ok(SweepReport {
-            entries: sweep.entries,
+            // Never negative here: a sweep's plan was loaded or planned just before.
+            entries: usize::try_from(*sweep.requested).unwrap_or(0),
             verify_capacity: sweep.verify_capacity,
             verify: sweep.verify,
             counters: sweep.counters.clone(),
@@ -209,10 +227,65 @@ where
     ) -> Result<B::SweepReport, Error> {
         let settings = self.checked_settings(G::SWEEP, real_kv)?;
         self.backend.load_sweep(&mut self.verify_plan, entries)?;
+        self.finish_sweep(&settings)
+    }
+
+    /// Sweeps the cached prefixes of request-table rows, their entries derived where the table
+    /// lives: `rows` are plan inputs (the step's [`PlanInputs`](crate::PlanInputs) type, or the
+    /// device's `cuda::PlanInputs` over a `DeviceReqToToken` and a `DeviceBatch`) whose batch
+    /// names the rows to sweep (`req_pool_indices`) and their cached tokens (`prefix_lens`);
+    /// the backend's plan op turns them into the sweep's entries, so a CUDA engine sweeps its
+    /// device table with no host mirror of it and no copy of it to the host. Then as
+    /// [`sweep`](Self::sweep): the ring emptied, `SWEEP_*` launches over the tail buffers,
+    /// folding `real_kv`, token check off.
+    ///
+    /// The entries are the plan op's verify entries (spec §3.2): row `r`'s first
+    /// `prefix_lens[r]` slots of `req_to_token[req_pool_indices[r]]`, each chained to the slot
+    /// before it, position `p` at index `p` — what
+    /// [`SweepEntries::push_table_row`](super::SweepEntries::push_table_row) builds on the host.
+    /// For an SWA canary the plan's window applies (the last `window` cached tokens of a row,
+    /// the ones the SWA pool still holds) and the LUT translates every slot. Padding rows
+    /// (`req_pool_indices[r] = 0`) sweep nothing; `extend_seq_lens` is not used (the plan's
+    /// write metadata is overwritten by the next step's plan); an expected-token pool is
+    /// ignored (token check off). A batch holds at most the write request capacity of rows:
+    /// sweep more rows in several calls.
+    ///
+    /// More entries than the verify capacity check nothing: the report is unverified, naming
+    /// both numbers. Errors as the plan op's: on the CPU before anything runs (nothing
+    /// modified, the sweep not counted); on a device stream with the report (the plan disabled
+    /// first, so that nothing stale is checked), as for a step. As [`sweep`](Self::sweep), the
+    /// sources of `real_kv` must cover all the canary's slots.
+    pub fn sweep_table_rows<I>(
+        &mut self,
+        rows: &I,
+        real_kv: G::Sources<B::RealKv<'_>>,
+    ) -> Result<B::SweepReport, Error>
+    where
+        I: PlanInputsOf<G::Pool> + ?Sized,
+        B: PlanWith<I, V, W, E>,
+        W: SameWriteReqCapacity<W>,
+    {
+        let settings = self.checked_settings(G::SWEEP, real_kv)?;
+        self.backend.ready_planned_sweep(&mut self.verify_plan)?;
+        self.backend.plan(
+            &self.shape,
+            rows,
+            &mut self.verify_plan,
+            &mut self.write_plan,
+        )?;
+        self.finish_sweep(&settings)
+    }
+
+    /// The rest of a sweep whose plan is loaded: the ring emptied, the verify launches, the
+    /// report.
+    fn finish_sweep(
+        &mut self,
+        settings: &KvPair<B::Settings<'_>>,
+    ) -> Result<B::SweepReport, Error> {
         self.backend.clear_ring(&mut self.ring)?;
-        let verify = verify_both(self, Verified::Sweep, &settings, false)?;
+        let verify = verify_both(self, Verified::Sweep, settings, false)?;
         let report = self.backend.sweep_report(&FinishedSweep {
-            entries: entries.len(),
+            requested: &self.verify_plan.requested,
             verify_capacity: self.shape.verify_capacity().get(),
             verify,
             counters: &self.sweep_counters,

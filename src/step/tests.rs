@@ -974,6 +974,193 @@ fn a_sweep_cannot_use_sources_that_miss_slots() {
     assert_eq!(canary.sweeps(), 0);
 }
 
+/// The batch that sweeps the cached tokens of request-table rows: `(row, cached tokens)`.
+fn sweep_rows(rows: &[(i64, i64)]) -> Batch {
+    let column = |f: fn(&(i64, i64)) -> i64| rows.iter().map(f).collect::<Vec<_>>();
+    Batch::try_from_columns(column(|r| r.0), column(|r| r.1), vec![0; rows.len()]).unwrap()
+}
+
+/// What a sweep of table rows and a sweep of the same rows' walked entries must agree on (the
+/// counters are cumulative: not compared).
+fn same_sweep(by_rows: &SweepReport, by_entries: &SweepReport) {
+    assert_eq!(by_rows.entries, by_entries.entries);
+    assert_eq!(by_rows.verify, by_entries.verify);
+    assert_eq!(by_rows.violations, by_entries.violations);
+    assert_eq!(by_rows.dropped, by_entries.dropped);
+    assert_eq!(by_rows.status(), by_entries.status());
+}
+
+#[test]
+fn a_table_row_sweep_checks_the_entries_a_walk_of_the_rows_gives() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary); // row 1 finishes: slots 8..=10 stay cached, idle
+    let table = engine.table.clone();
+    let batch = sweep_rows(&[(1, 3)]);
+    let rows = PlanInputs::full(&batch, &table);
+    let clean = canary.sweep_table_rows(&rows, engine.tail_kv()).unwrap();
+    assert!(clean.is_clean(), "{clean}");
+    assert_eq!((clean.entries, clean.entries_checked()), (3, 2 * 3));
+    let mut walked = SweepEntries::new();
+    walked.push_table_row(&table, 1, 3).unwrap();
+    assert_eq!(
+        canary.plans().0.entries().collect::<Vec<_>>(),
+        walked.as_slice()
+    );
+
+    // A stray write into the idle K bytes of slot 9, a corrupted V tail record of slot 10.
+    engine.k[9 * STRIP + 5] ^= 0x10;
+    let buf = canary.buffer_mut(LaunchTag::TailVFull).unwrap();
+    let slot = buf.slot(10).unwrap();
+    let moved = CanarySlot {
+        position: 7,
+        ..slot
+    };
+    buf.set_slot(10, moved).unwrap();
+    let by_rows = canary.sweep_table_rows(&rows, engine.tail_kv()).unwrap();
+    assert_eq!(
+        tags(&by_rows.violations),
+        [LaunchTag::SweepKFull, LaunchTag::SweepVFull]
+    );
+    assert_eq!(
+        (by_rows.violations[0].slot, by_rows.violations[1].slot),
+        (9, 10)
+    );
+    same_sweep(&by_rows, &canary.sweep(&walked, engine.tail_kv()).unwrap());
+    assert_eq!((canary.sweeps(), canary.total_violations()), (3, 4));
+    let counters = canary.counters(LaunchTag::SweepKFull).unwrap();
+    assert_eq!(
+        (counters.kernel_run_counter(), counters.slot_run_counter()),
+        (3, 9)
+    );
+}
+
+#[test]
+fn table_row_sweeps_equal_sweeps_of_walked_entries_over_random_rows() {
+    use rand::{RngExt as _, SeedableRng as _};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_5eeb);
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    // Rows 1 and 2 prefill 8 and 5 tokens; row 3 holds nothing stamped.
+    let batch = Batch::from_columns([1, 2], [0, 0], [8, 5]);
+    let tokens: Vec<Token> = (0..8)
+        .map(|p| (8 + p, 100 + p, p))
+        .chain((0..5).map(|p| (16 + p, 200 + p, p)))
+        .collect();
+    assert!(engine.step(&mut canary, &batch, &tokens).is_clean());
+    let table = engine.table.clone();
+    for round in 0..60 {
+        if round % 3 == 0 {
+            // A fault somewhere in the K or V bytes of the first 24 slots.
+            let bytes = if rng.random_range(0..2) == 0 {
+                &mut engine.k
+            } else {
+                &mut engine.v
+            };
+            bytes[rng.random_range(0..24 * STRIP)] ^= 1 << rng.random_range(0..8);
+        }
+        let rows: Vec<(i64, i64)> = (0..rng.random_range(1..=4))
+            .map(|_| (rng.random_range(0..4), rng.random_range(0..=8)))
+            .collect();
+        let mut walked = SweepEntries::new();
+        for &(row, len) in rows.iter().filter(|r| r.0 != 0) {
+            walked
+                .push_table_row(&table, row as usize, len as usize)
+                .unwrap();
+        }
+        let batch = sweep_rows(&rows);
+        let by_rows = canary
+            .sweep_table_rows(&PlanInputs::full(&batch, &table), engine.tail_kv())
+            .unwrap();
+        let by_entries = canary.sweep(&walked, engine.tail_kv()).unwrap();
+        same_sweep(&by_rows, &by_entries);
+        assert_eq!(by_rows.entries, walked.len(), "round {round}: {rows:?}");
+    }
+    assert_eq!(canary.sweeps(), 120);
+}
+
+#[test]
+fn a_table_row_sweep_over_the_verify_capacity_is_unverified_with_the_numbers() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    // Rows of 40 cached slots each (below the 64 canary slots): two are 80 entries, for 64.
+    let wide = ReqToToken::from_vec(4, 40, (0..160).map(|i| i % 64).collect()).unwrap();
+    let batch = sweep_rows(&[(1, 40), (2, 40)]);
+    let sweep = canary
+        .sweep_table_rows(&PlanInputs::full(&batch, &wide), engine.tail_kv())
+        .unwrap();
+    assert_eq!((sweep.entries_checked(), sweep.recorded()), (0, 0));
+    assert_eq!(
+        sweep.unverified().plan_overflow,
+        Some(PlanOverflow {
+            needed: Some(80),
+            capacity: 64
+        })
+    );
+    assert!(!sweep.is_clean());
+    assert!(sweep.to_string().contains("needed 80"), "{sweep}");
+}
+
+#[test]
+fn a_table_row_sweep_of_rows_the_table_lacks_is_the_plan_error_and_runs_nothing() {
+    let (mut engine, mut canary) = (Engine::new(), canary());
+    prefill(&mut engine, &mut canary);
+    let table = engine.table.clone();
+    let before = canary.counters(LaunchTag::SweepKFull).unwrap().clone();
+    for (rows, wanted) in [
+        (
+            sweep_rows(&[(1, 3), (7, 2)]),
+            "kv-canary: batch row 1: req_pool_index 7 is outside req_to_token's 4 rows",
+        ),
+        (
+            sweep_rows(&[(1, 9)]),
+            "kv-canary: batch row 0: prefix_len 9 exceeds req_to_token's row width 8",
+        ),
+    ] {
+        let err = canary
+            .sweep_table_rows(&PlanInputs::full(&rows, &table), engine.tail_kv())
+            .unwrap_err();
+        assert_eq!(err.to_string(), wanted);
+    }
+    assert_eq!(canary.sweeps(), 0);
+    assert_eq!(canary.counters(LaunchTag::SweepKFull).unwrap(), &before);
+}
+
+#[test]
+fn an_swa_table_row_sweep_checks_the_window_in_swa_slots() {
+    let lut: Vec<i64> = (0..160).map(|x| if x == 0 { 0 } else { 160 - x }).collect();
+    let mut canary = Canary::swa(Spec::new(), Cap::<160>, Cap::<16>);
+    let table = ReqToToken::from_vec(4, 8, (0..32).collect()).unwrap();
+    let group = Swa::window(2).with_lut(&lut);
+    // The SWA pool's slots: the LUT's images of slots 8..=11.
+    let tokens: Vec<Token> = (0..4).map(|p| (152 - p, 100 + p, p)).collect();
+    let inputs = inputs(&canary, &tokens);
+    let batch = Batch::from_columns([1], [0], [4]);
+    let step = canary
+        .plan(&PlanInputs::full(&batch, &table).with_group(group))
+        .unwrap()
+        .verify_head()
+        .unwrap()
+        .write(&inputs)
+        .unwrap();
+    assert!(step.verify_tail(TailKv::NONE).unwrap().is_clean());
+
+    let batch = sweep_rows(&[(1, 4)]);
+    let rows = PlanInputs::full(&batch, &table).with_group(group);
+    let sweep = canary.sweep_table_rows(&rows, TailKv::NONE).unwrap();
+    assert!(sweep.is_clean(), "{sweep}");
+    // The window's two slots, translated; the first chained to its real predecessor.
+    let triples: Vec<_> = canary
+        .plans()
+        .0
+        .entries()
+        .map(|e| (e.slot, e.expected_position, e.prev_slot))
+        .collect();
+    assert_eq!(triples, [(150, 2, 151), (149, 3, 150)]);
+    let mut walked = SweepEntries::new();
+    walked.push_table_row(&table, 1, 4).unwrap();
+    walked.through_lut(&lut).unwrap();
+    assert_eq!(&walked[2..], canary.plans().0.entries().collect::<Vec<_>>());
+}
+
 #[test]
 fn head_findings_are_the_head_part_of_the_final_report() {
     let (mut engine, mut canary) = (Engine::new(), canary());

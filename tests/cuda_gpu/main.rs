@@ -87,6 +87,10 @@ const TESTS: &[(&str, TestFn)] = &[
     ),
     ("step_k_only_canary_matches_cpu", sweep::k_only_matches_cpu),
     (
+        "step_table_row_sweeps_match_cpu",
+        sweep::table_row_sweeps_match_cpu,
+    ),
+    (
         "step_reports_taken_one_step_late",
         reports::reports_one_step_late,
     ),

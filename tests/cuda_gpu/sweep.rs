@@ -58,6 +58,22 @@ impl Pool {
         self.sync()
     }
 
+    /// The tail's real-KV sources on the host (both halves).
+    fn host_tail(&self) -> Result<TailKv<'_>, String> {
+        Ok(TailKv::new(
+            host_kv(&self.k, params())?,
+            host_kv(&self.v, params())?,
+        ))
+    }
+
+    /// The tail's real-KV sources on the device (both halves).
+    fn device_tail(&self) -> Result<KvPair<cuda::DeviceRealKv<'_>>, String> {
+        Ok(KvPair {
+            k: dev_kv(&self.dk, layout(), params())?,
+            v: dev_kv(&self.dv, layout(), params())?,
+        })
+    }
+
     fn sync(&mut self) -> Result<(), String> {
         self.dk.copy_from(&self.k[..]).map_err(cuda_err)?;
         self.dv.copy_from(&self.v[..]).map_err(cuda_err)
@@ -405,4 +421,244 @@ pub fn k_only_matches_cpu(gpu: &Gpu) -> Result<(), String> {
         dev.total_violations()
     );
     Ok(())
+}
+
+/// Sweeps of request-table rows (`Canary::sweep_table_rows`), FULL: the device derives the
+/// entries from the engine's device table with its plan launch, the CPU from the host table.
+/// Random rows (padding rows, empty and partial prefixes, rows swept twice, plans over the
+/// verify capacity) over random faults in idle KV bytes and tail records; every report, the
+/// derived plan and the counters equal the CPU's, and equal the CPU's sweep of the same rows'
+/// walked entries. Then rows the table lacks: the device's error, taken with the report,
+/// equals the CPU's, nothing stale is checked, and the next sweep is delivered.
+pub fn table_row_sweeps_match_cpu(gpu: &Gpu) -> Result<(), String> {
+    use crate::step::{ROWS, WIDTH};
+    gpu.make_current().map_err(fail("context"))?;
+    let shape = Spec::new();
+    let mut cpu = Canary::full(shape, Cap::<SLOTS>, Cap::<64>);
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let mut dev =
+        Canary::full_on(stream, shape, Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
+    let cells = (0..ROWS * WIDTH).map(|i| i as i32 + 1).collect();
+    let table = kv_canary::ReqToToken::from_vec(ROWS, WIDTH, cells).map_err(fail("table"))?;
+    let dtable = cuda::DeviceReqToToken::from_host(gpu, &table).map_err(fail("table"))?;
+    let dbatch = shape.device_batch(gpu).map_err(fail("batch"))?;
+    let mut inputs = cpu.write_inputs();
+    let dinputs = dev.try_write_inputs().map_err(fail("inputs"))?;
+    let mut pool = Pool::new()?;
+
+    // Rows 1..=7 prefill 3..=9 tokens (42 of the 64 write entries); the engine's requests then
+    // finish, their KV stays cached.
+    let lens: Vec<usize> = (1..ROWS).map(|r| r + 2).collect();
+    let batch = Batch::try_from_columns(
+        (1..ROWS as i64).collect(),
+        vec![0; ROWS - 1],
+        lens.iter().map(|&n| n as i64).collect(),
+    )
+    .map_err(fail("batch"))?;
+    let toks: Vec<Token> = (1..ROWS).flat_map(|r| tokens(r, 0..lens[r - 1])).collect();
+    fill(&mut inputs, &toks);
+    dinputs.upload(&inputs).map_err(fail("inputs"))?;
+    dbatch.upload(&batch).map_err(fail("batch"))?;
+    let c = cpu
+        .plan(&kv_canary::PlanInputs::full(&batch, &table))
+        .and_then(|s| s.verify_head()?.write(&inputs))
+        .map_err(fail("cpu prefill"))?;
+    let d = dev
+        .plan(&cuda::PlanInputs::full(&dbatch, &dtable))
+        .and_then(|s| s.verify_head()?.write(&dinputs))
+        .map_err(fail("device prefill"))?;
+    pool.forward(&toks)?;
+    let c = c.verify_tail(pool.host_tail()?).map_err(fail("cpu tail"))?;
+    let d = d
+        .verify_tail(pool.device_tail()?)
+        .map_err(fail("device tail"))?
+        .wait()
+        .map_err(fail("device report"))?;
+    ensure!(c.is_clean() && d.is_clean(), "prefill: CPU {c}, GPU {d}");
+
+    let mut rng = crate::rng::Rng::new(0x7ab1_e5eb);
+    let (mut found, mut overflows, mut entries) = (0, 0, 0);
+    let rounds = crate::scaled(40) as usize;
+    for round in 0..rounds {
+        if round % 4 == 1 {
+            // An idle slot's K bytes, or a tail V record moved to another position.
+            let r = rng.range(1, ROWS as i64 - 1) as usize;
+            let s = slot(r, rng.below(lens[r - 1] as u64) as usize);
+            if rng.chance(50) {
+                pool.flip_k(s)?;
+            } else {
+                let tag = LaunchTag::TailVFull;
+                let hbuf = cpu.buffer_mut(tag).ok_or("tail V")?;
+                let rec = hbuf.slot(s as usize).ok_or("slot")?;
+                let bad = CanarySlot {
+                    position: rec.position + 3,
+                    ..rec
+                };
+                hbuf.set_slot(s as usize, bad).map_err(fail("tamper"))?;
+                let dbuf = dev.buffer(tag).ok_or("device tail V")?;
+                let mut copy = dbuf.to_host().map_err(fail("download"))?;
+                copy.set_slot(s as usize, bad).map_err(fail("tamper"))?;
+                dbuf.upload(&copy).map_err(fail("upload"))?;
+            }
+        }
+        // 1..=8 rows (the write request capacity), padding rows among them, any prefix of a
+        // row's cached tokens (or none).
+        // Every fifth round: 8 rows of 7 or more cached tokens each, over the capacity.
+        let wide = round % 5 == 4;
+        let n = if wide {
+            ROWS
+        } else {
+            rng.range(1, ROWS as i64) as usize
+        };
+        let rows: Vec<(i64, i64)> = (0..n)
+            .map(|_| {
+                let r = if wide {
+                    rng.range(5, ROWS as i64 - 1) as usize
+                } else {
+                    rng.below(ROWS as u64) as usize
+                };
+                let cached = if r == 0 { 0 } else { lens[r - 1] as i64 };
+                (r as i64, if wide { cached } else { rng.range(0, cached) })
+            })
+            .collect();
+        let batch = Batch::try_from_columns(
+            rows.iter().map(|r| r.0).collect(),
+            rows.iter().map(|r| r.1).collect(),
+            vec![0; n],
+        )
+        .map_err(fail("sweep rows"))?;
+        dbatch.upload(&batch).map_err(fail("sweep rows"))?;
+        let what = format!("round {round}, rows {rows:?}");
+        let c = cpu
+            .sweep_table_rows(
+                &kv_canary::PlanInputs::full(&batch, &table),
+                pool.host_tail()?,
+            )
+            .map_err(fail("cpu sweep"))?;
+        let d = dev
+            .sweep_table_rows(
+                &cuda::PlanInputs::full(&dbatch, &dtable),
+                pool.device_tail()?,
+            )
+            .map_err(fail("device sweep"))?
+            .wait()
+            .map_err(fail("device sweep report"))?;
+        same_sweep(&what, &c, &d)?;
+        ensure!(c.entries == d.entries, "{what}: entries CPU {c}, GPU {d}");
+        // The plan the device derived is the CPU's (its entries when within the capacity).
+        let dplan = dev.plans().0.to_host().map_err(fail("device plan"))?;
+        let cplan = cpu.plans().0;
+        ensure!(
+            dplan.requested_entries() == cplan.requested_entries()
+                && dplan.entries().eq(cplan.entries()),
+            "{what}: plans differ: CPU {cplan:?}, GPU {dplan:?}"
+        );
+        // The walked entries of the same rows, swept on the CPU: the same findings.
+        let mut walked = SweepEntries::new();
+        for &(r, len) in rows.iter().filter(|r| r.0 != 0) {
+            walked
+                .push_table_row(&table, r as usize, len as usize)
+                .map_err(fail("walk"))?;
+        }
+        let cw = cpu
+            .sweep(&walked, pool.host_tail()?)
+            .map_err(fail("cpu walk"))?;
+        ensure!(
+            sorted(&cw.violations) == sorted(&d.violations)
+                && cw.entries == d.entries
+                && cw.status() == d.status(),
+            "{what}: the walked sweep differs: CPU {cw}, GPU {d}"
+        );
+        let dw = dev
+            .sweep(&walked, pool.device_tail()?)
+            .map_err(fail("device walk"))?
+            .wait()
+            .map_err(fail("device walk report"))?;
+        same_sweep(&format!("{what}, walked"), &cw, &dw)?;
+        found += d.recorded();
+        overflows += usize::from(d.unverified().plan_overflow.is_some());
+        entries += d.entries;
+    }
+    ensure!(
+        found > 0 && overflows > 0 && overflows < rounds,
+        "the rounds must find faults ({found}) and overflow in some rounds, not all \
+         ({overflows} of {rounds})"
+    );
+
+    // Rows the table lacks, a prefix past the row: the plan's error, on the device with the
+    // report. Nothing stale is checked (the counters' slots stay), the next sweep is delivered.
+    let counters =
+        |c: &KvPair<kv_canary::HealthCounters>| (c.k.slot_run_counter(), c.v.slot_run_counter());
+    for (rows, cached) in [([1, ROWS as i64], [2, 2]), ([2, 3], [1, WIDTH as i64 + 1])] {
+        let batch = Batch::from_columns(rows, cached, [0, 0]);
+        dbatch.upload(&batch).map_err(fail("bad rows"))?;
+        let before = dev.sweeps();
+        let slots_before = sweep_slots(&dev)?;
+        let ce = cpu
+            .sweep_table_rows(
+                &kv_canary::PlanInputs::full(&batch, &table),
+                pool.host_tail()?,
+            )
+            .map(|r| r.to_string())
+            .unwrap_err();
+        let de = dev
+            .sweep_table_rows(
+                &cuda::PlanInputs::full(&dbatch, &dtable),
+                pool.device_tail()?,
+            )
+            .map_err(fail("device sweep"))?
+            .wait()
+            .map(|r| r.to_string())
+            .unwrap_err();
+        ensure!(
+            ce.to_string() == de.to_string(),
+            "rows {rows:?} cached {cached:?}: CPU {ce}, GPU {de}"
+        );
+        ensure!(
+            dev.sweeps() == before + 1 && sweep_slots(&dev)? == slots_before,
+            "a failed device sweep checked entries: {:?} -> {:?}",
+            slots_before,
+            sweep_slots(&dev)?
+        );
+        println!("    rows {rows:?} cached {cached:?}: {de}");
+    }
+    let batch = Batch::from_columns([3], [lens[2] as i64], [0]);
+    dbatch.upload(&batch).map_err(fail("rows"))?;
+    let c = cpu
+        .sweep_table_rows(
+            &kv_canary::PlanInputs::full(&batch, &table),
+            pool.host_tail()?,
+        )
+        .map_err(fail("cpu sweep"))?;
+    let d = dev
+        .sweep_table_rows(
+            &cuda::PlanInputs::full(&dbatch, &dtable),
+            pool.device_tail()?,
+        )
+        .map_err(fail("device sweep"))?
+        .wait()
+        .map_err(fail("the sweep after the errors"))?;
+    ensure!(
+        sorted(&c.violations) == sorted(&d.violations)
+            && c.status() == d.status()
+            && counters(&c.counters) == counters(&d.counters),
+        "after the errors: CPU {c}, GPU {d}"
+    );
+    println!(
+        "    {rounds} random table-row sweeps: {entries} entries derived on the device, {found} \
+         violations, {overflows} over the verify capacity, all equal to the CPU's and to sweeps \
+         of the walked entries; last: {d}"
+    );
+    Ok(())
+}
+
+/// The device's sweep counters' slot counts (K, V), read back.
+fn sweep_slots<S: kv_canary::Capacity, R: kv_canary::Capacity>(
+    dev: &Canary<Cap<48>, Cap<{ crate::step::ROWS }>, Cap<64>, S, R, Full, Stream>,
+) -> Result<(i64, i64), String> {
+    let read = |tag| -> Result<i64, String> {
+        let c = dev.counters(tag).ok_or("sweep counters")?;
+        Ok(c.to_host().map_err(fail("counters"))?.slot_run_counter())
+    };
+    Ok((read(LaunchTag::SweepKFull)?, read(LaunchTag::SweepVFull)?))
 }
