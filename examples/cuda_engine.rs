@@ -13,7 +13,8 @@
 //! * step 12: the forward pass also writes a token's K bytes over a cached slot of a request
 //!   in the batch: that step's tail verify reports the slot (`TAIL_K`);
 //! * step 20: a stray write lands in the KV of an idle cached request (no step reads it): the
-//!   sweep of idle cached KV at step 24 reports it (`SWEEP_K`).
+//!   sweep of idle cached KV at step 24 (the idle request's table row, its entries derived on
+//!   the device from the engine's `req_to_token`) reports it (`SWEEP_K`).
 //!
 //! Then the same decode step is captured into a `StepGraph` kept in an engine struct, over the
 //! engine's buffers behind views that keep them alive (`from_shared`) and a K/V pool at two
@@ -35,7 +36,7 @@ use kv_canary::cuda::{
     self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, DeviceStepReport, Gpu, Landed,
     PendingDeviceReport, Shared, StepGraph, Stream,
 };
-use kv_canary::step::{Canary, KvPair, SlotRows, SweepEntries};
+use kv_canary::step::{Canary, KvPair, SlotRows};
 use kv_canary::{
     Batch, BatchRow, Cap, Device, Error, Full, InputAssertOff, LaunchTag, PlanInputs,
     RealKvHashMode, RealKvParams, ReqToToken, RowLayout, Shape, WriteInputs,
@@ -278,17 +279,19 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
         ));
 
         if step == 24 {
-            // The radix cache's idle entries (request 4's cached KV), swept between steps.
-            let mut entries = SweepEntries::new();
-            entries.push_table_row(host_table, 4, scheduler.cached[4])?;
+            // Request 4 is idle, its KV cached: swept between steps by naming its table row
+            // and cached length in the engine's batch tensors; the canary derives the entries
+            // from the engine's device req_to_token (no host mirror needed).
             // This step's report first, only to print in order: its copies are queued ahead of
             // the sweep, which empties the ring after them.
             if let Some((n, report, planned)) = late.take() {
                 clean += take(&mut scheduler, n, report, &planned, host_table)?;
             }
+            let idle = Batch::from_columns([4], [scheduler.cached[4] as i64], [0]);
+            batch.upload_on(canary.backend(), &idle)?;
             let sweep = canary
-                .sweep(
-                    &entries,
+                .sweep_table_rows(
+                    &cuda::PlanInputs::full(&batch, &table),
                     KvPair {
                         k: fold(&memory.k_pool)?,
                         v: fold(&memory.v_pool)?,
@@ -296,8 +299,8 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
                 )?
                 .wait()?;
             println!(
-                "step {step}: sweep of request 4's {} idle cached slots: {} violation(s)",
-                entries.len(),
+                "step {step}: sweep of request 4's table row: {} idle cached slots, {} violation(s)",
+                sweep.entries,
                 sweep.violations.len()
             );
             for v in &sweep.violations {

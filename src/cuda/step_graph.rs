@@ -8,9 +8,10 @@ use super::device::stream::Stream;
 use super::driver::stream::{begin_capture_on, launch_on, ExecGraph};
 use super::report::{CapturedReport, DeviceStepReport, PendingDeviceReport};
 use super::sweep::PendingSweepReport;
-use crate::capacity::{Capacity, SameVerifyCapacity};
+use crate::backend::PlanWith;
+use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::plan::VerifyEntry;
-use crate::step::{Canary, GroupKind};
+use crate::step::{Canary, GroupKind, PlanInputsOf};
 use crate::Error;
 
 /// The canary of a [`StepGraph`]: on a CUDA [`Stream`].
@@ -371,6 +372,29 @@ where
     {
         let sources = real_kv(&self.inputs)?;
         self.canary.sweep(entries, sources)
+    }
+
+    /// Sweeps the cached prefixes of request-table rows between replays:
+    /// [`Canary::sweep_table_rows`] on the graph's canary, the entries derived on the device
+    /// from `rows` (device plan inputs: a batch of the rows and their cached tokens over the
+    /// engine's `DeviceReqToToken`, say a second [`Shared`](super::Shared) view of the table
+    /// buffer the graph's inputs view), folding the sources `real_kv` makes from the graph's
+    /// inputs. Queued as [`sweep`](Self::sweep) is, with the plan launch in place of the
+    /// entries' copies: no host sync, and no copy of the table. Errors as
+    /// [`Canary::sweep_table_rows`] on a stream (a malformed row with the report).
+    pub fn sweep_table_rows<I, F>(
+        &mut self,
+        rows: &I,
+        real_kv: F,
+    ) -> Result<PendingSweepReport, Error>
+    where
+        I: PlanInputsOf<G::Pool> + ?Sized,
+        Stream: PlanWith<I, V, W, E>,
+        W: SameWriteReqCapacity<W>,
+        F: for<'k> FnOnce(&'k K) -> Result<G::Sources<DeviceRealKv<'k>>, Error>,
+    {
+        let sources = real_kv(&self.inputs)?;
+        self.canary.sweep_table_rows(rows, sources)
     }
 }
 

@@ -255,6 +255,38 @@ where
     /// modified, the sweep not counted); on a device stream with the report (the plan disabled
     /// first, so that nothing stale is checked), as for a step. As [`sweep`](Self::sweep), the
     /// sources of `real_kv` must cover all the canary's slots.
+    ///
+    /// ```
+    /// use kv_canary::step::{Canary, TailKv};
+    /// use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape};
+    ///
+    /// let mut canary = Canary::full(Shape::<Cap<32>, Cap<4>, Cap<16>>::new(), Cap::<64>, Cap::<16>);
+    /// // Row 1 holds the request's slots 8, 9, 10; it prefills them.
+    /// let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;
+    /// let mut inputs = canary.write_inputs();
+    /// let p = inputs.parts_mut();
+    /// p.input_ids[..3].copy_from_slice(&[7, 8, 9]);
+    /// p.positions[..3].copy_from_slice(&[0, 1, 2]);
+    /// p.out_cache_loc[..3].copy_from_slice(&[8, 9, 10]);
+    /// let batch = Batch::from_columns([1], [0], [3]);
+    /// let step = canary.plan(&PlanInputs::full(&batch, &table))?.verify_head()?;
+    /// step.write(&inputs)?.verify_tail(TailKv::NONE)?;
+    ///
+    /// // The request finished, its 3 tokens stay cached: sweep its row (no writes).
+    /// let idle = Batch::from_columns([1], [3], [0]);
+    /// let sweep = canary.sweep_table_rows(&PlanInputs::full(&idle, &table), TailKv::NONE)?;
+    /// assert!(sweep.is_clean(), "{sweep}");
+    /// assert_eq!((sweep.entries, sweep.entries_checked()), (3, 2 * 3));
+    ///
+    /// // A corrupted tail record of slot 9 is found (its position and slot 10's chain).
+    /// let tag = kv_canary::LaunchTag::TailKFull;
+    /// let mut slot = canary.buffer(tag).unwrap().slot(9).unwrap();
+    /// slot.position = 5;
+    /// canary.buffer_mut(tag).unwrap().set_slot(9, slot)?;
+    /// let sweep = canary.sweep_table_rows(&PlanInputs::full(&idle, &table), TailKv::NONE)?;
+    /// assert_eq!(sweep.violations.iter().map(|v| v.slot).collect::<Vec<_>>(), [9, 10]);
+    /// # Ok::<(), kv_canary::Error>(())
+    /// ```
     pub fn sweep_table_rows<I>(
         &mut self,
         rows: &I,

@@ -29,6 +29,8 @@ type DeviceCanary = Canary<Cap<48>, Cap<ROWS>, Cap<64>, Cap<SLOTS>, Cap<64>, Ful
 struct Inputs {
     batch: Shared<cuda::DeviceBatch<Cap<ROWS>>>,
     table: Shared<cuda::DeviceReqToToken>,
+    /// The buffer `table` views (the engine's request table).
+    table_buffer: Arc<DeviceBuffer<i32>>,
     write: Shared<WriteInputs<Cap<64>, InputAssertOff, Device>>,
     k: Arc<DeviceBuffer<u8>>,
     v: Arc<DeviceBuffer<u8>>,
@@ -37,6 +39,9 @@ struct Inputs {
 /// An engine's struct holding its canary's step graph (`'static`, `Send`).
 struct Engine {
     graph: StepGraph<Cap<48>, Cap<ROWS>, Cap<64>, Cap<SLOTS>, Cap<64>, Full, Inputs>,
+    /// The rows a table-row sweep checks, and a second view of the graph's request table.
+    sweep_rows: cuda::DeviceBatch<Cap<ROWS>>,
+    table: Shared<cuda::DeviceReqToToken>,
 }
 
 const _: fn() = || {
@@ -100,6 +105,9 @@ struct Twin {
     tampered: usize,
     /// The batch of the last draw.
     last_batch: Batch,
+    /// Sweeps so far, and those of table rows (every other one).
+    sweeps: usize,
+    table_row_sweeps: usize,
 }
 
 impl Twin {
@@ -119,6 +127,8 @@ impl Twin {
             rng: Rng::new(seed),
             tampered: 0,
             last_batch: Batch::default(),
+            sweeps: 0,
+            table_row_sweeps: 0,
         })
     }
 
@@ -170,12 +180,29 @@ impl Twin {
             .cpu
             .sweep(&entries, TailKv::new(host_kv(&self.k)?, host_kv(&self.v)?))
             .map_err(fail("cpu sweep"))?;
-        let d = engine
-            .graph
-            .sweep(&entries, device_kv)
+        // Every other sweep names the row instead: its entries derived on the device from the
+        // graph's table (through the engine's second view of it).
+        self.sweeps += 1;
+        let pending = if self.sweeps % 2 == 1 {
+            engine.graph.sweep(&entries, device_kv)
+        } else {
+            self.table_row_sweeps += 1;
+            let rows = Batch::from_columns([row as i64], [n as i64], [0]);
+            engine
+                .sweep_rows
+                .upload(&rows)
+                .map_err(fail("sweep rows"))?;
+            let rows = cuda::PlanInputs::full(&engine.sweep_rows, &engine.table);
+            engine.graph.sweep_table_rows(&rows, device_kv)
+        };
+        let d = pending
             .map_err(fail("device sweep"))?
             .wait()
             .map_err(fail("device sweep report"))?;
+        ensure!(
+            c.entries == d.entries,
+            "sweep of row {row}: entries CPU {c}, GPU {d}"
+        );
         crate::sweep::same_sweep(&format!("sweep of row {row}"), &c, &d)?;
         ensure!(
             !fault
@@ -251,8 +278,9 @@ fn device_inputs(gpu: &Gpu, twin: &Twin) -> Result<Inputs, String> {
     Ok(Inputs {
         batch: cuda::DeviceBatch::from_shared(gpu, Cap::<ROWS>, batch, Some(bs))
             .map_err(fail("batch view"))?,
-        table: cuda::DeviceReqToToken::from_shared(gpu, table, ROWS, WIDTH)
+        table: cuda::DeviceReqToToken::from_shared(gpu, Arc::clone(&table), ROWS, WIDTH)
             .map_err(fail("table view"))?,
+        table_buffer: table,
         write: WriteInputs::from_shared(gpu, Cap::<64>, write).map_err(fail("inputs view"))?,
         k: Arc::new(DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?),
         v: Arc::new(DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?),
@@ -266,7 +294,8 @@ fn device_inputs(gpu: &Gpu, twin: &Twin) -> Result<Inputs, String> {
 /// (`ReportUnread`, naming the unread replay) and nothing is lost: every replay's report is
 /// delivered once, two pinned stagings serve all of them, and the canary comes back equal to
 /// the CPU's. Every 8th replay is followed by a sweep of a cached row through the stored graph
-/// (`StepGraph::sweep`, folding the pool the graph's inputs own), equal to the CPU's sweep, with
+/// (`StepGraph::sweep` of its entries, or `StepGraph::sweep_table_rows` of the row, its entries
+/// derived on the device; folding the pool the graph's inputs own), equal to the CPU's sweep, with
 /// a KV byte of the row flipped first in every other one: the sweep finds it.
 pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
     let replays = crate::scaled(60).max(32);
@@ -276,8 +305,12 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
     let canary: DeviceCanary =
         Canary::full_on(stream, Spec::new(), Cap::<SLOTS>, Cap::<64>).map_err(fail("canary"))?;
     let inputs = device_inputs(gpu, &twin)?;
+    let table = Arc::clone(&inputs.table_buffer);
     let mut engine = Engine {
         graph: StepGraph::new(canary, inputs, device_step),
+        sweep_rows: Spec::new().device_batch(gpu).map_err(fail("sweep rows"))?,
+        table: cuda::DeviceReqToToken::from_shared(gpu, table, ROWS, WIDTH)
+            .map_err(fail("table view"))?,
     };
     engine.graph.capture().map_err(fail("capture"))?;
     let mut expected: VecDeque<(u64, StepReport)> = VecDeque::new();
@@ -374,7 +407,7 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
         "{stagings} pinned stagings allocated for 2 graph instances and {sweeps} sweeps"
     );
     ensure!(
-        sweeps >= 2 && swept_rows > 0,
+        sweeps >= 2 && twin.table_row_sweeps > 0 && swept_rows > 0,
         "weak run: {sweeps} sweeps between replays, {swept_rows} violation rows found by them"
     );
     ensure!(refused == 1, "the replay too far ahead was not tried");
@@ -395,8 +428,9 @@ pub fn step_graph_replays_match_cpu(gpu: &Gpu) -> Result<(), String> {
     println!(
         "    {replays} replays equal to the CPU ({} tampered, {found} with violations, \
          {overflows} unverified), 1 replay too far ahead refused, {sweeps} sweeps between \
-         replays equal to the CPU ({swept_rows} rows), {stagings} stagings; {malformed}",
-        twin.tampered
+         replays equal to the CPU ({} of table rows; {swept_rows} rows), {stagings} stagings; \
+         {malformed}",
+        twin.tampered, twin.table_row_sweeps
     );
     Ok(())
 }
