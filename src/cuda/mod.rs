@@ -181,6 +181,7 @@ pub use device::plan_inputs::{
     DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
     DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, RawBatch, Swa,
 };
+pub use device::rebind::Rebind;
 pub use device::settings::{
     ChainAssert, ChainAssertFlag, DeviceRealKv, DeviceRealKvSource, DeviceSettings,
 };

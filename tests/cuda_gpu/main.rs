@@ -20,6 +20,7 @@ mod plan;
 mod plan_verify;
 mod probe;
 mod reports;
+mod reshape;
 mod rng;
 mod step;
 mod step_graph;
@@ -89,6 +90,10 @@ const TESTS: &[(&str, TestFn)] = &[
     (
         "step_table_row_sweeps_match_cpu",
         sweep::table_row_sweeps_match_cpu,
+    ),
+    (
+        "step_reshape_keeps_state_and_views_rebind",
+        reshape::reshape_keeps_state_and_views_rebind,
     ),
     (
         "step_reports_taken_one_step_late",

@@ -5,12 +5,15 @@
 //! Dropping either waits until nothing that read the memory can still run.
 
 use super::gpu::Gpu;
+use super::rebind::Rebind;
+use crate::capacity::Capacity;
 use crate::Error;
 use core::marker::PhantomData;
 use core::ops::Deref;
 use std::sync::Arc;
 
 /// What a [`Borrowed`] view synchronises when dropped: the context of the memory it views.
+#[derive(Clone)]
 pub(crate) enum Fence {
     /// The `Gpu`'s (primary) context: memory of the crate's or cust's allocation.
     Gpu(Gpu),
@@ -20,6 +23,15 @@ pub(crate) enum Fence {
 }
 
 impl Fence {
+    /// Makes the memory's context current on this thread.
+    fn make_current(&self) -> Result<(), Error> {
+        match self {
+            Fence::Gpu(gpu) => gpu.make_current(),
+            #[cfg(feature = "cudarc")]
+            Fence::Cudarc(context) => Ok(context.bind_to_thread()?),
+        }
+    }
+
     /// Waits for everything queued in the context; an error (a device already lost) leaves
     /// nothing running either.
     fn wait(&self) {
@@ -51,6 +63,24 @@ impl<T> Borrowed<'_, T> {
             fence,
             memory: PhantomData,
         }
+    }
+}
+
+impl<'a, T: Rebind> Borrowed<'a, T> {
+    /// The same view with capacity `capacity`, over the same borrowed memory: for the steps
+    /// after a reshape changed the capacity of the canary's shape (the old view's capacity no
+    /// longer matches). Each array is checked against the buffer it was made from: one too
+    /// short for `capacity` is [`Error::DeviceView`] naming it, the buffer's length and the
+    /// asked-for length, and nothing changes. A `bs` (or count) of the view's own is a new one,
+    /// 0, as for a view made anew; the engine's is viewed again. Nothing is copied and nothing
+    /// synchronised (dropping the old view still synchronises, once).
+    pub fn rebind<C: Capacity>(&self, capacity: C) -> Result<Borrowed<'a, T::With<C>>, Error> {
+        self.fence.make_current()?;
+        Ok(Borrowed {
+            value: self.value.rebound(capacity)?,
+            fence: self.fence.clone(),
+            memory: PhantomData,
+        })
     }
 }
 
@@ -97,6 +127,20 @@ impl<T> Shared<T> {
             fence,
             buffers,
         }
+    }
+}
+
+impl<T: Rebind> Shared<T> {
+    /// [`Borrowed::rebind`] of a view that keeps its buffers alive: the new view keeps them
+    /// too (the same `Arc`s), so the old one can be dropped (its drop synchronises, once) or
+    /// kept for steps still queued.
+    pub fn rebind<C: Capacity>(&self, capacity: C) -> Result<Shared<T::With<C>>, Error> {
+        self.fence.make_current()?;
+        Ok(Shared {
+            value: self.value.rebound(capacity)?,
+            fence: self.fence.clone(),
+            buffers: self.buffers.clone(),
+        })
     }
 }
 

@@ -151,7 +151,9 @@ impl<W: Capacity> DeviceBatch<W> {
             bs: bs.map(|b| addr_of("bs", b, 1)).transpose()?,
         };
         // SAFETY: every buffer holds what its view claims (checked); the caller keeps them.
-        unsafe { Self::from_raw(gpu, capacity, raw) }
+        let mut batch = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        batch.record_rooms(columns.map(|c| c.len()));
+        Ok(batch)
     }
 
     /// Views of three device buffers of at least `capacity` `i64`s (`req_pool_indices`,
@@ -214,7 +216,9 @@ impl<W: Capacity> DeviceValidLens<W> {
             .map(|c| addr_of("valid_lens count", c, 1))
             .transpose()?;
         // SAFETY: both buffers hold what their views claim (checked); the caller keeps them.
-        unsafe { Self::from_raw(gpu, capacity, addr, count) }
+        let mut view = unsafe { Self::from_raw(gpu, capacity, addr, count)? };
+        view.record_room(lens.len());
+        Ok(view)
     }
 
     /// Views of a device buffer of at least `capacity` `i64` lengths and optionally of their
@@ -271,7 +275,9 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
             out_cache_loc: addr_of("out_cache_loc", arrays[2], n)?,
         };
         // SAFETY: every buffer holds what its view claims (checked); the caller keeps them.
-        unsafe { Self::from_raw(gpu, capacity, raw) }
+        let mut inputs = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        inputs.record_rooms(arrays.map(|a| a.len()));
+        Ok(inputs)
     }
 
     /// Views of three device buffers of at least `capacity` `i64`s (`input_ids`, `positions`,

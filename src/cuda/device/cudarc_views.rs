@@ -194,7 +194,8 @@ impl<W: Capacity> DeviceBatch<W> {
         };
         // SAFETY: every slice is a live cudarc allocation holding what the batch reads
         // (checked), kept by the caller.
-        let batch = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        let mut batch = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        batch.record_rooms(columns.map(|c| parts(c).1));
         let (_, _, context) = parts(columns[0]);
         Ok((batch, context))
     }
@@ -253,8 +254,9 @@ impl<W: Capacity> DeviceValidLens<W> {
         let count = count_of("valid_lens count", count)?;
         // SAFETY: both slices are live cudarc allocations holding what the view reads
         // (checked), kept by the caller.
-        let view = unsafe { Self::from_raw(gpu, capacity, addr, count)? };
-        let (_, _, context) = parts(lens);
+        let mut view = unsafe { Self::from_raw(gpu, capacity, addr, count)? };
+        let (_, len, context) = parts(lens);
+        view.record_room(len);
         Ok((view, context))
     }
 
@@ -311,7 +313,8 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
         };
         // SAFETY: every slice is a live cudarc allocation of at least `capacity` elements
         // (checked), kept by the caller.
-        let inputs = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        let mut inputs = unsafe { Self::from_raw(gpu, capacity, raw)? };
+        inputs.record_rooms(arrays.map(|a| parts(a).1));
         let (_, _, context) = parts(arrays[0]);
         Ok((inputs, context))
     }

@@ -11,6 +11,7 @@ pub(crate) mod gpu;
 pub(crate) mod plan_buffers;
 pub(crate) mod plan_inputs;
 pub(crate) mod readbacks;
+pub(crate) mod rebind;
 pub(crate) mod settings;
 pub(crate) mod stream;
 pub(crate) mod tuning;

@@ -99,6 +99,30 @@ impl<W: Capacity> DeviceBatch<W> {
         self.capacity
     }
 
+    /// Records the lengths of the buffers the columns view (a safe constructor's).
+    pub(crate) fn record_rooms(&mut self, columns: [usize; 3]) {
+        self.req_pool_indices.record_room(columns[0]);
+        self.prefix_lens.record_room(columns[1]);
+        self.extend_seq_lens.record_room(columns[2]);
+    }
+
+    /// The same views with `capacity` rows (each column checked against its buffer); the
+    /// engine's `bs` viewed again, or a new `bs` of 0 where the batch had its own (the context
+    /// must be current).
+    pub(crate) fn rebound<W2: Capacity>(&self, capacity: W2) -> Result<DeviceBatch<W2>, Error> {
+        let n = capacity.get();
+        Ok(DeviceBatch {
+            capacity,
+            req_pool_indices: self.req_pool_indices.rebound("req_pool_indices", n)?,
+            prefix_lens: self.prefix_lens.rebound("prefix_lens", n)?,
+            extend_seq_lens: self.extend_seq_lens.rebound("extend_seq_lens", n)?,
+            bs: match self.bs.rebound() {
+                Some(bs) => bs,
+                None => driver::scalar(0)?,
+            },
+        })
+    }
+
     /// `bs` as the device reads it, after checking it against the capacity.
     fn checked_len(&self, bs: usize) -> Result<i32, Error> {
         match i32::try_from(bs) {
@@ -447,6 +471,24 @@ impl<W: Capacity> DeviceValidLens<W> {
     /// The capacity.
     pub fn capacity(&self) -> W {
         self.capacity
+    }
+
+    /// Records the length of the buffer the lengths view (a safe constructor's).
+    pub(crate) fn record_room(&mut self, lens: usize) {
+        self.lens.record_room(lens);
+    }
+
+    /// The same views with room for `capacity` lengths (checked against the buffer); the
+    /// engine's count viewed again, or a new count of 0 (the context must be current).
+    pub(crate) fn rebound<W2: Capacity>(&self, capacity: W2) -> Result<DeviceValidLens<W2>, Error> {
+        Ok(DeviceValidLens {
+            capacity,
+            lens: self.lens.rebound(VALID_LENS, capacity.get())?,
+            len: match self.len.rebound() {
+                Some(len) => len,
+                None => driver::scalar(0)?,
+            },
+        })
     }
 
     /// The count as the device reads it, after checking it against the capacity.

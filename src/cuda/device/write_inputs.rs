@@ -242,6 +242,28 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
             expected: (),
         })
     }
+
+    /// Records the lengths of the buffers the arrays view (a safe constructor's).
+    pub(crate) fn record_rooms(&mut self, arrays: [usize; 3]) {
+        self.input_ids.record_room(arrays[0]);
+        self.positions.record_room(arrays[1]);
+        self.out_cache_loc.record_room(arrays[2]);
+    }
+
+    /// The same views with `capacity` entries, each checked against its buffer.
+    pub(crate) fn rebound<E2: Capacity>(
+        &self,
+        capacity: E2,
+    ) -> Result<WriteInputs<E2, InputAssertOff, Device>, Error> {
+        let n = capacity.get();
+        Ok(WriteInputs {
+            capacity,
+            input_ids: self.input_ids.rebound("input_ids", n)?,
+            positions: self.positions.rebound("positions", n)?,
+            out_cache_loc: self.out_cache_loc.rebound("out_cache_loc", n)?,
+            expected: (),
+        })
+    }
 }
 
 impl<E: Capacity> WriteInputs<E, InputAssertOn, Device> {

@@ -24,8 +24,9 @@ pub struct DeviceArray<T: Element> {
 enum ArrayStorage<T: Element> {
     /// The crate (freed on drop).
     Owned(DeviceBuffer<T>),
-    /// The engine: `len` elements at `addr` (never freed here).
-    View { addr: u64, len: usize },
+    /// The engine: `len` elements at `addr` (never freed here), in a buffer of `room` elements
+    /// from `addr` (`len` where the view's constructor did not know the buffer).
+    View { addr: u64, len: usize, room: usize },
 }
 
 impl<T: Element> DeviceArray<T> {
@@ -45,7 +46,47 @@ impl<T: Element> DeviceArray<T> {
     /// run ([`check_view`] has been passed).
     pub(crate) unsafe fn view(addr: u64, len: usize) -> Self {
         DeviceArray {
-            storage: ArrayStorage::View { addr, len },
+            storage: ArrayStorage::View {
+                addr,
+                len,
+                room: len,
+            },
+        }
+    }
+
+    /// Records that a view's buffer holds `room` elements from its address (a safe
+    /// constructor's buffer length, checked to be at least the view's): what
+    /// [`rebound`](Self::rebound) may grow the view to. Nothing for crate memory.
+    pub(crate) fn record_room(&mut self, buffer_len: usize) {
+        if let ArrayStorage::View { len, room, .. } = &mut self.storage {
+            *room = buffer_len.max(*len);
+        }
+    }
+
+    /// A view of the first `len` elements of the buffer this view views (a capacity changed by
+    /// a reshape), or [`Error::DeviceView`] naming `what` when `len` is past the buffer, or when
+    /// this is the crate's own memory (which a view cannot keep alive).
+    pub(crate) fn rebound(&self, what: &'static str, len: usize) -> Result<Self, Error> {
+        let err = |addr, rule: String| Error::DeviceView {
+            what,
+            addr,
+            len,
+            element_bytes: core::mem::size_of::<T>(),
+            rule,
+        };
+        match self.storage {
+            ArrayStorage::View { addr, room, .. } if len <= room => Ok(DeviceArray {
+                storage: ArrayStorage::View { addr, len, room },
+            }),
+            ArrayStorage::View { addr, room, .. } => Err(err(
+                addr,
+                format!("is past the {room} elements of the buffer it views"),
+            )),
+            ArrayStorage::Owned(ref b) => Err(err(
+                b.as_device_ptr().as_raw(),
+                "is the crate's own memory: only views of the engine's buffers are rebound"
+                    .to_owned(),
+            )),
         }
     }
 
@@ -111,6 +152,17 @@ impl<T: Element> DeviceScalar<T> {
     /// Whether the memory is the engine's (a view), not the crate's.
     pub fn is_view(&self) -> bool {
         matches!(self.storage, ScalarStorage::View(_))
+    }
+
+    /// The same view again (for an input rebound to a new capacity), or `None` for the crate's
+    /// own scalar, which only its owner keeps.
+    pub(crate) fn rebound(&self) -> Option<Self> {
+        match self.storage {
+            ScalarStorage::View(addr) => Some(DeviceScalar {
+                storage: ScalarStorage::View(addr),
+            }),
+            ScalarStorage::Owned(_) => None,
+        }
     }
 
     /// The device address (`CUdeviceptr`).
