@@ -565,8 +565,10 @@ where
     /// ring, the counters and the step counts stay; only the plans are allocated anew. The
     /// inputs of the next steps must be of the new capacities: the batch (a `DeviceBatch` or a
     /// view carries its write request capacity) and the write inputs (the crate's or views of
-    /// the engine's own slices, of the write entry capacity); views are made anew over the same
-    /// buffers.
+    /// the engine's own slices, of the write entry capacity). Host views are made anew over
+    /// the same slices; a device view of the engine's buffers is rebound to the new capacity
+    /// with `cuda::Shared::rebind` or `cuda::Borrowed::rebind` (checked against the buffers'
+    /// lengths; nothing copied).
     ///
     /// On error (the backend could not allocate the new plans) the canary is unchanged.
     pub fn reshape(&mut self, shape: Shape<V, W, E>) -> Result<(), Error> {
