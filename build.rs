@@ -15,8 +15,16 @@
 //!   8.x device); `KV_CANARY_CUDA_ARCH` overrides the list (`sm_90`, `sm_80,sm_90`, `90`, ...).
 //!   The GPU is never asked (no `nvidia-smi`), so building needs none.
 //!
-//! The PTX lands in `$OUT_DIR/<name>.<arch>.ptx`; `$OUT_DIR/kv_canary_ptx.rs` (included by
-//! `src/cuda/abi/ptx.rs`) embeds it with `include_str!`.
+//! * With `KV_CANARY_PTX_DIR` set, nvcc is not needed: the PTX is taken from that folder, as
+//!   `scripts/export-ptx.sh` wrote it from a build that had nvcc (the `*.ptx` files and
+//!   `kv_canary_ptx.stamp` of that build's `$OUT_DIR`; copied by hand they serve too). The folder's
+//!   `kv_canary_ptx.stamp` must equal this crate's (a hash of every file in `kernels/` and of
+//!   the generated ABI header), so PTX of other kernels or another argument layout is refused
+//!   before it could be launched with the wrong arguments; a missing file is named.
+//!
+//! The PTX lands in `$OUT_DIR/<name>.<arch>.ptx`, beside `kv_canary_ptx.stamp`;
+//! `$OUT_DIR/kv_canary_ptx.rs` (included by `src/cuda/abi/ptx.rs`) embeds it with
+//! `include_str!`.
 
 use std::env;
 use std::fmt::Write as _;
@@ -30,6 +38,8 @@ mod shared_header;
 const KERNELS: [&str; 5] = ["plan", "verify", "write", "scatter", "readback"];
 /// The default targets, oldest first.
 const DEFAULT_ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+/// The stamp file of a PTX folder (`$OUT_DIR`, or one `scripts/export-ptx.sh` wrote).
+const STAMP: &str = "kv_canary_ptx.stamp";
 /// The newest PTX ISA a CUDA 13.0 driver (the H200 machine's 580) loads.
 const NEWEST_LOADABLE_PTX: (u32, u32) = (9, 0);
 
@@ -44,6 +54,7 @@ fn main() {
         "NVCC",
         "CUDA_PATH",
         "KV_CANARY_CUDA_ARCH",
+        "KV_CANARY_PTX_DIR",
         "DOCS_RS",
         "PATH",
     ] {
@@ -53,8 +64,10 @@ fn main() {
         return;
     }
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    std::fs::write(out.join("kv_canary_shared.h"), shared_header::generate())
-        .expect("write the header");
+    let header = shared_header::generate();
+    std::fs::write(out.join("kv_canary_shared.h"), &header).expect("write the header");
+    let stamp = kernel_stamp(&header);
+    std::fs::write(out.join(STAMP), &stamp).expect("write the PTX stamp");
     let archs = archs();
     std::fs::write(out.join("kv_canary_ptx.rs"), ptx_table(&archs)).expect("write the PTX table");
     if env::var_os("DOCS_RS").is_some() {
@@ -63,6 +76,10 @@ fn main() {
                 std::fs::write(out.join(format!("{name}.{arch}.ptx")), "").expect("empty PTX");
             }
         }
+        return;
+    }
+    if let Some(dir) = env::var_os("KV_CANARY_PTX_DIR") {
+        copy_prebuilt(Path::new(&dir), &archs, &stamp, &out);
         return;
     }
     let nvcc = find_nvcc().unwrap_or_else(|| {
@@ -96,6 +113,64 @@ fn main() {
             "kv-canary: nvcc ({}) failed on kernels {failed:?}",
             nvcc.display()
         );
+    }
+}
+
+/// The stamp of the kernels a PTX folder was compiled from: FNV-1a (64 bits) over the generated
+/// ABI header and every file of `kernels/` (name and bytes, in name order), one line.
+fn kernel_stamp(header: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes.iter().chain(&[0xff]) {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    feed(header.as_bytes());
+    let mut files: Vec<PathBuf> = std::fs::read_dir("kernels")
+        .expect("read kernels/")
+        .map(|e| e.expect("read kernels/").path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    for file in files {
+        feed(file.file_name().expect("a file name").as_encoded_bytes());
+        feed(&std::fs::read(&file).expect("read a kernel file"));
+    }
+    format!("kv-canary kernels and ABI {hash:016x}\n")
+}
+
+/// Copies the PTX of every kernel and target from `dir` (`KV_CANARY_PTX_DIR`) into `out`, after
+/// checking that `dir`'s stamp is `stamp`; fails the build naming what is missing or different.
+fn copy_prebuilt(dir: &Path, archs: &[String], stamp: &str, out: &Path) {
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let theirs = std::fs::read_to_string(dir.join(STAMP)).unwrap_or_else(|e| {
+        panic!(
+            "kv-canary: KV_CANARY_PTX_DIR={} has no readable {STAMP} ({e}); write the folder with \
+             scripts/export-ptx.sh (or copy a cuda build's $OUT_DIR/*.ptx and {STAMP})",
+            dir.display()
+        )
+    });
+    if theirs != stamp {
+        panic!(
+            "kv-canary: the PTX in KV_CANARY_PTX_DIR={} was built from other kernels or another \
+             argument layout (its stamp `{}`, this crate's `{}`): launching it could pass the \
+             wrong arguments; export it again from this version with scripts/export-ptx.sh",
+            dir.display(),
+            theirs.trim(),
+            stamp.trim()
+        );
+    }
+    for arch in archs {
+        for name in KERNELS {
+            let file = format!("{name}.{arch}.ptx");
+            std::fs::copy(dir.join(&file), out.join(&file)).unwrap_or_else(|e| {
+                panic!(
+                    "kv-canary: KV_CANARY_PTX_DIR={} lacks {file} ({e}); export it with the same \
+                     KV_CANARY_CUDA_ARCH",
+                    dir.display()
+                )
+            });
+        }
     }
 }
 
