@@ -186,6 +186,7 @@ pub use device::settings::{
     ChainAssert, ChainAssertFlag, DeviceRealKv, DeviceRealKvSource, DeviceSettings,
 };
 pub use device::stream::{Capture, Event, Graph, Queue, Stream};
+pub use device::sub_slice::{SharedSubSlice, SubSlice};
 pub use device::tuning::{KernelTuning, PlanKernel};
 pub use device::write_inputs::{DeviceInputAssert, RawWriteInputs};
 pub use driver::array::{DeviceArray, DeviceScalar, DeviceSlice};

@@ -25,6 +25,7 @@ mod rng;
 mod step;
 mod step_graph;
 mod streams;
+mod sub_slices;
 mod sweep;
 mod threads;
 mod views;
@@ -166,6 +167,10 @@ const TESTS: &[(&str, TestFn)] = &[
     ),
     #[cfg(feature = "cudarc")]
     ("views_cudarc_slices_plan", views::cudarc_views_plan),
+    (
+        "views_step_over_sub_slices_matches_cpu",
+        sub_slices::step_over_sub_slices_matches_cpu,
+    ),
     ("step_graph_over_views", views_graph::step_graph_over_views),
     ("racecheck_probe_named_barrier", probe::named_barrier),
 ];

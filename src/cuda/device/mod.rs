@@ -14,6 +14,7 @@ pub(crate) mod readbacks;
 pub(crate) mod rebind;
 pub(crate) mod settings;
 pub(crate) mod stream;
+pub(crate) mod sub_slice;
 pub(crate) mod tuning;
 pub(crate) mod write_inputs;
 

@@ -199,7 +199,7 @@ impl Memory for Device {
     type Scalar<T: Element> = DeviceScalar<T>;
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
