@@ -15,8 +15,8 @@ mod sealed {
 }
 
 /// A device input whose capacity is part of its type, so that a view of it can be rebound to
-/// another capacity over the same engine buffers ([`Shared::rebind`](super::Shared::rebind),
-/// [`Borrowed::rebind`](super::Borrowed::rebind)): [`DeviceBatch`] (`W`), [`DeviceValidLens`]
+/// another capacity over the same engine buffers ([`Shared::rebind`](crate::cuda::Shared::rebind),
+/// [`Borrowed::rebind`](crate::cuda::Borrowed::rebind)): [`DeviceBatch`] (`W`), [`DeviceValidLens`]
 /// (`W`) and the device [`WriteInputs`] (`E`). Sealed.
 pub trait Rebind: sealed::Sealed {
     /// The same input with capacity `C`.
