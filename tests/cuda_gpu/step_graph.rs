@@ -142,8 +142,8 @@ impl Twin {
         crate::step::stamp_kv(&mut self.k, &mut self.v, &tokens);
         device.write.upload(&self.inputs).map_err(fail("inputs"))?;
         device.batch.upload(&batch).map_err(fail("batch"))?;
-        upload_kv(&device.k, &self.k)?;
-        upload_kv(&device.v, &self.v)?;
+        crate::sub_slices::engine_write(&device.k, &self.k)?;
+        crate::sub_slices::engine_write(&device.v, &self.v)?;
         let step = self
             .cpu
             .plan(&kv_canary::PlanInputs::full(&batch, &self.table))
@@ -174,7 +174,7 @@ impl Twin {
         if fault {
             let s = slot(row, self.rng.below(n as u64) as usize) as usize;
             self.k[s * STRIP + 3] ^= 0x10;
-            upload_kv(&engine.graph.inputs().k, &self.k)?;
+            crate::sub_slices::engine_write(&engine.graph.inputs().k, &self.k)?;
         }
         let c = self
             .cpu
@@ -237,30 +237,6 @@ impl Twin {
         self.tampered += 1;
         Ok(true)
     }
-}
-
-fn upload_kv(device: &DeviceBuffer<u8>, host: &[u8]) -> Result<(), String> {
-    ensure!(
-        device.len() == host.len(),
-        "KV upload of {} bytes into {}",
-        host.len(),
-        device.len()
-    );
-    // SAFETY: `device` holds `host.len()` bytes (checked), a live allocation of the current
-    // context; `host` is a live slice; the copy is synchronous (on the legacy default stream:
-    // ordered with a blocking stream, fenced by the caller on the others).
-    let result = unsafe {
-        cust::sys::cuMemcpyHtoD_v2(
-            device.as_device_ptr().as_raw(),
-            host.as_ptr().cast(),
-            host.len(),
-        )
-    };
-    ensure!(
-        result == cust::sys::CUresult::CUDA_SUCCESS,
-        "cuMemcpyHtoD: {result:?}"
-    );
-    Ok(())
 }
 
 fn device_inputs(gpu: &Gpu, twin: &Twin) -> Result<Inputs, String> {

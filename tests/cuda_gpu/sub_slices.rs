@@ -42,8 +42,10 @@ fn cuda_err(e: cust::error::CudaError) -> String {
 }
 
 /// The engine's write of a whole buffer it shares with the views (synchronous, as its own
-/// kernels would write it before the step).
-fn engine_write<T: cust::memory::DeviceCopy>(
+/// kernels would write it before the step; ordered by the legacy default stream with a
+/// blocking stream, fenced by the caller on the others). Also the step-graph tests' write of
+/// the KV pools their graph's inputs hold.
+pub fn engine_write<T: cust::memory::DeviceCopy>(
     device: &DeviceBuffer<T>,
     host: &[T],
 ) -> Result<(), String> {

@@ -476,6 +476,11 @@ pub fn table_row_sweeps_match_cpu(gpu: &Gpu) -> Result<(), String> {
         .map_err(fail("device report"))?;
     ensure!(c.is_clean() && d.is_clean(), "prefill: CPU {c}, GPU {d}");
 
+    let tables = SweepTables {
+        table: &table,
+        dtable: &dtable,
+        dbatch: &dbatch,
+    };
     let mut rng = crate::rng::Rng::new(0x7ab1_e5eb);
     let (mut found, mut overflows, mut entries) = (0, 0, 0);
     let rounds = crate::scaled(40) as usize;
@@ -527,22 +532,10 @@ pub fn table_row_sweeps_match_cpu(gpu: &Gpu) -> Result<(), String> {
             vec![0; n],
         )
         .map_err(fail("sweep rows"))?;
-        dbatch.upload(&batch).map_err(fail("sweep rows"))?;
         let what = format!("round {round}, rows {rows:?}");
-        let c = cpu
-            .sweep_table_rows(
-                &kv_canary::PlanInputs::full(&batch, &table),
-                pool.host_tail()?,
-            )
-            .map_err(fail("cpu sweep"))?;
-        let d = dev
-            .sweep_table_rows(
-                &cuda::PlanInputs::full(&dbatch, &dtable),
-                pool.device_tail()?,
-            )
-            .map_err(fail("device sweep"))?
-            .wait()
-            .map_err(fail("device sweep report"))?;
+        let (c, d) = tables.sweep(&mut cpu, &mut dev, &batch, &pool)?;
+        let c = c.map_err(fail("cpu sweep"))?;
+        let d = d.map_err(fail("device sweep report"))?;
         same_sweep(&what, &c, &d)?;
         ensure!(c.entries == d.entries, "{what}: entries CPU {c}, GPU {d}");
         // The plan the device derived is the CPU's (its entries when within the capacity).
@@ -591,27 +584,18 @@ pub fn table_row_sweeps_match_cpu(gpu: &Gpu) -> Result<(), String> {
         |c: &KvPair<kv_canary::HealthCounters>| (c.k.slot_run_counter(), c.v.slot_run_counter());
     for (rows, cached) in [([1, ROWS as i64], [2, 2]), ([2, 3], [1, WIDTH as i64 + 1])] {
         let batch = Batch::from_columns(rows, cached, [0, 0]);
-        dbatch.upload(&batch).map_err(fail("bad rows"))?;
         let before = dev.sweeps();
         let slots_before = sweep_slots(&dev)?;
-        let ce = cpu
-            .sweep_table_rows(
-                &kv_canary::PlanInputs::full(&batch, &table),
-                pool.host_tail()?,
-            )
-            .map(|r| r.to_string())
-            .unwrap_err();
-        let de = dev
-            .sweep_table_rows(
-                &cuda::PlanInputs::full(&dbatch, &dtable),
-                pool.device_tail()?,
-            )
-            .map_err(fail("device sweep"))?
-            .wait()
-            .map(|r| r.to_string())
-            .unwrap_err();
+        let (ce, de) = match tables.sweep(&mut cpu, &mut dev, &batch, &pool)? {
+            (Err(ce), Err(de)) => (ce.to_string(), de.to_string()),
+            (c, d) => {
+                return Err(format!(
+                    "rows {rows:?} cached {cached:?}: CPU {c:?}, GPU {d:?}"
+                ))
+            }
+        };
         ensure!(
-            ce.to_string() == de.to_string(),
+            ce == de,
             "rows {rows:?} cached {cached:?}: CPU {ce}, GPU {de}"
         );
         ensure!(
@@ -623,21 +607,9 @@ pub fn table_row_sweeps_match_cpu(gpu: &Gpu) -> Result<(), String> {
         println!("    rows {rows:?} cached {cached:?}: {de}");
     }
     let batch = Batch::from_columns([3], [lens[2] as i64], [0]);
-    dbatch.upload(&batch).map_err(fail("rows"))?;
-    let c = cpu
-        .sweep_table_rows(
-            &kv_canary::PlanInputs::full(&batch, &table),
-            pool.host_tail()?,
-        )
-        .map_err(fail("cpu sweep"))?;
-    let d = dev
-        .sweep_table_rows(
-            &cuda::PlanInputs::full(&dbatch, &dtable),
-            pool.device_tail()?,
-        )
-        .map_err(fail("device sweep"))?
-        .wait()
-        .map_err(fail("the sweep after the errors"))?;
+    let (c, d) = tables.sweep(&mut cpu, &mut dev, &batch, &pool)?;
+    let c = c.map_err(fail("cpu sweep"))?;
+    let d = d.map_err(fail("the sweep after the errors"))?;
     ensure!(
         sorted(&c.violations) == sorted(&d.violations)
             && c.status() == d.status()
@@ -652,10 +624,52 @@ pub fn table_row_sweeps_match_cpu(gpu: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
+/// A FULL canary of the sweep tests' shape on backend `B`.
+type FullCanary<B> =
+    Canary<Cap<48>, Cap<{ crate::step::ROWS }>, Cap<64>, Cap<SLOTS>, Cap<64>, Full, B>;
+
+/// The request table a table-row sweep reads, on both sides, and the device batch that names
+/// the rows.
+struct SweepTables<'t> {
+    table: &'t kv_canary::ReqToToken,
+    dtable: &'t cuda::DeviceReqToToken,
+    dbatch: &'t cuda::DeviceBatch<Cap<{ crate::step::ROWS }>>,
+}
+
+impl SweepTables<'_> {
+    /// Sweeps the rows `batch` names on both canaries (the device's batch uploaded first, its
+    /// report waited for), folding `pool`: each side's result as it came.
+    #[allow(clippy::type_complexity, reason = "the two backends' results")]
+    fn sweep(
+        &self,
+        cpu: &mut FullCanary<kv_canary::backend::Cpu>,
+        dev: &mut FullCanary<Stream>,
+        batch: &Batch,
+        pool: &Pool,
+    ) -> Result<
+        (
+            Result<SweepReport, kv_canary::Error>,
+            Result<cuda::DeviceSweepReport, kv_canary::Error>,
+        ),
+        String,
+    > {
+        self.dbatch.upload(batch).map_err(fail("sweep rows"))?;
+        let c = cpu.sweep_table_rows(
+            &kv_canary::PlanInputs::full(batch, self.table),
+            pool.host_tail()?,
+        );
+        let d = dev
+            .sweep_table_rows(
+                &cuda::PlanInputs::full(self.dbatch, self.dtable),
+                pool.device_tail()?,
+            )
+            .and_then(|pending| pending.wait());
+        Ok((c, d))
+    }
+}
+
 /// The device's sweep counters' slot counts (K, V), read back.
-fn sweep_slots<S: kv_canary::Capacity, R: kv_canary::Capacity>(
-    dev: &Canary<Cap<48>, Cap<{ crate::step::ROWS }>, Cap<64>, S, R, Full, Stream>,
-) -> Result<(i64, i64), String> {
+fn sweep_slots(dev: &FullCanary<Stream>) -> Result<(i64, i64), String> {
     let read = |tag| -> Result<i64, String> {
         let c = dev.counters(tag).ok_or("sweep counters")?;
         Ok(c.to_host().map_err(fail("counters"))?.slot_run_counter())
