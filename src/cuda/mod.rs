@@ -89,8 +89,14 @@
 //! ([`DeviceBatch::from_shared`], ...) keeps `Arc`s of them ([`Shared`]: storable in an engine's
 //! struct or a [`StepGraph`]'s inputs); with the `cudarc` feature, `from_cudarc` borrows cudarc
 //! slices and `from_cudarc_shared` keeps `Arc`s of them (`CudarcKvSource::new` / `::shared` for
-//! the KV pool). Dropping a safe view synchronises the context, so make views once and keep
-//! them. The launches read views in place: a step over views copies no engine array
+//! the KV pool). Parts of one allocation are viewed through a [`SubSlice`] (borrowing the
+//! buffer) or a [`SharedSubSlice`] (keeping an `Arc` of it), which every safe constructor takes
+//! as it takes a whole buffer. After a reshape, [`Shared::rebind`] / [`Borrowed::rebind`] make a
+//! view again with the new capacity over the same buffers ([`Rebind`]). Dropping a safe view
+//! synchronises the context, so make views once and keep them. Idle cached KV is swept by
+//! naming request-table rows ([`Canary::sweep_table_rows`](crate::step::Canary::sweep_table_rows)):
+//! the plan launch derives the entries from the device table, so the engine keeps no host
+//! mirror of it. The launches read views in place: a step over views copies no engine array
 //! ([`transfers_issued`] counts the copies the crate issues; docs/cuda.md, "The engine's
 //! memory").
 //!
