@@ -90,3 +90,5 @@ impl ReadsHeadFindings for Stream {
         })
     }
 }
+
+super::pending::pending_readback!(PendingHeadFindings => HeadFindings);

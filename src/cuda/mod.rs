@@ -207,7 +207,7 @@ pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
 pub use ops::scatter::scatter_req_token_ids;
 pub use ops::verify::{verify, verify_pair};
 pub use ops::write::{write, write_ends, write_ends_k, write_pair};
-pub use pending::Landed;
+pub use pending::{Landed, PendingReadback};
 pub use report::{CapturedReport, DeviceStepReport, PendingDeviceReport, Polled};
 pub use step_graph::{NamedStepGraph, StepGraph};
 pub use sweep::{DeviceSweepReport, PendingSweepReport};

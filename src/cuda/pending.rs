@@ -29,6 +29,50 @@ pub enum Landed<T, P> {
     Pending(P),
 }
 
+/// A device readback queued on a stream and taken once, by value: a step's report
+/// ([`PendingDeviceReport`](super::PendingDeviceReport)), a sweep's
+/// ([`PendingSweepReport`](super::PendingSweepReport)) or a step's head findings
+/// ([`PendingHeadFindings`](super::PendingHeadFindings)), so that one piece of an engine's code
+/// polls whichever it holds (each type's own methods, which these call, say more). Sealed.
+pub trait PendingReadback: Sized + sealed::Sealed {
+    /// What the readback decodes to.
+    type Report;
+    /// Whether the copies have landed, so that taking the report does not block.
+    fn is_ready(&self) -> Result<bool, Error>;
+    /// The report if its copies have landed, else this readback back; never blocks.
+    fn try_take(self) -> Result<Landed<Self::Report, Self>, Error>;
+    /// The report, blocking the host until its copies have landed.
+    fn wait(self) -> Result<Self::Report, Error>;
+}
+
+pub(crate) mod sealed {
+    /// The seal of [`PendingReadback`](super::PendingReadback).
+    pub trait Sealed {}
+}
+
+/// [`PendingReadback`] of a type whose inherent `is_ready`, `try_take` and `wait` have its
+/// shape.
+macro_rules! pending_readback {
+    ($pending:ty => $report:ty) => {
+        impl $crate::cuda::pending::sealed::Sealed for $pending {}
+        impl $crate::cuda::pending::PendingReadback for $pending {
+            type Report = $report;
+            fn is_ready(&self) -> Result<bool, $crate::Error> {
+                <$pending>::is_ready(self)
+            }
+            fn try_take(
+                self,
+            ) -> Result<$crate::cuda::pending::Landed<$report, Self>, $crate::Error> {
+                <$pending>::try_take(self)
+            }
+            fn wait(self) -> Result<$report, $crate::Error> {
+                <$pending>::wait(self)
+            }
+        }
+    };
+}
+pub(crate) use pending_readback;
+
 /// Where the ring and the status word lie in a staging: ring rows at `i64` word 0, the status
 /// words after them, then `extra` words of the caller's; the write index at `i32` word 0.
 #[derive(Clone, Copy, Debug)]

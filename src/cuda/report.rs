@@ -567,6 +567,8 @@ pub(crate) fn queue<V: Capacity, W: Capacity, R: Capacity>(
     })
 }
 
+super::pending::pending_readback!(PendingDeviceReport => DeviceStepReport);
+
 #[cfg(test)]
 mod tests {
     use super::DeviceStepReport;

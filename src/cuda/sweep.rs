@@ -225,3 +225,5 @@ impl Sweeps for Stream {
         0
     }
 }
+
+super::pending::pending_readback!(PendingSweepReport => DeviceSweepReport);

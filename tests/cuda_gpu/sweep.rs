@@ -116,6 +116,15 @@ fn same_findings(what: &str, c: &HeadFindings, d: &HeadFindings) -> Result<(), S
     Ok(())
 }
 
+/// Takes a pending readback (a step's report, a sweep's, head findings: any
+/// `cuda::PendingReadback`) without blocking where it has landed, else waits for it.
+fn take<P: cuda::PendingReadback>(pending: P) -> Result<P::Report, kv_canary::Error> {
+    match pending.try_take()? {
+        cuda::Landed::Ready(report) => Ok(report),
+        cuda::Landed::Pending(pending) => pending.wait(),
+    }
+}
+
 pub fn same_sweep(what: &str, c: &SweepReport, d: &cuda::DeviceSweepReport) -> Result<(), String> {
     ensure!(
         sorted(&c.violations) == sorted(&d.violations)
@@ -128,7 +137,8 @@ pub fn same_sweep(what: &str, c: &SweepReport, d: &cuda::DeviceSweepReport) -> R
 }
 
 /// Sweeps and head findings, K+V: faults only a sweep finds (KV bytes of an idle cached row)
-/// and head faults read before the forward pass, equal on both backends.
+/// and head faults read before the forward pass, equal on both backends. The reports, sweep
+/// reports and head findings are all taken by one generic `take` (`cuda::PendingReadback`).
 pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
     gpu.make_current().map_err(fail("context"))?;
     let shape = Spec::new();
@@ -207,7 +217,7 @@ pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
         let pending = dev_step.head_findings().map_err(fail("device findings"))?;
         let cpu_step = cpu_step.write(&inputs).map_err(fail("cpu write"))?;
         let dev_step = dev_step.write(&dinputs).map_err(fail("device write"))?;
-        let df = pending.wait().map_err(fail("device findings"))?;
+        let df = take(pending).map_err(fail("device findings"))?;
         same_findings(&format!("step {n}"), &cf, &df)?;
         head_rows += df.recorded();
         pool.forward(toks)?;
@@ -219,9 +229,8 @@ pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
                 k: dev_kv(&pool.dk, l, p)?,
                 v: dev_kv(&pool.dv, l, p)?,
             })
-            .map_err(fail("device tail"))?
-            .wait()
-            .map_err(fail("device report"))?;
+            .map_err(fail("device tail"))
+            .and_then(|pending| take(pending).map_err(fail("device report")))?;
         let (mut overflows, mut found) = (0, 0);
         compare(n, &c, &d, &mut overflows, &mut found)?;
         ensure!(
@@ -286,11 +295,7 @@ pub fn sweep_and_head_findings_match_cpu(gpu: &Gpu) -> Result<(), String> {
             },
         )
         .map_err(fail("device sweep"))?;
-    // Taken without blocking where it has landed, else waited for.
-    let d = match pending.try_take().map_err(fail("device sweep report"))? {
-        cuda::Landed::Ready(d) => d,
-        cuda::Landed::Pending(p) => p.wait().map_err(fail("device sweep report"))?,
-    };
+    let d = take(pending).map_err(fail("device sweep report"))?;
     same_sweep("sweep over capacity", &c, &d)?;
     ensure!(
         !d.is_clean() && d.unverified().plan_overflow.and_then(|o| o.needed) == Some(49),
