@@ -33,10 +33,10 @@
 
 use cust::memory::{CopyDestination, DeviceBuffer};
 use kv_canary::cuda::{
-    self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, DeviceStepReport, Gpu, Landed,
-    PendingDeviceReport, Shared, StepGraph, Stream,
+    self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, Gpu, Landed, PendingDeviceReport,
+    PendingReadback, Shared, StepGraph, Stream,
 };
-use kv_canary::step::{Canary, KvPair, SlotRows};
+use kv_canary::step::{Canary, Findings, KvPair, SlotRows};
 use kv_canary::{
     Batch, BatchRow, Cap, Device, Error, Full, InputAssertOff, LaunchTag, PlanInputs,
     RealKvHashMode, RealKvParams, ReqToToken, RowLayout, Shape, WriteInputs,
@@ -289,23 +289,19 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
             }
             let idle = Batch::from_columns([4], [scheduler.cached[4] as i64], [0]);
             batch.upload_on(canary.backend(), &idle)?;
-            let sweep = canary
-                .sweep_table_rows(
-                    &cuda::PlanInputs::full(&batch, &table),
-                    KvPair {
-                        k: fold(&memory.k_pool)?,
-                        v: fold(&memory.v_pool)?,
-                    },
-                )?
-                .wait()?;
+            let sweep = landed(canary.sweep_table_rows(
+                &cuda::PlanInputs::full(&batch, &table),
+                KvPair {
+                    k: fold(&memory.k_pool)?,
+                    v: fold(&memory.v_pool)?,
+                },
+            )?)?;
             println!(
                 "step {step}: sweep of request 4's table row: {} idle cached slots, {} violation(s)",
                 sweep.entries,
                 sweep.violations.len()
             );
-            for v in &sweep.violations {
-                println!("    {v}");
-            }
+            print_rows(&sweep);
             let found = sweep
                 .violations
                 .iter()
@@ -368,21 +364,31 @@ fn fold_at(bytes: &DeviceBuffer<u8>, byte_offset: usize) -> Result<DeviceRealKv<
     Ok(DeviceRealKv::new(RealKvHashMode::All, [source]))
 }
 
-/// Step `n`'s report (waited for only when still running, to print in order), through
-/// [`findings`].
+/// Step `n`'s report, through [`findings`].
 fn take_report(
     n: usize,
     report: PendingDeviceReport,
     planned: &Planned,
     host_table: &ReqToToken,
 ) -> Result<Option<Vec<usize>>, Error> {
-    let report = match report.try_take()? {
-        Landed::Ready(report) => report,
-        // Still running: an engine would try again at its next step; here wait, to print in
-        // order.
-        Landed::Pending(pending) => pending.wait()?,
-    };
-    findings(&format!("step {n}"), &report, planned, host_table)
+    findings(&format!("step {n}"), &landed(report)?, planned, host_table)
+}
+
+/// Any pending readback's report (a step's, a sweep's, head findings): taken at once when its
+/// copies have landed, else waited for. An engine would try again at its next step instead of
+/// waiting; here the wait keeps the output in order.
+fn landed<P: PendingReadback>(pending: P) -> Result<P::Report, Error> {
+    match pending.try_take()? {
+        Landed::Ready(report) => Ok(report),
+        Landed::Pending(pending) => pending.wait(),
+    }
+}
+
+/// Prints the violation rows of any report.
+fn print_rows(report: &impl Findings) {
+    for v in report.violations() {
+        println!("    {v}");
+    }
 }
 
 /// Prints what `report` found; the request rows its violations belong to (`SlotRows`: the
@@ -390,30 +396,29 @@ fn take_report(
 /// for an unverified step, `None` for a clean step.
 fn findings(
     what: &str,
-    report: &DeviceStepReport,
+    report: &impl Findings,
     planned: &Planned,
     host_table: &ReqToToken,
 ) -> Result<Option<Vec<usize>>, Error> {
-    if !report.enabled {
-        // `unverified()` names the entries the plan needed and the verify capacity.
-        println!("{what}: UNVERIFIED ({})", report.unverified());
+    let unverified = report.unverified();
+    if unverified.any() {
+        // The plan's entries and the verify capacity, or the steps abandoned before this one.
+        println!("{what}: UNVERIFIED ({unverified})");
         return Ok(Some(Vec::new()));
     }
-    if report.violations.is_empty() {
+    if report.violations().is_empty() {
         return Ok(None);
     }
     println!(
         "{what}: {} violation(s) in its report",
-        report.violations.len()
+        report.violations().len()
     );
-    for v in &report.violations {
-        println!("    {v}");
-    }
+    print_rows(report);
     let plan_inputs = PlanInputs::full(&planned.batch, host_table);
     let rows = SlotRows::new(&plan_inputs, planned.inputs.out_cache_loc())?;
     let pool_rows = planned.batch.req_pool_indices();
     let mut requests: Vec<usize> = report
-        .violations
+        .violations()
         .iter()
         .flat_map(|v| rows.rows_of(v))
         .map(|&batch_row| pool_rows[batch_row] as usize)
@@ -498,7 +503,7 @@ fn graph_loop(gpu: &Gpu, host_table: &ReqToToken) -> Outcome {
     // Each replay's host inputs until its report is taken.
     let mut planned: HashMap<u64, Planned> = HashMap::new();
     let mut take = |n: u64,
-                    report: DeviceStepReport,
+                    report: cuda::DeviceStepReport,
                     planned: &mut HashMap<u64, Planned>,
                     active: &mut Vec<usize>|
      -> Result<(), Error> {

@@ -114,9 +114,8 @@ fn branded(args: &Args) -> Result<(), Error> {
         max_bs: args.max_bs,
         tokens_per_req: args.topk + 1,
         max_extend_tokens: args.max_extend,
-        verify: VerifyCapacityRule::PoolSlots {
-            pool_slots: args.pool_slots,
-        },
+        pool_slots: args.pool_slots,
+        verify: VerifyCapacityRule::PoolSlots,
     };
     // The pool as the engine lays it out: request row r (row 0 = padding) owns `width`
     // consecutive slots, so every slot named by `req_to_token` is inside the pool.
@@ -157,7 +156,11 @@ fn branded(args: &Args) -> Result<(), Error> {
 
 /// The unchecked path: the seed bug compiles, and the launch refuses it with both numbers.
 fn unchecked(args: &Args) -> Result<(), Error> {
-    let shape = Shape::unchecked(&EngineKnobs::draft_step(args.max_bs, args.topk))?;
+    let shape = Shape::unchecked(&EngineKnobs::draft_step(
+        args.max_bs,
+        args.topk,
+        args.pool_slots,
+    ))?;
     // A verify plan cached from the old formula, bs x topk, instead of bs x (topk + 1).
     let stale_entries = args.max_bs * args.topk;
     let mut stale = match UncheckedCapacity::new("verify_capacity", stale_entries) {

@@ -29,6 +29,8 @@ const TOPK: usize = 3;
 type Draft = SpeculativeShape<Cap<BS>, Cap<TOPK>>;
 /// Width of `req_to_token` and of the expected-token pool.
 const MAX_SEQ_LEN: usize = 16;
+/// Slots of the KV pool: `BS + 1` request rows (row 0 the padding row) of `MAX_SEQ_LEN`.
+const SLOTS: usize = (BS + 1) * MAX_SEQ_LEN;
 
 fn main() -> Result<(), kv_canary::Error> {
     // 1. One derivation: bs x (topk + 1) = 16 verify entries and written tokens, bs = 4 requests.
@@ -36,7 +38,7 @@ fn main() -> Result<(), kv_canary::Error> {
     // The same shape from `const` items: the compiler checks the two derivations agree.
     let _: Shape<Cap<{ BS * (TOPK + 1) }>, Cap<BS>, Cap<{ BS * (TOPK + 1) }>> = shape;
     // And the engine's run-time formula gives the same numbers.
-    let knobs = EngineKnobs::draft_step(BS, TOPK);
+    let knobs = EngineKnobs::draft_step(BS, TOPK, SLOTS);
     assert_eq!(knobs.verify_capacity()?, shape.verify_capacity().get());
     assert_eq!(
         knobs.write_entry_capacity()?,

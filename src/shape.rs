@@ -200,11 +200,9 @@ where
 /// How a run-time shape sizes its verify plan (spec §2.4; SGLang's versions differ).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VerifyCapacityRule {
-    /// `3 x pool_slots`: every slot of the pool, three times over (one SGLang version).
-    PoolSlots {
-        /// Slots in the KV pool.
-        pool_slots: usize,
-    },
+    /// `3 x pool_slots` ([`EngineKnobs::pool_slots`]): every slot of the pool, three times over
+    /// (one SGLang version), so no batch of distinct requests overflows it.
+    PoolSlots,
     /// The maximum sequence length (another SGLang version).
     MaxSeqLen {
         /// `max_seq_len` of the `req_to_token` table.
@@ -226,6 +224,10 @@ pub struct EngineKnobs {
     pub tokens_per_req: usize,
     /// Token budget of one prefill (chunked-prefill size).
     pub max_extend_tokens: usize,
+    /// Slots in the KV pool, slot 0 included: the size of the canary's buffers
+    /// ([`slot_capacity`](Self::slot_capacity)), and what [`VerifyCapacityRule::PoolSlots`]
+    /// sizes the verify plan from. Given once, so the two cannot disagree.
+    pub pool_slots: usize,
     /// How the verify capacity is sized.
     pub verify: VerifyCapacityRule,
 }
@@ -238,11 +240,12 @@ impl EngineKnobs {
     /// [`speculative`](Self::speculative) sizes it, so every cached prefix fits.
     ///
     /// ```
-    /// use kv_canary::EngineKnobs;
+    /// use kv_canary::{Capacity, EngineKnobs};
     /// let knobs = EngineKnobs::serving(64, 8192, 100_000);
     /// assert_eq!(knobs.write_req_capacity()?, 64);
     /// assert_eq!(knobs.write_entry_capacity()?, 8192); // a prefill chunk, not 64 x 1
     /// assert_eq!(knobs.verify_capacity()?, 300_000);
+    /// assert_eq!(knobs.slot_capacity()?.get(), 100_000); // the canary buffers' slots
     /// # Ok::<(), kv_canary::Error>(())
     /// ```
     pub fn serving(max_bs: usize, max_extend_tokens: usize, pool_slots: usize) -> Self {
@@ -250,7 +253,8 @@ impl EngineKnobs {
             max_bs,
             tokens_per_req: 1,
             max_extend_tokens,
-            verify: VerifyCapacityRule::PoolSlots { pool_slots },
+            pool_slots,
+            verify: VerifyCapacityRule::PoolSlots,
         }
     }
 
@@ -267,25 +271,35 @@ impl EngineKnobs {
     /// verification and the step's report is [`Unverified`](crate::step::StepStatus::Unverified).
     pub fn speculative(max_bs: usize, topk: usize, pool_slots: usize) -> Self {
         EngineKnobs {
-            verify: VerifyCapacityRule::PoolSlots { pool_slots },
-            ..EngineKnobs::draft_step(max_bs, topk)
+            verify: VerifyCapacityRule::PoolSlots,
+            ..EngineKnobs::draft_step(max_bs, topk, pool_slots)
         }
     }
 
-    /// SGLang's EAGLE draft-step sizing: `tokens_per_req = topk + 1` and a verify capacity of
-    /// `max_bs x (topk + 1)`, the step's own tokens ([`SpeculativeShape`] at run time).
+    /// SGLang's EAGLE draft-step sizing over a KV pool of `pool_slots` slots:
+    /// `tokens_per_req = topk + 1` and a verify capacity of `max_bs x (topk + 1)`, the step's
+    /// own tokens ([`SpeculativeShape`] at run time).
     ///
     /// That capacity covers a step only while the prefixes it verifies add up to at most
     /// `max_bs x (topk + 1)` entries; with real prefixes most steps overflow it and check nothing
     /// (their reports are [`Unverified`](crate::step::StepStatus::Unverified)). Engines verifying
     /// cached prefixes want [`speculative`](Self::speculative).
-    pub fn draft_step(max_bs: usize, topk: usize) -> Self {
+    pub fn draft_step(max_bs: usize, topk: usize, pool_slots: usize) -> Self {
         EngineKnobs {
             max_bs,
             tokens_per_req: topk.saturating_add(1),
             max_extend_tokens: 0,
+            pool_slots,
             verify: VerifyCapacityRule::TokensPerForward,
         }
+    }
+
+    /// The canary buffers' slot capacity: [`pool_slots`](Self::pool_slots), the `slots` of
+    /// [`Canary::try_full`](crate::step::Canary::try_full) and the other constructors, so the
+    /// buffers and a [`PoolSlots`](VerifyCapacityRule::PoolSlots) verify capacity come from
+    /// one number. Zero is [`Error::ZeroCapacity`].
+    pub fn slot_capacity(&self) -> Result<UncheckedCapacity, Error> {
+        UncheckedCapacity::new("pool_slots", self.pool_slots)
     }
 
     /// The verify capacity these knobs derive; a product that overflows is
@@ -293,9 +307,7 @@ impl EngineKnobs {
     pub fn verify_capacity(&self) -> Result<usize, Error> {
         const WHAT: &str = "verify_capacity";
         let n = match self.verify {
-            VerifyCapacityRule::PoolSlots { pool_slots } => {
-                product(WHAT, "3 x pool_slots", 3, pool_slots)?
-            }
+            VerifyCapacityRule::PoolSlots => product(WHAT, "3 x pool_slots", 3, self.pool_slots)?,
             VerifyCapacityRule::MaxSeqLen { max_seq_len } => max_seq_len,
             VerifyCapacityRule::TokensPerForward => self.tokens_per_forward(WHAT)?,
             VerifyCapacityRule::Exact(n) => n,
@@ -371,9 +383,9 @@ pub type BrandedShape<'id> =
 ///
 /// let knobs = EngineKnobs::speculative(8, 3, 1024); // read from the config file
 /// let shape = NamedShape::<Draft>::named(&knobs)?;
-/// let slots = UncheckedCapacity::new("slots", 1024)?;
 /// let rows = UncheckedCapacity::new("ring rows", 64)?;
-/// let mut engine = Engine { canary: Canary::try_full(shape, slots, rows)? };
+/// let mut engine = Engine { canary: Canary::try_full(shape, knobs.slot_capacity()?, rows)? };
+/// assert_eq!(engine.canary.slots().get(), 1024);
 /// assert_eq!(engine.canary.shape().verify_capacity().get(), 3 * 1024);
 ///
 /// // The configuration changes (a larger batch): the canary moves in place, keeping its state.
@@ -419,7 +431,7 @@ impl BrandedShape<'_> {
     /// ```
     /// use kv_canary::{EngineKnobs, Shape, VerifyCapacityRule};
     /// let knobs = EngineKnobs { max_bs: 4, tokens_per_req: 1, max_extend_tokens: 64,
-    ///                           verify: VerifyCapacityRule::PoolSlots { pool_slots: 100 } };
+    ///                           pool_slots: 100, verify: VerifyCapacityRule::PoolSlots };
     /// let entries =
     ///     Shape::branded(&knobs, |shape| shape.try_verify_plan().map(|p| p.slot_indices().len()))??;
     /// assert_eq!(entries, 300);
@@ -517,9 +529,11 @@ mod tests {
             max_bs: 8,
             tokens_per_req: 5,
             max_extend_tokens: 64,
-            verify: VerifyCapacityRule::PoolSlots { pool_slots: 10 },
+            pool_slots: 10,
+            verify: VerifyCapacityRule::PoolSlots,
         };
         assert_eq!(k.verify_capacity().unwrap(), 30);
+        assert_eq!(k.slot_capacity().unwrap().get(), 10);
         assert_eq!(k.write_req_capacity().unwrap(), 8);
         assert_eq!(k.write_entry_capacity().unwrap(), 64);
         let spec = EngineKnobs::speculative(8, 3, 4096);
@@ -529,19 +543,24 @@ mod tests {
             "covers real prefixes"
         );
         assert_eq!(spec.write_entry_capacity().unwrap(), 32);
-        let spec = EngineKnobs::draft_step(8, 4);
+        let spec = EngineKnobs::draft_step(8, 4, 4096);
         assert_eq!(spec.verify_capacity().unwrap(), 40);
         assert_eq!(spec.write_entry_capacity().unwrap(), 40);
-        let zero = EngineKnobs::draft_step(0, 4);
+        assert_eq!(spec.slot_capacity().unwrap().get(), 4096);
+        let zero = EngineKnobs::draft_step(0, 4, 0);
         assert_eq!(
             zero.verify_capacity().unwrap_err().to_string(),
             "kv-canary: verify_capacity must be positive, got 0"
+        );
+        assert_eq!(
+            zero.slot_capacity().unwrap_err().to_string(),
+            "kv-canary: pool_slots must be positive, got 0"
         );
     }
 
     #[test]
     fn overflowed_knob_products_name_their_factors() {
-        let big = EngineKnobs::draft_step(usize::MAX / 2, 2);
+        let big = EngineKnobs::draft_step(usize::MAX / 2, 2, 16);
         let msg = format!(
             "= max_bs x tokens_per_req = {} x 3 overflows usize",
             usize::MAX / 2
@@ -552,12 +571,7 @@ mod tests {
         ] {
             assert!(err.to_string().contains(&msg), "{err}");
         }
-        let pool = EngineKnobs {
-            verify: VerifyCapacityRule::PoolSlots {
-                pool_slots: usize::MAX,
-            },
-            ..EngineKnobs::draft_step(1, 0)
-        };
+        let pool = EngineKnobs::speculative(1, 0, usize::MAX);
         assert_eq!(
             pool.verify_capacity().unwrap_err(),
             Error::CapacityOverflow {
@@ -573,7 +587,7 @@ mod tests {
     fn absurd_run_time_shapes_are_allocation_errors() {
         let knobs = EngineKnobs {
             verify: VerifyCapacityRule::Exact(1 << 61),
-            ..EngineKnobs::draft_step(1 << 50, 0)
+            ..EngineKnobs::draft_step(1 << 50, 0, 16)
         };
         let shape = Shape::unchecked(&knobs).unwrap();
         assert!(matches!(
@@ -591,7 +605,7 @@ mod tests {
 
     #[test]
     fn branded_and_unchecked_shapes_allocate_their_capacities() {
-        let k = EngineKnobs::draft_step(3, 1);
+        let k = EngineKnobs::draft_step(3, 1, 16);
         let n = Shape::branded(&k, |s| {
             (
                 s.try_verify_plan().unwrap().slot_indices().len(),

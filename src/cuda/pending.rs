@@ -35,8 +35,9 @@ pub enum Landed<T, P> {
 /// ([`PendingHeadFindings`](super::PendingHeadFindings)), so that one piece of an engine's code
 /// polls whichever it holds (each type's own methods, which these call, say more). Sealed.
 pub trait PendingReadback: Sized + sealed::Sealed {
-    /// What the readback decodes to.
-    type Report;
+    /// What the readback decodes to: a report whose [`Findings`](crate::step::Findings) one
+    /// handler reads, whichever it is.
+    type Report: crate::step::Findings;
     /// Whether the copies have landed, so that taking the report does not block.
     fn is_ready(&self) -> Result<bool, Error>;
     /// The report if its copies have landed, else this readback back; never blocks.

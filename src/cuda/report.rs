@@ -34,7 +34,7 @@ use crate::step::{FinishedStep, KvPair};
 use crate::Error;
 use std::sync::Arc;
 
-use crate::step::{StepStatus, Unverified};
+use crate::step::Unverified;
 
 /// `i32` words of a report's staging: write index, `verify_num_valid`, `enable`,
 /// `write_num_valid_reqs`.
@@ -101,34 +101,15 @@ pub struct DeviceStepReport {
     pub abandoned_steps: u64,
 }
 
-impl DeviceStepReport {
-    /// Violations recorded, stored or dropped.
-    pub fn recorded(&self) -> u64 {
-        self.violations.len() as u64 + self.dropped
-    }
-
-    /// What went unchecked: a plan over the verify capacity (the entries it needed and the
-    /// capacity), abandoned steps.
-    pub fn unverified(&self) -> Unverified {
-        Unverified {
-            plan_overflow: (!self.enabled).then_some(crate::step::PlanOverflow {
-                needed: Some(self.requested_entries),
-                capacity: self.verify_capacity,
-            }),
-            abandoned_steps: self.abandoned_steps,
-        }
-    }
-
-    /// Clean, violations, or unverified.
-    pub fn status(&self) -> StepStatus {
-        StepStatus::of(self.unverified(), self.recorded())
-    }
-
-    /// Whether every check ran over every planned slot and recorded nothing.
-    pub fn is_clean(&self) -> bool {
-        self.status() == StepStatus::Clean
-    }
-}
+// Unverified when the plan overflowed its verify capacity (the entries it needed and the
+// capacity) or earlier steps were abandoned.
+crate::step::findings!(DeviceStepReport, unverified: |report| Unverified {
+    plan_overflow: (!report.enabled).then_some(crate::step::PlanOverflow {
+        needed: Some(report.requested_entries),
+        capacity: report.verify_capacity,
+    }),
+    abandoned_steps: report.abandoned_steps,
+});
 
 /// One line, as the CPU's `StepReport`: `bs 3, 12 verify entries (enabled), 5 tokens written;
 /// clean` — or `2 violations (0 dropped)`, or `UNVERIFIED: ...` naming what was not checked (a

@@ -19,7 +19,7 @@ use crate::canary::{HealthCounters, Violation};
 use crate::capacity::Capacity;
 use crate::memory::Device;
 use crate::plan::{VerifyEntry, VerifyPlan};
-use crate::step::{FinishedSweep, KvPair, StepStatus, Sweeps, Unverified};
+use crate::step::{FinishedSweep, KvPair, Sweeps};
 use crate::Error;
 
 /// `i64` words of the sweep counters: (K, V) x (slot run, kernel run).
@@ -59,27 +59,10 @@ impl core::fmt::Display for DeviceSweepReport {
     }
 }
 
-impl DeviceSweepReport {
-    /// Violations recorded, stored or dropped.
-    pub fn recorded(&self) -> u64 {
-        self.violations.len() as u64 + self.dropped
-    }
-
-    /// What went unchecked: more entries than the verify capacity.
-    pub fn unverified(&self) -> Unverified {
-        crate::step::sweep_gaps(self.entries, self.verify_capacity)
-    }
-
-    /// Clean, violations, or unverified (with the numbers).
-    pub fn status(&self) -> StepStatus {
-        StepStatus::of(self.unverified(), self.recorded())
-    }
-
-    /// Whether the sweep checked every entry it was handed and recorded nothing.
-    pub fn is_clean(&self) -> bool {
-        self.status() == StepStatus::Clean
-    }
-}
+// Unverified when the sweep had more entries than the verify capacity.
+crate::step::findings!(DeviceSweepReport, unverified: |report| {
+    crate::step::sweep_gaps(report.entries, report.verify_capacity)
+});
 
 /// The report of a device sweep whose copies are queued on the canary's stream: take it once
 /// with [`try_take`](Self::try_take) (never blocks) or [`wait`](Self::wait) (blocks). Its

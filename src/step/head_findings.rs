@@ -5,7 +5,8 @@
 //! them is a peek, not a delivery: the step's final report still holds the same rows once, with
 //! the rest of the step's.
 
-use super::report::{PlanOverflow, StepStatus, Unverified};
+use super::findings::findings;
+use super::report::{PlanOverflow, Unverified};
 use crate::backend::{Backend, Cpu};
 use crate::canary::{Violation, ViolationRing};
 use crate::capacity::Capacity;
@@ -28,27 +29,11 @@ pub struct HeadFindings {
     pub plan_overflow: Option<PlanOverflow>,
 }
 
-impl HeadFindings {
-    /// Violations recorded, stored or dropped.
-    pub fn recorded(&self) -> u64 {
-        self.violations.len() as u64 + self.dropped
-    }
-
-    /// Clean, violations, or unverified (a plan over the verify capacity). Abandoned earlier
-    /// steps are the final report's to count.
-    pub fn status(&self) -> StepStatus {
-        let gaps = Unverified {
-            plan_overflow: self.plan_overflow,
-            abandoned_steps: 0,
-        };
-        StepStatus::of(gaps, self.recorded())
-    }
-
-    /// Whether the head verify checked every planned slot and recorded nothing.
-    pub fn is_clean(&self) -> bool {
-        self.status() == StepStatus::Clean
-    }
-}
+// Unverified when the plan overflowed; abandoned earlier steps are the final report's to count.
+findings!(HeadFindings, unverified: |findings| Unverified {
+    plan_overflow: findings.plan_overflow,
+    abandoned_steps: 0,
+});
 
 /// One line: `head verify: clean`, `head verify: 2 violations (0 dropped)` or `head verify:
 /// UNVERIFIED: ...`.

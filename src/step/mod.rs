@@ -192,6 +192,7 @@
 //! step.write(&inputs).unwrap().verify_tail(TailKv::NONE).unwrap();
 //! ```
 
+mod findings;
 mod group;
 mod head_findings;
 pub(crate) mod report;
@@ -200,6 +201,10 @@ mod stage;
 mod sweep;
 mod sweep_entries;
 
+/// For the CUDA reports' [`Findings`].
+#[cfg(feature = "cuda")]
+pub(crate) use findings::findings;
+pub use findings::Findings;
 pub use group::{GroupKind, GroupOf, KOnly, SwaGroup};
 pub use head_findings::{HeadFindings, HeadVerifyDone, ReadsHeadFindings};
 pub use report::{KvPair, PlanOverflow, StepReport, StepStatus, TailKv, Unverified};
@@ -637,6 +642,11 @@ where
     /// The shape every buffer was allocated from.
     pub fn shape(&self) -> &Shape<V, W, E> {
         &self.shape
+    }
+
+    /// The slots of each canary buffer (the KV pool's, slot 0 included).
+    pub fn slots(&self) -> S {
+        self.head.k.capacity()
     }
 
     /// The verify and write plans of the current (or last) step.

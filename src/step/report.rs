@@ -1,6 +1,7 @@
 //! What a step returns: [`StepReport`], with one summary per launch ([`KvPair`]) and the decoded
 //! violations of the step.
 
+use super::findings::findings;
 use crate::canary::{HealthCounters, Violation};
 use crate::cpu::{PlanSummary, VerifySummary, WriteSummary};
 use crate::error::Error;
@@ -283,35 +284,17 @@ impl StepStatus {
     }
 }
 
+// Not clean when the plan overflowed its verify capacity (nothing was checked) or an earlier
+// step was abandoned.
+findings!(StepReport, unverified: |report| Unverified {
+    plan_overflow: (!report.plan.enabled).then_some(PlanOverflow {
+        needed: Some(report.plan.requested_entries),
+        capacity: report.verify_capacity,
+    }),
+    abandoned_steps: report.abandoned_steps,
+});
+
 impl StepReport {
-    /// Whether every check of the step ran over every planned slot and recorded no violation.
-    /// False for a step whose plan overflowed its verify capacity (nothing was checked) and for
-    /// the first report after an abandoned step: see [`status`](Self::status).
-    pub fn is_clean(&self) -> bool {
-        self.status() == StepStatus::Clean
-    }
-
-    /// What went unchecked, if anything: a plan over the verify capacity, abandoned steps.
-    pub fn unverified(&self) -> Unverified {
-        Unverified {
-            plan_overflow: (!self.plan.enabled).then_some(PlanOverflow {
-                needed: Some(self.plan.requested_entries),
-                capacity: self.verify_capacity,
-            }),
-            abandoned_steps: self.abandoned_steps,
-        }
-    }
-
-    /// Clean, violations, or unverified (with the numbers).
-    pub fn status(&self) -> StepStatus {
-        StepStatus::of(self.unverified(), self.recorded())
-    }
-
-    /// Violations recorded, stored or dropped.
-    pub fn recorded(&self) -> u64 {
-        self.violations.len() as u64 + self.dropped
-    }
-
     /// Canary slots checked, over the four verify launches (slot-0 entries excluded).
     pub fn entries_checked(&self) -> u64 {
         let verifies = self.head_verify.iter().chain(self.tail_verify.iter());

@@ -8,7 +8,8 @@
 //! buffers ("sweep verifies the most recent canary state"), folding the group's real-KV sources
 //! like the tail verify, token check off (spec §1).
 
-use super::report::{Counted, KvPair, PlanOverflow, StepStatus, Unverified};
+use super::findings::findings;
+use super::report::{Counted, KvPair, PlanOverflow, Unverified};
 use super::stage::{verify_both, Verified};
 use super::{Canary, GroupKind, PlanInputsOf};
 use crate::backend::{Backend, Cpu, PlanWith};
@@ -42,30 +43,13 @@ pub struct SweepReport {
     pub dropped: u64,
 }
 
-impl SweepReport {
-    /// Violations recorded, stored or dropped.
-    pub fn recorded(&self) -> u64 {
-        self.violations.len() as u64 + self.dropped
-    }
+// Unverified when handed more entries than the verify capacity.
+findings!(SweepReport, unverified: |report| sweep_gaps(report.entries, report.verify_capacity));
 
+impl SweepReport {
     /// Canary slots checked over the sweep's verify launches (slot-0 entries excluded).
     pub fn entries_checked(&self) -> u64 {
         self.verify.iter().map(|s| s.checked as u64).sum()
-    }
-
-    /// What went unchecked: more entries than the verify capacity.
-    pub fn unverified(&self) -> Unverified {
-        sweep_gaps(self.entries, self.verify_capacity)
-    }
-
-    /// Clean, violations, or unverified (with the numbers).
-    pub fn status(&self) -> StepStatus {
-        StepStatus::of(self.unverified(), self.recorded())
-    }
-
-    /// Whether the sweep checked every entry it was handed and recorded nothing.
-    pub fn is_clean(&self) -> bool {
-        self.status() == StepStatus::Clean
     }
 }
 

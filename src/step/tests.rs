@@ -703,12 +703,13 @@ fn a_canary_in_an_engine_struct_reshapes_in_place_and_keeps_its_state() {
     struct EngineState {
         canary: NamedCanary<Config>,
     }
-    let slots = UncheckedCapacity::new("slots", 24).unwrap();
     let rows = UncheckedCapacity::new("ring rows", 16).unwrap();
-    let shape = NamedShape::<Config>::named(&EngineKnobs::speculative(1, 2, 16)).unwrap();
+    let knobs = EngineKnobs::speculative(1, 2, 24);
+    let shape = NamedShape::<Config>::named(&knobs).unwrap();
     let mut engine = EngineState {
-        canary: Canary::try_full(shape, slots, rows).unwrap(),
+        canary: Canary::try_full(shape, knobs.slot_capacity().unwrap(), rows).unwrap(),
     };
+    assert_eq!(engine.canary.slots().get(), 24);
     // Row r, position p: slot 8r + p (row 0 is the padding row, never read).
     let table = ReqToToken::from_vec(3, 8, (0..24).collect()).unwrap();
     let step = |canary: &mut Canary<_, _, _, _, _>, batch: &Batch, tokens: &[Token]| {
@@ -736,7 +737,7 @@ fn a_canary_in_an_engine_struct_reshapes_in_place_and_keeps_its_state() {
     );
     assert!(report.is_clean(), "{report}");
     // The configuration grows to `max_bs` 2; the struct's canary moves in place.
-    let bigger = NamedShape::<Config>::named(&EngineKnobs::speculative(2, 2, 16)).unwrap();
+    let bigger = NamedShape::<Config>::named(&EngineKnobs::speculative(2, 2, 24)).unwrap();
     engine.canary.reshape(bigger).unwrap();
     assert_eq!(engine.canary.shape().write_req_capacity().get(), 2);
     assert_eq!(engine.canary.shape().write_entry_capacity().get(), 6);

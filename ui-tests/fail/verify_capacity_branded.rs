@@ -12,8 +12,8 @@ fn main() -> Result<(), kv_canary::Error> {
     let table = ReqToToken::zeros(9, 64)?;
     let batch = Batch::from_columns([1, 2], [5, 0], [1, 7]);
     // Both read from the engine's config at start-up: bs 8, topk 4 and topk 3.
-    let drafts = EngineKnobs::draft_step(8, 4);
-    let target = EngineKnobs::draft_step(8, 3);
+    let drafts = EngineKnobs::draft_step(8, 4, 512);
+    let target = EngineKnobs::draft_step(8, 3, 512);
     Shape::branded(&drafts, |draft_shape| {
         let mut cached = draft_shape.try_verify_plan()?;
         Shape::branded(&target, |shape| {

@@ -8,6 +8,7 @@ fn main() -> Result<(), kv_canary::Error> {
         max_bs,
         tokens_per_req: 1,
         max_extend_tokens: 64,
+        pool_slots: 32,
         verify: VerifyCapacityRule::MaxSeqLen { max_seq_len: 8 },
     };
     let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;

@@ -2,7 +2,7 @@
 use kv_canary::{cpu, Batch, EngineKnobs, Error, PlanInputs, ReqToToken, Shape, VerifyPlan};
 
 fn main() -> Result<(), Error> {
-    let shape = Shape::unchecked(&EngineKnobs::draft_step(4, 1))?;
+    let shape = Shape::unchecked(&EngineKnobs::draft_step(4, 1, 32))?;
     let (mut verify, mut write) = (shape.try_verify_plan()?, shape.try_write_plan()?);
     let table = ReqToToken::from_vec(4, 8, (0..32).collect())?;
     let batch = Batch::from_columns([2, 0, 1], [3, 99, 0], [2, 99, 4]);

@@ -421,10 +421,9 @@ pub fn run(u: &mut Unstructured<'_>) -> Result<Verdict> {
                 max_bs: size(u)?,
                 tokens_per_req: size(u)?,
                 max_extend_tokens: size(u)?,
+                pool_slots: size(u)?,
                 verify: match u.int_in_range(0..=3)? {
-                    0 => VerifyCapacityRule::PoolSlots {
-                        pool_slots: size(u)?,
-                    },
+                    0 => VerifyCapacityRule::PoolSlots,
                     1 => VerifyCapacityRule::MaxSeqLen {
                         max_seq_len: size(u)?,
                     },
