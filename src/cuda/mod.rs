@@ -29,6 +29,34 @@
 //! `VerifyPlan<C>::to_device` gives a `VerifyPlan<C, Device>`, whose `to_host` gives the
 //! `VerifyPlan<C>` back.
 //!
+//! # Names beside cust's
+//!
+//! [`Stream`] and [`Event`] are this crate's handles (a [`Gpu`] clone inside, `Send`, the right
+//! context current on every call), not cust's types of the same names, which
+//! `cust::prelude::*` imports. An engine that uses both imports the module and names the
+//! crate's as `cuda::Stream` and `cuda::Event` (as the examples do); the trait that the safe
+//! view constructors take is [`ViewableSlice`], a name cust does not use, so globs of both
+//! crates import it unambiguously. [`Stream::as_raw`] gives the `CUstream` for cust or cudarc
+//! calls on the same stream.
+//!
+//! ```no_run
+//! use cust::prelude::*; // cust's Stream, Event, DeviceSlice, DeviceBuffer, ...
+//! use kv_canary::cuda::{self, *};
+//!
+//! /// Any device memory a view can be made over: a cust buffer, a crate array, a part of one.
+//! fn elements(memory: &impl ViewableSlice<i64>) -> usize {
+//!     memory.len()
+//! }
+//!
+//! let gpu = Gpu::new()?; // the crate's (cust has none of that name)
+//! let stream = cuda::Stream::non_blocking(&gpu)?; // the crate's, named through the module
+//! let engine_column = DeviceBuffer::from_slice(&[1i64, 2, 3])?; // cust's
+//! assert_eq!(elements(&engine_column), 3);
+//! assert_eq!(elements(&SubSlice::new(&engine_column, 1..3)?), 2);
+//! let _raw = stream.as_raw(); // for cust or cudarc calls on the canary's stream
+//! # Ok::<(), kv_canary::Error>(())
+//! ```
+//!
 //! # Streams, ordering and graphs
 //!
 //! * [`Stream::new`] makes a *blocking* CUDA stream: it synchronises with the legacy default
@@ -195,7 +223,7 @@ pub use device::stream::{Capture, Event, Graph, Queue, Stream};
 pub use device::sub_slice::{SharedSubSlice, SubSlice};
 pub use device::tuning::{KernelTuning, PlanKernel};
 pub use device::write_inputs::{DeviceInputAssert, RawWriteInputs};
-pub use driver::array::{DeviceArray, DeviceScalar, DeviceSlice};
+pub use driver::array::{DeviceArray, DeviceScalar, ViewableSlice};
 pub use driver::error::CudaErrorCode;
 pub use driver::launch::launches_queued;
 pub use driver::memory::{transfers_issued, Transfers};

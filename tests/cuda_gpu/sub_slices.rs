@@ -73,7 +73,7 @@ pub fn engine_write<T: cust::memory::DeviceCopy>(
 }
 
 /// The device fold of one half: its sub-slice of the KV buffer.
-fn fold<'a, B: cuda::DeviceSlice<u8> + ?Sized>(half: &'a B) -> Result<DeviceRealKv<'a>, String> {
+fn fold<'a, B: cuda::ViewableSlice<u8> + ?Sized>(half: &'a B) -> Result<DeviceRealKv<'a>, String> {
     let params = RealKvParams::new(1, STRIP as i64, STRIP as i64);
     let source = DeviceRealKvSource::new(half, RowLayout::dense(SLOTS, STRIP), params)
         .map_err(fail("KV source"))?;

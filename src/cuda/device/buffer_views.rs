@@ -1,6 +1,6 @@
 //! Safe views of device buffers the engine allocated through the crate or cust (a
 //! `cust::memory::DeviceBuffer<T>` or a [`DeviceArray<T>`](crate::cuda::DeviceArray), anything
-//! [`DeviceSlice`]): the device inputs over buffers borrowed for `'a` (`from_buffer`,
+//! [`ViewableSlice`]): the device inputs over buffers borrowed for `'a` (`from_buffer`,
 //! `from_buffers`: a [`Borrowed`] view, for a scope that outlives it) or over `Arc`s of them
 //! (`from_shared`: a [`Shared`] view, which keeps them alive and can live in an engine's struct
 //! or a stored graph's inputs). Both synchronise the `Gpu`'s context when dropped: make views
@@ -13,14 +13,14 @@ use super::gpu::Gpu;
 use super::plan_inputs::{DeviceBatch, DeviceLut, DeviceTable, DeviceValidLens, RawBatch};
 use super::write_inputs::RawWriteInputs;
 use crate::capacity::Capacity;
-use crate::cuda::driver::array::DeviceSlice;
+use crate::cuda::driver::array::ViewableSlice;
 use crate::input::{InputAssertOff, TableKind, WriteInputs};
 use crate::memory::{Device, Element};
 use crate::Error;
 use std::sync::Arc;
 
 /// The address of `buffer` after checking it holds at least `needed` elements.
-fn addr_of<T: Element, B: DeviceSlice<T> + ?Sized>(
+fn addr_of<T: Element, B: ViewableSlice<T> + ?Sized>(
     what: &'static str,
     buffer: &B,
     needed: usize,
@@ -57,7 +57,7 @@ impl<K: TableKind> DeviceTable<K> {
     ///
     /// `cells` stays allocated while the returned table, or any launch or graph that read it,
     /// can run.
-    unsafe fn over<B: DeviceSlice<i32> + ?Sized>(
+    unsafe fn over<B: ViewableSlice<i32> + ?Sized>(
         gpu: &Gpu,
         cells: &B,
         rows: usize,
@@ -73,7 +73,7 @@ impl<K: TableKind> DeviceTable<K> {
     /// checked as [`from_raw`](Self::from_raw); a shorter buffer is [`Error::LengthMismatch`].
     /// The buffer is allocated in `gpu`'s context (or one its device can access). Dropping the
     /// view synchronises the context: make it once and keep it.
-    pub fn from_buffer<'a, B: DeviceSlice<i32> + ?Sized>(
+    pub fn from_buffer<'a, B: ViewableSlice<i32> + ?Sized>(
         gpu: &Gpu,
         cells: &'a B,
         rows: usize,
@@ -94,7 +94,7 @@ impl<K: TableKind> DeviceTable<K> {
         width: usize,
     ) -> Result<Shared<Self>, Error>
     where
-        B: DeviceSlice<i32> + Send + Sync + 'static,
+        B: ViewableSlice<i32> + Send + Sync + 'static,
     {
         // SAFETY: the view keeps `cells` alive, and its drop waits for every launch that read
         // it before releasing it.
@@ -106,7 +106,7 @@ impl<K: TableKind> DeviceTable<K> {
 impl DeviceLut {
     /// A view of a whole device buffer of `i64`s, checked as [`from_raw`](Self::from_raw).
     /// Dropping the view synchronises the context: make it once and keep it.
-    pub fn from_buffer<'a, B: DeviceSlice<i64> + ?Sized>(
+    pub fn from_buffer<'a, B: ViewableSlice<i64> + ?Sized>(
         gpu: &Gpu,
         lut: &'a B,
     ) -> Result<Borrowed<'a, Self>, Error> {
@@ -118,7 +118,7 @@ impl DeviceLut {
     /// [`from_buffer`](Self::from_buffer) over a buffer the view keeps alive.
     pub fn from_shared<B>(gpu: &Gpu, lut: Arc<B>) -> Result<Shared<Self>, Error>
     where
-        B: DeviceSlice<i64> + Send + Sync + 'static,
+        B: ViewableSlice<i64> + Send + Sync + 'static,
     {
         // SAFETY: as `DeviceTable::from_shared`.
         let view = unsafe { Self::from_raw(gpu, lut.device_addr(), lut.len())? };
@@ -140,8 +140,8 @@ impl<W: Capacity> DeviceBatch<W> {
         bs: Option<&S>,
     ) -> Result<Self, Error>
     where
-        B: DeviceSlice<i64> + ?Sized,
-        S: DeviceSlice<i32> + ?Sized,
+        B: ViewableSlice<i64> + ?Sized,
+        S: ViewableSlice<i32> + ?Sized,
     {
         let n = capacity.get();
         let raw = RawBatch {
@@ -169,8 +169,8 @@ impl<W: Capacity> DeviceBatch<W> {
         bs: Option<&'a S>,
     ) -> Result<Borrowed<'a, Self>, Error>
     where
-        B: DeviceSlice<i64> + ?Sized,
-        S: DeviceSlice<i32> + ?Sized,
+        B: ViewableSlice<i64> + ?Sized,
+        S: ViewableSlice<i32> + ?Sized,
     {
         // SAFETY: as `DeviceTable::from_buffer`, for every buffer.
         let batch = unsafe { Self::over(gpu, capacity, columns, bs)? };
@@ -185,8 +185,8 @@ impl<W: Capacity> DeviceBatch<W> {
         bs: Option<Arc<S>>,
     ) -> Result<Shared<Self>, Error>
     where
-        B: DeviceSlice<i64> + Send + Sync + 'static,
-        S: DeviceSlice<i32> + Send + Sync + 'static,
+        B: ViewableSlice<i64> + Send + Sync + 'static,
+        S: ViewableSlice<i32> + Send + Sync + 'static,
     {
         let [a, b, c] = &columns;
         // SAFETY: as `DeviceTable::from_shared`, for every buffer.
@@ -204,8 +204,8 @@ impl<W: Capacity> DeviceValidLens<W> {
     /// As [`DeviceTable::over`], for both buffers.
     unsafe fn over<B, C>(gpu: &Gpu, capacity: W, lens: &B, count: Option<&C>) -> Result<Self, Error>
     where
-        B: DeviceSlice<i64> + ?Sized,
-        C: DeviceSlice<i32> + ?Sized,
+        B: ViewableSlice<i64> + ?Sized,
+        C: ViewableSlice<i32> + ?Sized,
     {
         let addr = addr_of(
             "req_to_verify_expected_tokens_valid_lens",
@@ -232,8 +232,8 @@ impl<W: Capacity> DeviceValidLens<W> {
         count: Option<&'a C>,
     ) -> Result<Borrowed<'a, Self>, Error>
     where
-        B: DeviceSlice<i64> + ?Sized,
-        C: DeviceSlice<i32> + ?Sized,
+        B: ViewableSlice<i64> + ?Sized,
+        C: ViewableSlice<i32> + ?Sized,
     {
         // SAFETY: as `DeviceTable::from_buffer`, for both buffers.
         let view = unsafe { Self::over(gpu, capacity, lens, count)? };
@@ -248,8 +248,8 @@ impl<W: Capacity> DeviceValidLens<W> {
         count: Option<Arc<C>>,
     ) -> Result<Shared<Self>, Error>
     where
-        B: DeviceSlice<i64> + Send + Sync + 'static,
-        C: DeviceSlice<i32> + Send + Sync + 'static,
+        B: ViewableSlice<i64> + Send + Sync + 'static,
+        C: ViewableSlice<i32> + Send + Sync + 'static,
     {
         // SAFETY: as `DeviceTable::from_shared`, for both buffers.
         let view = unsafe { Self::over(gpu, capacity, &*lens, count.as_deref())? };
@@ -263,7 +263,7 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
     /// # Safety
     ///
     /// As [`DeviceTable::over`], for every buffer.
-    unsafe fn over<B: DeviceSlice<i64> + ?Sized>(
+    unsafe fn over<B: ViewableSlice<i64> + ?Sized>(
         gpu: &Gpu,
         capacity: E,
         arrays: [&B; 3],
@@ -283,7 +283,7 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
     /// Views of three device buffers of at least `capacity` `i64`s (`input_ids`, `positions`,
     /// `out_cache_loc`), checked as [`from_raw`](Self::from_raw). Dropping the view
     /// synchronises the context: make it once and keep it.
-    pub fn from_buffers<'a, B: DeviceSlice<i64> + ?Sized>(
+    pub fn from_buffers<'a, B: ViewableSlice<i64> + ?Sized>(
         gpu: &Gpu,
         capacity: E,
         arrays: [&'a B; 3],
@@ -300,7 +300,7 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
         arrays: [Arc<B>; 3],
     ) -> Result<Shared<Self>, Error>
     where
-        B: DeviceSlice<i64> + Send + Sync + 'static,
+        B: ViewableSlice<i64> + Send + Sync + 'static,
     {
         let [a, b, c] = &arrays;
         // SAFETY: as `DeviceTable::from_shared`, for every buffer.

@@ -8,7 +8,7 @@ use crate::cuda::abi::args::RealKv;
 use crate::cuda::abi::kernels::Fold;
 use crate::cuda::abi::ptr::DevPtr;
 use crate::cuda::driver::array::{
-    check_in_allocation, check_view_bytes, DeviceScalar, DeviceSlice,
+    check_in_allocation, check_view_bytes, DeviceScalar, ViewableSlice,
 };
 use crate::cuda::driver::memory as driver;
 use crate::real_kv::{
@@ -75,7 +75,7 @@ impl<'a> DeviceRealKvSource<'a> {
     /// A source over `bytes` (a crate [`DeviceArray`](crate::cuda::DeviceArray), a view of the engine's memory included,
     /// or a `cust` `DeviceBuffer`) laid out as `layout` from its first byte, checked like
     /// [`RealKvSource::strided`](crate::RealKvSource::strided).
-    pub fn new<B: DeviceSlice<u8> + ?Sized>(
+    pub fn new<B: ViewableSlice<u8> + ?Sized>(
         bytes: &'a B,
         layout: RowLayout,
         params: RealKvParams,
@@ -87,7 +87,7 @@ impl<'a> DeviceRealKvSource<'a> {
     /// place in a larger allocation); the rows must fit in the bytes after the offset. An
     /// offset past the end is [`Error::RealKvShape`]; a row 0 whose address is not a multiple
     /// of 16 is [`Error::DeviceView`].
-    pub fn at<B: DeviceSlice<u8> + ?Sized>(
+    pub fn at<B: ViewableSlice<u8> + ?Sized>(
         bytes: &'a B,
         byte_offset: usize,
         layout: RowLayout,

@@ -1,5 +1,5 @@
 //! [`SubSlice`] and [`SharedSubSlice`]: a range of elements of an engine's device buffer, as a
-//! [`DeviceSlice`] of its own, so that every safe view constructor (`from_buffer`,
+//! [`ViewableSlice`] of its own, so that every safe view constructor (`from_buffer`,
 //! `from_buffers`, `from_shared`, `DeviceRealKvSource::new`) can view part of one allocation:
 //! an engine that packs its batch columns, its write arrays or several tables into one buffer
 //! views each part without `unsafe`.
@@ -10,7 +10,7 @@
 //! one could outlive the buffer.) A [`SharedSubSlice`] keeps an `Arc` of the buffer instead, for
 //! the `from_shared` views an engine's struct or a stored graph holds.
 
-use crate::cuda::driver::array::{sealed::Sealed, DeviceSlice};
+use crate::cuda::driver::array::{sealed::Sealed, ViewableSlice};
 use crate::memory::Element;
 use crate::Error;
 use core::marker::PhantomData;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 /// The address and length of elements `range` of `buffer`, checked: a range that is empty the
 /// wrong way round or runs past the buffer is [`Error::DeviceView`] naming both.
-fn part<T: Element, B: DeviceSlice<T> + ?Sized>(
+fn part<T: Element, B: ViewableSlice<T> + ?Sized>(
     buffer: &B,
     range: &Range<usize>,
 ) -> Result<usize, Error> {
@@ -39,7 +39,7 @@ fn part<T: Element, B: DeviceSlice<T> + ?Sized>(
 }
 
 /// The address of element `start` of `buffer` (inside it: checked by [`part`]).
-fn addr_at<T: Element, B: DeviceSlice<T> + ?Sized>(buffer: &B, start: usize) -> u64 {
+fn addr_at<T: Element, B: ViewableSlice<T> + ?Sized>(buffer: &B, start: usize) -> u64 {
     // The buffer holds `start` elements, so their bytes fit in its allocation's address range.
     buffer.device_addr() + (start * core::mem::size_of::<T>()) as u64
 }
@@ -71,14 +71,14 @@ fn addr_at<T: Element, B: DeviceSlice<T> + ?Sized>(buffer: &B, start: usize) -> 
 /// # }
 /// ```
 #[derive(Debug)]
-pub struct SubSlice<'a, T: Element, B: DeviceSlice<T> + ?Sized> {
+pub struct SubSlice<'a, T: Element, B: ViewableSlice<T> + ?Sized> {
     buffer: &'a B,
     start: usize,
     len: usize,
     element: PhantomData<T>,
 }
 
-impl<'a, T: Element, B: DeviceSlice<T> + ?Sized> SubSlice<'a, T, B> {
+impl<'a, T: Element, B: ViewableSlice<T> + ?Sized> SubSlice<'a, T, B> {
     /// Elements `range` of `buffer`; a range past its end (or reversed) is
     /// [`Error::DeviceView`] naming the range and the buffer's length.
     pub fn new(buffer: &'a B, range: Range<usize>) -> Result<Self, Error> {
@@ -92,8 +92,8 @@ impl<'a, T: Element, B: DeviceSlice<T> + ?Sized> SubSlice<'a, T, B> {
     }
 }
 
-impl<T: Element, B: DeviceSlice<T> + ?Sized> Sealed for SubSlice<'_, T, B> {}
-impl<T: Element, B: DeviceSlice<T> + ?Sized> DeviceSlice<T> for SubSlice<'_, T, B> {
+impl<T: Element, B: ViewableSlice<T> + ?Sized> Sealed for SubSlice<'_, T, B> {}
+impl<T: Element, B: ViewableSlice<T> + ?Sized> ViewableSlice<T> for SubSlice<'_, T, B> {
     fn device_addr(&self) -> u64 {
         addr_at(self.buffer, self.start)
     }
@@ -106,14 +106,14 @@ impl<T: Element, B: DeviceSlice<T> + ?Sized> DeviceSlice<T> for SubSlice<'_, T, 
 /// (wrap it in an `Arc` of its own: `Arc::new(SharedSubSlice::new(buffer, range)?)`); the
 /// views keep it, and so the buffer, alive.
 #[derive(Debug)]
-pub struct SharedSubSlice<T: Element, B: DeviceSlice<T>> {
+pub struct SharedSubSlice<T: Element, B: ViewableSlice<T>> {
     buffer: Arc<B>,
     start: usize,
     len: usize,
     element: PhantomData<fn() -> T>,
 }
 
-impl<T: Element, B: DeviceSlice<T>> SharedSubSlice<T, B> {
+impl<T: Element, B: ViewableSlice<T>> SharedSubSlice<T, B> {
     /// Elements `range` of `buffer`; a range past its end (or reversed) is
     /// [`Error::DeviceView`] naming the range and the buffer's length.
     pub fn new(buffer: Arc<B>, range: Range<usize>) -> Result<Self, Error> {
@@ -127,8 +127,8 @@ impl<T: Element, B: DeviceSlice<T>> SharedSubSlice<T, B> {
     }
 }
 
-impl<T: Element, B: DeviceSlice<T>> Sealed for SharedSubSlice<T, B> {}
-impl<T: Element, B: DeviceSlice<T>> DeviceSlice<T> for SharedSubSlice<T, B> {
+impl<T: Element, B: ViewableSlice<T>> Sealed for SharedSubSlice<T, B> {}
+impl<T: Element, B: ViewableSlice<T>> ViewableSlice<T> for SharedSubSlice<T, B> {
     fn device_addr(&self) -> u64 {
         addr_at(&*self.buffer, self.start)
     }

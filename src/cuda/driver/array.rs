@@ -203,9 +203,13 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-/// Device memory holding [`len`](Self::len) elements of `T` at [`device_addr`](Self::device_addr):
-/// a crate [`DeviceArray`] or a `cust` [`DeviceBuffer`] the engine allocated. Sealed.
-pub trait DeviceSlice<T: Element>: sealed::Sealed {
+/// Device memory that a safe view may be made over: [`len`](Self::len) elements of `T` at
+/// [`device_addr`](Self::device_addr), kept allocated for as long as it is borrowed. A crate
+/// [`DeviceArray`], a `cust` [`DeviceBuffer`] the engine allocated, or a part of either
+/// ([`SubSlice`](crate::cuda::SubSlice), [`SharedSubSlice`](crate::cuda::SharedSubSlice)).
+/// Sealed. (Not cust's `DeviceSlice<T>`, which borrows nothing, so a view of it could outlive
+/// the buffer; this trait's name differs from it so that both crates' items can be imported.)
+pub trait ViewableSlice<T: Element>: sealed::Sealed {
     /// The device address of the first element.
     fn device_addr(&self) -> u64;
     /// Elements.
@@ -217,7 +221,7 @@ pub trait DeviceSlice<T: Element>: sealed::Sealed {
 }
 
 impl<T: Element> sealed::Sealed for DeviceArray<T> {}
-impl<T: Element> DeviceSlice<T> for DeviceArray<T> {
+impl<T: Element> ViewableSlice<T> for DeviceArray<T> {
     fn device_addr(&self) -> u64 {
         self.as_raw()
     }
@@ -227,7 +231,7 @@ impl<T: Element> DeviceSlice<T> for DeviceArray<T> {
 }
 
 impl<T: Element> sealed::Sealed for DeviceBuffer<T> {}
-impl<T: Element> DeviceSlice<T> for DeviceBuffer<T> {
+impl<T: Element> ViewableSlice<T> for DeviceBuffer<T> {
     fn device_addr(&self) -> u64 {
         self.as_device_ptr().as_raw()
     }

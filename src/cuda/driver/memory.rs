@@ -7,7 +7,7 @@
 //! first); every transfer makes the context that owns its device buffer current first
 //! ([`make_owner_current`]), so it runs in the right context on any thread.
 
-use super::array::{DeviceArray, DeviceScalar, DeviceSlice};
+use super::array::{DeviceArray, DeviceScalar, ViewableSlice};
 use super::context::make_owner_current;
 use super::error::{check, cust_error};
 use crate::cuda::abi::ptr::DevPtr;
@@ -68,12 +68,12 @@ pub(crate) fn count_download() {
 }
 
 /// The raw device address of an array's (or a `cust` buffer's) first element.
-pub(crate) fn addr<T: Element>(buffer: &(impl DeviceSlice<T> + ?Sized)) -> u64 {
+pub(crate) fn addr<T: Element>(buffer: &(impl ViewableSlice<T> + ?Sized)) -> u64 {
     buffer.device_addr()
 }
 
 /// The typed device address of an array's (or a `cust` buffer's) first element.
-pub(crate) fn ptr<T: Element>(buffer: &(impl DeviceSlice<T> + ?Sized)) -> DevPtr<T> {
+pub(crate) fn ptr<T: Element>(buffer: &(impl ViewableSlice<T> + ?Sized)) -> DevPtr<T> {
     DevPtr::from_addr(addr(buffer))
 }
 
@@ -125,7 +125,7 @@ pub(crate) fn scalar<T: Element>(value: T) -> Result<DeviceScalar<T>, Error> {
 /// The device address of `dst[at]` after checking that `len` elements from `at` fit in `dst`.
 fn range_addr<T: Element>(
     what: &'static str,
-    dst: &(impl DeviceSlice<T> + ?Sized),
+    dst: &(impl ViewableSlice<T> + ?Sized),
     at: usize,
     len: usize,
 ) -> Result<u64, Error> {
@@ -141,7 +141,7 @@ fn range_addr<T: Element>(
 
 /// Copies `src` into `dst[at..at + src.len()]`; synchronous, on the legacy default stream.
 pub(crate) fn upload<T: Element>(
-    dst: &(impl DeviceSlice<T> + ?Sized),
+    dst: &(impl ViewableSlice<T> + ?Sized),
     at: usize,
     src: &[T],
 ) -> Result<(), Error> {
@@ -168,7 +168,7 @@ pub(crate) fn upload<T: Element>(
 /// stages the bytes before returning. (Such a copy cannot be captured into a graph: during a
 /// capture the driver refuses it with an error.)
 pub(crate) fn upload_async<T: Element>(
-    dst: &(impl DeviceSlice<T> + ?Sized),
+    dst: &(impl ViewableSlice<T> + ?Sized),
     at: usize,
     src: &[T],
     stream: CUstream,
@@ -196,7 +196,7 @@ pub(crate) fn upload_async<T: Element>(
 /// Copies `src[at..at + dst.len()]` to the host; synchronous, on the legacy default stream.
 pub(crate) fn download<T: Element>(
     dst: &mut [T],
-    src: &(impl DeviceSlice<T> + ?Sized),
+    src: &(impl ViewableSlice<T> + ?Sized),
     at: usize,
 ) -> Result<(), Error> {
     let src_addr = range_addr("device download", src, at, dst.len())?;

@@ -5,7 +5,7 @@ use crate::cuda::abi::args::ScatterArgs;
 use crate::cuda::abi::kernels::Kernel;
 use crate::cuda::device::plan_inputs::DeviceExpectedTable;
 use crate::cuda::device::stream::Queue;
-use crate::cuda::driver::array::DeviceSlice;
+use crate::cuda::driver::array::ViewableSlice;
 use crate::cuda::driver::launch::LaunchDims;
 use crate::cuda::driver::memory as driver;
 use crate::Error;
@@ -25,9 +25,9 @@ use crate::Error;
 /// race, as in SGLang's kernel; the CPU op lets the later one win.
 pub fn scatter_req_token_ids<'a, Q: Queue<'a> + ?Sized>(
     on: &Q,
-    flat_in: &'a (impl DeviceSlice<i64> + ?Sized),
-    offsets: &'a (impl DeviceSlice<i64> + ?Sized),
-    req_pool_indices: &'a (impl DeviceSlice<i64> + ?Sized),
+    flat_in: &'a (impl ViewableSlice<i64> + ?Sized),
+    offsets: &'a (impl ViewableSlice<i64> + ?Sized),
+    req_pool_indices: &'a (impl ViewableSlice<i64> + ?Sized),
     pool_out: &'a DeviceExpectedTable,
 ) -> Result<(), Error> {
     let bs = req_pool_indices.len();
