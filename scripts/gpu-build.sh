@@ -21,6 +21,8 @@
 #
 # Needs the toolchain of scripts/install-cuda-toolchain.sh (nvcc 13.0, libcuda to link).
 set -euo pipefail
+# cudarc's bindings are chosen by the build, not the library (Cargo.toml): CUDA 13.0 here.
+export CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000}
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 dest=${1:-.device-run}

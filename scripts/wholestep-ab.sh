@@ -25,6 +25,8 @@
 # Session 7 did its A/B runs so by hand (docs/cuda-results/experiments/s7/); this is that,
 # kept. Needs the toolchain of scripts/install-cuda-toolchain.sh.
 set -euo pipefail
+# cudarc's bindings are chosen by the build, not the library (Cargo.toml): CUDA 13.0 here.
+export CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000}
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 with_tests=0

@@ -47,7 +47,7 @@ use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, Same
 use crate::cpu::{self, PlanSummary, ScatterSummary, VerifySummary, WriteSummary};
 use crate::error::Error;
 use crate::input::{
-    ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, Full, Group, IndexElement,
+    BatchColumns, ExpectedTokenPool, ExpectedTokenTable, ExpectedTokens, Full, Group, IndexElement,
     NoExpectedTokens, PlanInputs, RuntimePlanInputs, Swa, WriteInputAssert, WriteInputSource,
     WriteInputs, WriteInputsView,
 };
@@ -772,7 +772,7 @@ impl<'a, G, X, BE, TE, V, W, E> PlanWith<PlanInputs<'a, G, X, BE, TE>, V, W, E> 
 where
     G: Group,
     X: ExpectedTokens,
-    BE: IndexElement,
+    BE: BatchColumns,
     TE: IndexElement,
     V: Capacity,
     W: Capacity,

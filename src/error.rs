@@ -102,6 +102,37 @@ pub enum Error {
         /// Width (`max_seq_len`) of the table.
         width: usize,
     },
+    /// A block-table entry the plan reads is negative, or its slots do not fit in `i64`
+    /// (`block x block_size + block_size - 1 > i64::MAX`); tables of block size 1 pass
+    /// negative slots through, as SGLang's `req_to_token`.
+    BlockOutOfRange {
+        /// Batch row.
+        row: usize,
+        /// The token position whose block was read.
+        position: i64,
+        /// The block-table entry.
+        block: i128,
+        /// The table's block size.
+        block_size: usize,
+    },
+    /// A batch column is shorter than the batch it describes.
+    ColumnTooShort {
+        /// Which column.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The elements the batch reads (`bs`, or `bs + 1` cumulative offsets).
+        needed: usize,
+    },
+    /// Cumulative query offsets (`query_starts`, vLLM's `cu_seqlens_q`) decrease at a row.
+    QueryStartsDecrease {
+        /// Batch row.
+        row: usize,
+        /// `query_starts[row]`.
+        start: i64,
+        /// `query_starts[row + 1]`, smaller.
+        end: i64,
+    },
     /// A full-pool slot is not covered by the SWA lookup table.
     LutIndexOutOfRange {
         /// The untranslated slot.
@@ -443,6 +474,24 @@ impl Error {
             } => write!(
                 f,
                 "batch row {row}: prefix_len {prefix_len} exceeds req_to_token's row width {width}"
+            ),
+            BlockOutOfRange {
+                row,
+                position,
+                block,
+                block_size,
+            } => write!(
+                f,
+                "batch row {row}: the block table's entry for position {position} is block {block}, \
+                 which is negative or whose slots (block x {block_size} + offset) are past i64::MAX"
+            ),
+            ColumnTooShort { what, len, needed } => write!(
+                f,
+                "{what} holds {len} elements, the batch reads {needed}"
+            ),
+            QueryStartsDecrease { row, start, end } => write!(
+                f,
+                "batch row {row}: query_starts decrease from {start} to {end}"
             ),
             LutIndexOutOfRange { slot, lut_len } => write!(
                 f,

@@ -151,12 +151,13 @@ pub use capacity::{
 };
 pub use error::Error;
 pub use input::{
-    Batch, BatchRow, BatchView, ExpectedTokenPool, ExpectedTokenTable, ExpectedTokenTableView,
-    ExpectedTokens, ExpectedWriteInputs, ExpectedWriteInputsMut, Full, Group, HostWriteInputs,
-    IndexElement, InputAssertOff, InputAssertOn, NoExpectedTokens, PlanInputs, PositionOffset,
-    ReqTable, ReqTableView, ReqToToken, ReqToTokenView, RuntimePlanInputs, SlotIds, Swa, SwaWindow,
-    TableKind, TokenIds, WriteInputAssert, WriteInputSource, WriteInputs, WriteInputsMut,
-    WriteInputsView,
+    Batch, BatchColumns, BatchRow, BatchView, ExpectedTokenPool, ExpectedTokenTable,
+    ExpectedTokenTableView, ExpectedTokens, ExpectedWriteInputs, ExpectedWriteInputsMut, Full,
+    Group, HostWriteInputs, IndexElement, InputAssertOff, InputAssertOn, NoExpectedTokens,
+    PlanInputs, PoolRows, PositionOffset, QueryLens, QueryStarts, ReqTable, ReqTableView,
+    ReqToToken, ReqToTokenView, RuntimePlanInputs, SlotIds, Swa, SwaWindow, TableKind, TokenIds,
+    WriteInputAssert, WriteInputSource, WriteInputs, WriteInputsMut, WriteInputsView,
+    MAX_BLOCK_SIZE,
 };
 #[cfg(feature = "cuda")]
 pub use memory::Device;

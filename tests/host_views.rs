@@ -5,8 +5,8 @@
 
 use kv_canary::step::{Canary, SwaGroup, TailKv};
 use kv_canary::{
-    cpu, Batch, BatchView, Cap, Error, IndexElement, LaunchTag, PlanInputs, ReqToToken,
-    ReqToTokenView, Shape, Swa, WriteInputs, WriteInputsView,
+    cpu, Batch, BatchColumns, BatchView, Cap, Error, IndexElement, LaunchTag, PlanInputs,
+    ReqToToken, ReqToTokenView, Shape, Swa, WriteInputs, WriteInputsView,
 };
 use kv_canary::{ExpectedTokenTable, ExpectedTokenTableView, Full};
 use rand::{RngExt as _, SeedableRng as _};
@@ -210,7 +210,7 @@ fn view_steps_equal_owned_steps_on_random_inputs() {
 }
 
 /// The plan of `batch` over `table` with a pool; the plans must be untouched on error.
-fn plan_err<B: IndexElement, T: IndexElement, P: IndexElement, L: IndexElement>(
+fn plan_err<B: BatchColumns, T: IndexElement, P: IndexElement, L: IndexElement>(
     batch: BatchView<'_, B>,
     table: ReqToTokenView<'_, T>,
     pool: ExpectedTokenTableView<'_, P>,

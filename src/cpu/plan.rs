@@ -6,9 +6,9 @@
 //! why planning costs about as much as copying its output bytes.
 
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
-use crate::input::BatchRow;
 use crate::input::{
-    check_fits, read_i64, ExpectedTokenPool, ExpectedTokens, Group, IndexElement, PlanInputs,
+    check_fits, read_i64, BatchColumns, ExpectedTokenPool, ExpectedTokens, Group, IndexElement,
+    PlanInputs, ReqToTokenView,
 };
 use crate::plan::{VerifyPlan, WritePlan};
 use crate::shape::Shape;
@@ -83,7 +83,7 @@ where
     WB: Capacity,
     G: Group,
     X: ExpectedTokens,
-    B: IndexElement,
+    B: BatchColumns,
     T: IndexElement,
 {
     shape.verify_capacity().check(verify.capacity())?;
@@ -99,13 +99,12 @@ where
 /// `verify_slot_indices`, translated through an SWA group's LUT; nothing written). Row r's
 /// tokens are flat indices `[W_r, W_r + written_r)` of the write inputs (`W_r` the exclusive
 /// sum over rows), its slots the verify plan's entries `[V_r, V_r + len)` likewise.
-pub(crate) fn row_slots<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
+pub(crate) fn row_slots<G: Group, X: ExpectedTokens, B: BatchColumns, T: IndexElement>(
     inputs: &PlanInputs<'_, G, X, B, T>,
 ) -> Result<Vec<(Vec<i64>, usize)>, Error> {
     let mut rows = Vec::with_capacity(inputs.batch.len());
     validate(inputs, inputs.expected.pool(), usize::MAX, &mut rows)?;
-    let table = inputs.req_to_token.as_slice();
-    let width = inputs.req_to_token.width();
+    let table = inputs.req_to_token;
     let lut = inputs.group.lut();
     Ok(rows
         .iter()
@@ -114,13 +113,11 @@ pub(crate) fn row_slots<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexEl
             if plan.verify_len == 0 {
                 return (Vec::new(), written);
             }
-            // Validated: the window lies inside the row (check_cells_fit).
-            let start = plan.rp * width + plan.window_start;
-            let window = &table[start..start + plan.verify_len];
+            // Validated: the window lies inside the row (check_slots).
             let mut slots = vec![0; plan.verify_len];
-            match lut {
-                None => widen(&mut slots, window),
-                Some(lut) => translate(&mut slots, window, lut),
+            table.fill_slots(plan.rp, plan.window_start, &mut slots);
+            if let Some(lut) = lut {
+                translate(&mut slots, lut);
             }
             (slots, written)
         })
@@ -132,7 +129,7 @@ struct Totals {
     write_tokens: i64,
 }
 
-fn validate<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
+fn validate<G: Group, X: ExpectedTokens, B: BatchColumns, T: IndexElement>(
     inputs: &PlanInputs<'_, G, X, B, T>,
     pool: Option<ExpectedTokenPool<'_, X::Token, X::Len>>,
     write_req_capacity: usize,
@@ -168,8 +165,8 @@ fn validate<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
         verify_entries: 0,
         write_tokens: 0,
     };
-    for (r, &rp) in batch.req_pool_indices().iter().enumerate() {
-        let req_pool_index = read_i64("req_pool_indices", r, rp)?;
+    for r in 0..bs {
+        let row = batch.read_row(r)?;
         let mut plan = RowPlan {
             rp: 0,
             window_start: 0,
@@ -177,30 +174,25 @@ fn validate<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
             write_len: 0,
             seeded: false,
         };
-        if req_pool_index != 0 {
-            let row = BatchRow {
-                req_pool_index,
-                prefix_len: read_i64("prefix_lens", r, batch.prefix_lens()[r])?,
-                extend_len: read_i64("extend_seq_lens", r, batch.extend_seq_lens()[r])?,
-            };
+        if let Some(table_row) = row.table_row {
             plan.write_len = row.extend_len.max(0);
             let prefix = row.prefix_len.max(0);
             if prefix > 0 {
-                plan.rp = usize::try_from(row.req_pool_index)
+                plan.rp = usize::try_from(table_row)
                     .ok()
                     .filter(|&rp| rp < table.rows())
                     .ok_or(Error::ReqPoolIndexOutOfRange {
                         row: r,
-                        req_pool_index: row.req_pool_index,
+                        req_pool_index: table_row,
                         rows: table.rows(),
                     })?;
                 let prefix_u = usize::try_from(prefix)
                     .ok()
-                    .filter(|&p| p <= table.width())
+                    .filter(|&p| p <= table.tokens_per_row())
                     .ok_or(Error::PrefixBeyondRow {
                         row: r,
                         prefix_len: row.prefix_len,
-                        width: table.width(),
+                        width: table.tokens_per_row(),
                     })?;
                 plan.window_start = if window > 0 {
                     prefix_u.saturating_sub(usize::try_from(window).unwrap_or(usize::MAX))
@@ -209,9 +201,10 @@ fn validate<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
                 };
                 plan.verify_len = prefix_u - plan.window_start;
                 plan.seeded = plan.write_len > 0;
-                check_cells_fit(table, &plan)?;
+                // The window's slots and its head's predecessor.
+                table.check_slots(r, plan.rp, plan.window_start.saturating_sub(1), prefix_u)?;
                 if let Some(pool) = pool {
-                    check_pool_reads(r, row.req_pool_index, &plan, pool, inputs.offset.value())?;
+                    check_pool_reads(r, table_row, &plan, pool, inputs.offset.value())?;
                 }
             }
             totals.verify_entries += plan.verify_len as u64;
@@ -225,29 +218,9 @@ fn validate<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
         rows.push(plan);
     }
     if let Some(lut) = inputs.group.lut() {
-        check_lut(table.as_slice(), table.width(), rows, lut)?;
+        check_lut(table, rows, lut)?;
     }
     Ok(totals)
-}
-
-/// The `req_to_token` cells a row's plan reads (the window's slots and its head's predecessor)
-/// fit in `i64`; free for element types that always fit.
-#[inline]
-fn check_cells_fit<T: IndexElement>(
-    table: crate::input::ReqToTokenView<'_, T>,
-    plan: &RowPlan,
-) -> Result<(), Error> {
-    if T::FITS_I64 || plan.verify_len == 0 {
-        return Ok(());
-    }
-    let base = plan.rp * table.width();
-    let first = plan.window_start.saturating_sub(1);
-    let end = plan.window_start + plan.verify_len;
-    check_fits(
-        "req_to_token",
-        base + first,
-        &table.as_slice()[base + first..base + end],
-    )
 }
 
 /// The pool reads of one row: columns `[ws + off, ws + off + k)` of row `rp`, where `k` is the
@@ -303,29 +276,29 @@ fn pool_read_count(valid_len: i64, plan: &RowPlan, offset: i64) -> usize {
 /// `x >= lut_len`: each row is checked with one branch-free maximum, and only a row that fails
 /// is scanned again for its first offending slot.
 fn check_lut<T: IndexElement, L: IndexElement>(
-    table: &[T],
-    width: usize,
+    table: ReqToTokenView<'_, T>,
     rows: &[RowPlan],
     lut: &[L],
 ) -> Result<(), Error> {
-    // The cells are checked to fit in i64 (`check_cells_fit`), so `as_i64` is exact.
-    let outside = |x: T| x.as_i64() >= lut.len() as i64;
+    // The cells are checked (`check_slots`), so the slots are exact.
+    let lut_len = lut.len() as i64;
+    let mut slots = Vec::new();
     for plan in rows.iter().filter(|p| p.verify_len > 0) {
-        let base = plan.rp * width;
         let first = plan.window_start.saturating_sub(1);
         let end = plan.window_start + plan.verify_len;
-        let slots = &table[base + first..base + end];
-        let max = slots.iter().fold(T::MIN, |m, &x| m.max(x));
-        if outside(max) {
-            let x = slots.iter().copied().find(|&x| outside(x)).unwrap_or(max);
+        slots.resize(end - first, 0);
+        table.fill_slots(plan.rp, first, &mut slots);
+        let max = slots.iter().fold(i64::MIN, |m, &x| m.max(x));
+        if max >= lut_len {
+            let x = slots.iter().copied().find(|&x| x >= lut_len).unwrap_or(max);
             return Err(Error::LutIndexOutOfRange {
-                slot: x.as_i64(),
+                slot: x,
                 lut_len: lut.len(),
             });
         }
         if !L::FITS_I64 {
             // Every entry the plan translates through must fit in i64 too.
-            for x in slots.iter().map(|x| x.as_i64()).filter(|&x| x >= 0) {
+            for &x in slots.iter().filter(|&&x| x >= 0) {
                 read_i64("full_to_swa_index_mapping", x as usize, lut[x as usize])?;
             }
         }
@@ -342,7 +315,7 @@ fn emit<
     WB: Capacity,
     G: Group,
     X: ExpectedTokens,
-    B: IndexElement,
+    B: BatchColumns,
     T: IndexElement,
 >(
     inputs: &PlanInputs<'_, G, X, B, T>,
@@ -373,14 +346,13 @@ fn emit<
     }
 }
 
-fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
+fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens, B: BatchColumns, T: IndexElement>(
     inputs: &PlanInputs<'_, G, X, B, T>,
     pool: Option<ExpectedTokenPool<'_, X::Token, X::Len>>,
     rows: &[RowPlan],
     verify: &mut VerifyPlan<VB>,
 ) {
-    let table = inputs.req_to_token.as_slice();
-    let width = inputs.req_to_token.width();
+    let table = inputs.req_to_token;
     let lut = inputs.group.lut();
     let offset = inputs.offset.value();
     let mut at = 0usize;
@@ -389,23 +361,21 @@ fn emit_entries<VB: Capacity, G: Group, X: ExpectedTokens, B: IndexElement, T: I
         if n == 0 {
             continue;
         }
-        let (ws, end) = (plan.window_start, plan.window_start + plan.verify_len);
-        let row = &table[plan.rp * width..plan.rp * width + width];
+        let ws = plan.window_start;
         let slots = &mut verify.slot_indices[at..at + n];
         let prevs = &mut verify.prev_slot_indices[at..at + n];
         let positions = &mut verify.expected_positions[at..at + n];
         let tokens = &mut verify.expected_tokens[at..at + n];
-        let window = &row[ws..end];
-        match lut {
-            None => widen(slots, window),
-            Some(lut) => translate(slots, window, lut),
+        table.fill_slots(plan.rp, ws, slots);
+        if let Some(lut) = lut {
+            translate(slots, lut);
         }
         // prev of position p is the slot of p - 1, already written one entry earlier; the window
         // head's predecessor is read from the table, and position 0 is a chain head (-1).
         prevs[0] = match (ws, lut) {
             (0, _) => -1,
-            (_, None) => row[ws - 1].as_i64(),
-            (_, Some(lut)) => translate_one(row[ws - 1], lut),
+            (_, None) => table.slot(plan.rp, ws - 1),
+            (_, Some(lut)) => translate_one(table.slot(plan.rp, ws - 1), lut),
         };
         prevs[1..].copy_from_slice(&slots[..n - 1]);
         for (i, p) in positions.iter_mut().enumerate() {
@@ -438,29 +408,28 @@ fn widen<T: IndexElement>(dst: &mut [i64], src: &[T]) {
     }
 }
 
+/// Slots in SWA index space, in place.
 #[inline]
-fn translate<T: IndexElement, L: IndexElement>(dst: &mut [i64], src: &[T], lut: &[L]) {
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = translate_one(s, lut);
+fn translate<L: IndexElement>(slots: &mut [i64], lut: &[L]) {
+    for s in slots {
+        *s = translate_one(*s, lut);
     }
 }
 
 /// A slot in SWA index space: negative slots pass through, others go through the LUT.
 #[inline]
-fn translate_one<T: IndexElement, L: IndexElement>(s: T, lut: &[L]) -> i64 {
+fn translate_one<L: IndexElement>(s: i64, lut: &[L]) -> i64 {
     // A negative slot converts to an index past any LUT, so one bounds check covers both cases;
     // validation guarantees every non-negative slot is inside the LUT (and its entry fits i64).
-    let s = s.as_i64();
     lut.get(s as usize).map_or(s, |&x| x.as_i64())
 }
 
-fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
+fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens, B: BatchColumns, T: IndexElement>(
     inputs: &PlanInputs<'_, G, X, B, T>,
     rows: &[RowPlan],
     write: &mut WritePlan<WB>,
 ) {
-    let table = inputs.req_to_token.as_slice();
-    let width = inputs.req_to_token.width();
+    let table = inputs.req_to_token;
     let lut = inputs.group.lut();
     let bs = rows.len();
     let mut sum = 0i64;
@@ -468,11 +437,10 @@ fn emit_write<WB: Capacity, G: Group, X: ExpectedTokens, B: IndexElement, T: Ind
         write.offsets[r] = sum;
         sum += plan.write_len;
         write.seed_slot_indices[r] = if plan.seeded {
-            let last = plan.window_start + plan.verify_len - 1;
-            let x = table[plan.rp * width + last];
+            let x = table.slot(plan.rp, plan.window_start + plan.verify_len - 1);
             match lut {
                 Some(lut) => translate_one(x, lut),
-                None => x.as_i64(),
+                None => x,
             }
         } else {
             -1

@@ -15,7 +15,7 @@ mod group;
 mod table;
 mod write_inputs;
 
-pub use batch::{Batch, BatchRow, BatchView};
+pub use batch::{Batch, BatchColumns, BatchRow, BatchView, PoolRows, QueryLens, QueryStarts};
 pub use choice::RuntimePlanInputs;
 pub use element::IndexElement;
 pub(crate) use element::{check_fits, read_i64};
@@ -23,7 +23,7 @@ pub use expected::{ExpectedTokenPool, ExpectedTokens, NoExpectedTokens};
 pub use group::{Full, Group, Swa, SwaWindow};
 pub use table::{
     ExpectedTokenTable, ExpectedTokenTableView, ReqTable, ReqTableView, ReqToToken, ReqToTokenView,
-    SlotIds, TableKind, TokenIds,
+    SlotIds, TableKind, TokenIds, MAX_BLOCK_SIZE,
 };
 pub use write_inputs::{
     ExpectedWriteInputs, ExpectedWriteInputsMut, HostWriteInputs, InputAssertOff, InputAssertOn,
@@ -72,13 +72,21 @@ impl TryFrom<i64> for PositionOffset {
 ///
 /// The batch columns and `req_to_token` are views: of the owned [`Batch`] and [`ReqToToken`]
 /// ([`PlanInputs::full`]) or of the engine's own slices ([`PlanInputs::from_views`]), with
-/// element types `B` (columns) and `T` (table cells).
-#[derive(Clone, Copy, Debug)]
-pub struct PlanInputs<'a, G: Group, X: ExpectedTokens, B: IndexElement = i64, T: IndexElement = i32>
-{
+/// columns `B` (SGLang's [`PoolRows`] or vLLM's [`QueryLens`] / [`QueryStarts`], each column of
+/// its own element type) and table cells of `T` (a token table, or a block table:
+/// [`ReqToTokenView::block_table`]).
+#[derive(Debug)]
+pub struct PlanInputs<
+    'a,
+    G: Group,
+    X: ExpectedTokens,
+    B: BatchColumns = PoolRows,
+    T: IndexElement = i32,
+> {
     /// Per-request columns.
     pub batch: BatchView<'a, B>,
-    /// Full-pool slot of every (request, position).
+    /// Full-pool slot of every (request, position): a token table, or a block table read as
+    /// `table[row][pos / B] * B + pos % B`.
     pub req_to_token: ReqToTokenView<'a, T>,
     /// FULL or SWA.
     pub group: G,
@@ -95,7 +103,7 @@ impl<'a> PlanInputs<'a, Full, NoExpectedTokens> {
     }
 }
 
-impl<'a, B: IndexElement, T: IndexElement> PlanInputs<'a, Full, NoExpectedTokens, B, T> {
+impl<'a, B: BatchColumns, T: IndexElement> PlanInputs<'a, Full, NoExpectedTokens, B, T> {
     /// Inputs for a FULL group without an expected-token pool, offset 0, over views of the
     /// engine's own slices.
     pub fn from_views(batch: BatchView<'a, B>, req_to_token: ReqToTokenView<'a, T>) -> Self {
@@ -109,7 +117,19 @@ impl<'a, B: IndexElement, T: IndexElement> PlanInputs<'a, Full, NoExpectedTokens
     }
 }
 
-impl<'a, G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement> PlanInputs<'a, G, X, B, T> {
+impl<G: Group, X: ExpectedTokens, B: BatchColumns, T: IndexElement> Clone
+    for PlanInputs<'_, G, X, B, T>
+{
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<G: Group, X: ExpectedTokens, B: BatchColumns, T: IndexElement> Copy
+    for PlanInputs<'_, G, X, B, T>
+{
+}
+
+impl<'a, G: Group, X: ExpectedTokens, B: BatchColumns, T: IndexElement> PlanInputs<'a, G, X, B, T> {
     /// The same inputs with another group.
     pub fn with_group<G2: Group>(self, group: G2) -> PlanInputs<'a, G2, X, B, T> {
         PlanInputs {

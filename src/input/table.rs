@@ -7,7 +7,7 @@
 //! [`ReqTableView`] is the same table borrowed from an engine's own slice, of any
 //! [`IndexElement`] type: the plan op reads both.
 
-use super::element::IndexElement;
+use super::element::{check_fits, IndexElement};
 use crate::memory::host_table;
 use crate::Error;
 use core::fmt;
@@ -132,6 +132,7 @@ impl<K: TableKind> ReqTable<K> {
             data: &self.data,
             rows: self.rows,
             width: self.width,
+            block_size: 1,
             kind: PhantomData,
         }
     }
@@ -182,6 +183,7 @@ pub struct ReqTableView<'a, K: TableKind, T: IndexElement = i32> {
     data: &'a [T],
     rows: usize,
     width: usize,
+    block_size: usize,
     kind: PhantomData<K>,
 }
 
@@ -213,16 +215,28 @@ impl<'a, K: TableKind, T: IndexElement> ReqTableView<'a, K, T> {
             data,
             rows,
             width,
+            block_size: 1,
             kind: PhantomData,
         })
     }
-    /// Number of rows (`max_reqs`).
+    /// Number of rows (`max_reqs`, or the batch rows of a block table indexed by batch row).
     pub fn rows(&self) -> usize {
         self.rows
     }
-    /// Row width (`max_seq_len` or `max_context_len`).
+    /// Cells a row holds (`max_seq_len` or `max_context_len`; a block table's blocks a row).
     pub fn width(&self) -> usize {
         self.width
+    }
+    /// Tokens a row can place: [`width`](Self::width) x [`block_size`](Self::block_size)
+    /// (the row width of a token table).
+    pub fn tokens_per_row(&self) -> usize {
+        // The constructors checked that the product fits.
+        self.width * self.block_size
+    }
+    /// Tokens a cell places: 1 for a token table (`req_to_token`), the block size of a block
+    /// table ([`ReqToTokenView::block_table`]).
+    pub fn block_size(&self) -> usize {
+        self.block_size
     }
     /// All cells, row-major.
     pub fn as_slice(&self) -> &'a [T] {
@@ -239,6 +253,131 @@ impl<'a, K: TableKind, T: IndexElement> ReqTableView<'a, K, T> {
             return None;
         }
         self.row(r).map(|row| row[c])
+    }
+}
+
+/// The largest block size a block table may have (no engine's block is near it).
+pub const MAX_BLOCK_SIZE: usize = 1 << 16;
+
+impl<'a, T: IndexElement> ReqTableView<'a, SlotIds, T> {
+    /// A **block table** borrowed from the engine: `[rows, blocks_per_row]` row-major block
+    /// ids of `block_size` slots each (vLLM's and mistral.rs's `block_tables`, `u32` there).
+    /// The plan reads the slot of position `pos` of a row as
+    /// `table[row][pos / block_size] * block_size + pos % block_size`, directly from these
+    /// cells, with no expansion; block size 1 is a token table (`req_to_token`).
+    ///
+    /// `block_size` is a checked run-time value in `[1, MAX_BLOCK_SIZE]`
+    /// ([`Error::OutOfRange`] otherwise); the data must hold exactly `rows x blocks_per_row`
+    /// cells ([`Error::TableShape`]). The rows are the request's pool rows or the batch rows,
+    /// as the batch's columns say ([`BatchColumns`](crate::BatchColumns)). A block the plan
+    /// reads that is negative, or whose slots pass `i64::MAX`, is [`Error::BlockOutOfRange`].
+    ///
+    /// ```
+    /// use kv_canary::{cpu, BatchView, Cap, PlanInputs, ReqToTokenView, Shape};
+    /// // mistral.rs's shape: two batch rows, blocks of 16 slots, u32 block ids.
+    /// let blocks: [u32; 4] = [3, 7, 5, 0];
+    /// let table = ReqToTokenView::block_table(2, 2, 16, &blocks)?;
+    /// let (context_lens, query_lens) = ([18u32, 4], [1u32, 4]); // a decode row, a prefill row
+    /// let batch = BatchView::from_query_lens(2, &context_lens, &query_lens)?;
+    /// let shape = Shape::<Cap<32>, Cap<2>, Cap<8>>::new();
+    /// let (mut verify, mut write) = (shape.verify_plan(), shape.write_plan());
+    /// cpu::plan(&shape, &PlanInputs::from_views(batch, table), &mut verify, &mut write)?;
+    /// // Row 0 caches 17 tokens: positions 0..16 in block 3, position 16 in block 7.
+    /// assert_eq!(verify.num_valid(), 17);
+    /// assert_eq!(&verify.slot_indices()[15..17], &[63, 112]);
+    /// assert_eq!(write.seed_slot_indices()[..2], [112, -1]);
+    /// # Ok::<(), kv_canary::Error>(())
+    /// ```
+    pub fn block_table(
+        rows: usize,
+        blocks_per_row: usize,
+        block_size: usize,
+        data: &'a [T],
+    ) -> Result<Self, Error> {
+        if !(1..=MAX_BLOCK_SIZE).contains(&block_size) {
+            return Err(Error::OutOfRange {
+                what: "block_size",
+                value: i64::try_from(block_size).unwrap_or(i64::MAX),
+                allowed: "[1, 65536]",
+            });
+        }
+        let view = ReqTableView::new(rows, blocks_per_row, data)?;
+        if blocks_per_row
+            .checked_mul(block_size)
+            .and_then(|t| i64::try_from(t).ok())
+            .is_none()
+        {
+            return Err(Error::OutOfRange {
+                what: "blocks_per_row x block_size",
+                value: i64::try_from(blocks_per_row).unwrap_or(i64::MAX),
+                allowed: "a token count that fits in i64",
+            });
+        }
+        Ok(ReqTableView { block_size, ..view })
+    }
+}
+
+impl<K: TableKind, T: IndexElement> ReqTableView<'_, K, T> {
+    /// The slot of position `pos` of table row `row`, from a cell the plan has validated
+    /// ([`check_slots`](Self::check_slots)).
+    #[inline]
+    pub(crate) fn slot(&self, row: usize, pos: usize) -> i64 {
+        let b = self.block_size;
+        let cell = self.data[row * self.width + pos / b].as_i64();
+        if b == 1 {
+            cell
+        } else {
+            cell * b as i64 + (pos % b) as i64
+        }
+    }
+
+    /// The slots of positions `[start, start + dst.len())` of table row `row` (validated).
+    #[inline]
+    pub(crate) fn fill_slots(&self, row: usize, start: usize, dst: &mut [i64]) {
+        let base = row * self.width;
+        if self.block_size == 1 {
+            for (d, &s) in dst.iter_mut().zip(&self.data[base + start..]) {
+                *d = s.as_i64();
+            }
+        } else {
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = self.slot(row, start + i);
+            }
+        }
+    }
+
+    /// Checks the cells that place positions `[first, end)` of table row `row` (which the
+    /// caller checked lies inside the table): each fits in `i64`, and for a block table each
+    /// block is non-negative with its slots inside `i64`. `batch_row` names the row in errors.
+    pub(crate) fn check_slots(
+        &self,
+        batch_row: usize,
+        row: usize,
+        first: usize,
+        end: usize,
+    ) -> Result<(), Error> {
+        if first >= end {
+            return Ok(());
+        }
+        let b = self.block_size;
+        let base = row * self.width;
+        let cells = &self.data[base + first / b..base + (end - 1) / b + 1];
+        if b == 1 {
+            return check_fits(K::NAME, base + first, cells);
+        }
+        let last_block = (i64::MAX - (b as i64 - 1)) / b as i64;
+        for (i, &cell) in cells.iter().enumerate() {
+            let ok = cell.to_i64().is_some_and(|c| (0..=last_block).contains(&c));
+            if !ok {
+                return Err(Error::BlockOutOfRange {
+                    row: batch_row,
+                    position: (first.max((first / b + i) * b)) as i64,
+                    block: cell.wide(),
+                    block_size: b,
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -261,6 +400,7 @@ impl<K: TableKind, T: IndexElement> fmt::Debug for ReqTableView<'_, K, T> {
         f.debug_struct(K::NAME)
             .field("rows", &self.rows)
             .field("width", &self.width)
+            .field("block_size", &self.block_size)
             .field("element", &T::NAME)
             .finish_non_exhaustive()
     }

@@ -987,7 +987,7 @@ where
     G: GroupKind,
     P: GroupOf<G>,
     X: crate::input::ExpectedTokens,
-    BE: crate::input::IndexElement,
+    BE: crate::input::BatchColumns,
     TE: crate::input::IndexElement,
 {
     fn checks_tokens(&self) -> bool {

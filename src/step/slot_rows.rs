@@ -81,7 +81,7 @@ impl SlotRows {
     ///
     /// Errors: the plan op's for `inputs` (the same validation), and
     /// [`Error::LengthMismatch`] when `out_cache_loc` holds fewer entries than the step writes.
-    pub fn new<G: Group, X: ExpectedTokens, B: IndexElement, T: IndexElement>(
+    pub fn new<G: Group, X: ExpectedTokens, B: crate::input::BatchColumns, T: IndexElement>(
         inputs: &PlanInputs<'_, G, X, B, T>,
         out_cache_loc: &[i64],
     ) -> Result<Self, Error> {
