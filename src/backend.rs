@@ -532,17 +532,19 @@ where
 }
 
 /// The CPU writes views of an engine's host slices, of any element type.
-impl<EB, A, T> WritesFrom<WriteInputsView<'_, EB, A, T>> for Cpu
+impl<EB, A, T, P, L> WritesFrom<WriteInputsView<'_, EB, A, T, P, L>> for Cpu
 where
     EB: Capacity,
     A: WriteInputAssert,
     T: IndexElement,
+    P: IndexElement,
+    L: IndexElement,
 {
     fn write_from<V, W, E, WB, S, R>(
         &self,
         shape: &Shape<V, W, E>,
         plan: &WritePlan<WB>,
-        inputs: &WriteInputsView<'_, EB, A, T>,
+        inputs: &WriteInputsView<'_, EB, A, T, P, L>,
         settings: &LaunchSettings<'_>,
         canary: &mut CanaryBuffer<S>,
         ring: &mut ViolationRing<R>,

@@ -35,9 +35,9 @@ pub enum Error {
         /// The length given.
         found: usize,
     },
-    /// A per-token write input ([`WriteInputs`](crate::WriteInputs),
-    /// [`WriteInputsView`](crate::WriteInputsView)) does not hold exactly the shape's write entry
-    /// capacity of entries.
+    /// A per-token write input does not hold the shape's write entry capacity of entries:
+    /// exactly ([`WriteInputs`](crate::WriteInputs)) or at least
+    /// ([`WriteInputsView`](crate::WriteInputsView), which reads the first ones).
     WriteInputsLength {
         /// Which input (`input_ids`, `positions`, `out_cache_loc`, `expected_input_tokens`,
         /// `expected_input_positions`).
@@ -424,9 +424,9 @@ impl Error {
                 found,
             } => write!(
                 f,
-                "{what} length is {found}, but write inputs are exactly as long as the write \
-                 entry capacity, {capacity}: pad this step's tokens to it (entries past the \
-                 plan's tokens are never read)"
+                "{what} length is {found}, but write inputs hold the write entry capacity, \
+                 {capacity} (owned inputs exactly, views at least): pad this step's tokens to it \
+                 (entries past the plan's tokens are never read)"
             ),
             ElementOutOfRange {
                 what,

@@ -414,3 +414,37 @@ fn rows_without_entries_never_read_their_blocks() {
     assert_eq!(&w.offsets()[..4], &[0, 2, 3, 0]);
     assert_eq!(&w.seed_slot_indices()[..2], &[23, -1]);
 }
+
+/// A sweep of a block-table row walks the slots the plan reads: the same entries as the row of
+/// the expanded token table; a bad block is the plan's error.
+#[test]
+fn sweep_entries_of_block_table_rows_are_their_expansions() {
+    use kv_canary::step::SweepEntries;
+    let blocks = [4u32, 9, 2, 7, 1, 3];
+    let table = ReqToTokenView::block_table(2, 3, 16, &blocks).unwrap();
+    let expanded = expand(&blocks, 3, 16);
+    let tokens = ReqToTokenView::new(2, 48, &expanded).unwrap();
+    for (row, len) in [(0, 0), (0, 17), (1, 48), (1, 33)] {
+        let (mut a, mut b) = (SweepEntries::new(), SweepEntries::new());
+        a.push_table_row(table, row, len).unwrap();
+        b.push_table_row(tokens, row, len).unwrap();
+        assert_eq!(a.as_slice(), b.as_slice(), "row {row}, {len} tokens");
+        assert_eq!(a.as_slice().len(), len);
+    }
+    let mut e = SweepEntries::new();
+    assert_eq!(
+        e.push_table_row(table, 1, 49).unwrap_err(),
+        Error::CachedBeyondRow {
+            row: Some(1),
+            cached: 49,
+            width: 48
+        }
+    );
+    let bad = [4i32, -3];
+    let table = ReqToTokenView::block_table(1, 2, 16, &bad).unwrap();
+    assert!(matches!(
+        e.push_table_row(table, 0, 20).unwrap_err(),
+        Error::BlockOutOfRange { block: -3, .. }
+    ));
+    assert!(e.as_slice().is_empty());
+}

@@ -182,9 +182,18 @@ fn request_tokens<WB: Capacity>(plan: &WritePlan<WB>, r: usize) -> Range<usize> 
 }
 
 /// Checks every index the write will follow; returns the number of request rows to process.
-fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, T: IndexElement, S: Capacity>(
+#[allow(clippy::too_many_arguments, reason = "one element type per array")]
+fn validate<
+    WB: Capacity,
+    EB: Capacity,
+    A: WriteInputAssert,
+    T: IndexElement,
+    P: IndexElement,
+    L: IndexElement,
+    S: Capacity,
+>(
     plan: &WritePlan<WB>,
-    inputs: &WriteInputsView<'_, EB, A, T>,
+    inputs: &WriteInputsView<'_, EB, A, T, P, L>,
     launch: &LaunchSettings<'_>,
     canary: &CanaryBuffer<S>,
 ) -> Result<usize, Error> {
@@ -216,7 +225,7 @@ fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, T: IndexElement, S:
         if seed >= 0 {
             canary.check_slot("write_seed_slot_indices", r, seed)?;
         }
-        if !T::FITS_I64 {
+        if !(T::FITS_I64 && P::FITS_I64 && L::FITS_I64) {
             check_entries_fit(inputs, tokens.clone())?;
         }
         for i in tokens {
@@ -231,8 +240,14 @@ fn validate<WB: Capacity, EB: Capacity, A: WriteInputAssert, T: IndexElement, S:
 }
 
 /// The entries of one request (every array the write reads) fit in `i64`.
-fn check_entries_fit<EB: Capacity, A: WriteInputAssert, T: IndexElement>(
-    inputs: &WriteInputsView<'_, EB, A, T>,
+fn check_entries_fit<
+    EB: Capacity,
+    A: WriteInputAssert,
+    T: IndexElement,
+    P: IndexElement,
+    L: IndexElement,
+>(
+    inputs: &WriteInputsView<'_, EB, A, T, P, L>,
     tokens: Range<usize>,
 ) -> Result<(), Error> {
     let start = tokens.start;
@@ -261,10 +276,19 @@ fn check_entries_fit<EB: Capacity, A: WriteInputAssert, T: IndexElement>(
 /// Stamps one validated request; returns `(entries written, rows recorded)`. `real_kv` is
 /// scratch for a block's fingerprints, all 0 when the launch has no active fingerprint.
 #[inline]
-fn write_request<EB: Capacity, A: WriteInputAssert, T: IndexElement, S: Capacity, R: Capacity>(
+#[allow(clippy::too_many_arguments, reason = "one element type per array")]
+fn write_request<
+    EB: Capacity,
+    A: WriteInputAssert,
+    T: IndexElement,
+    P: IndexElement,
+    L: IndexElement,
+    S: Capacity,
+    R: Capacity,
+>(
     seed: i64,
     tokens: Range<usize>,
-    inputs: &WriteInputsView<'_, EB, A, T>,
+    inputs: &WriteInputsView<'_, EB, A, T, P, L>,
     launch: &LaunchSettings<'_>,
     canary: &mut CanaryBuffer<S>,
     ring: &mut ViolationRing<R>,

@@ -162,6 +162,16 @@ impl<const N: usize> Default for WriteInputs<Cap<N>> {
     }
 }
 
+/// The first `capacity` entries of a view's array `what`, which must hold at least that many
+/// (an engine's bucketed arrays may be longer: only the plan's tokens are read).
+fn view_prefix<'a, T>(what: &'static str, capacity: usize, v: &'a [T]) -> Result<&'a [T], Error> {
+    v.get(..capacity).ok_or(Error::WriteInputsLength {
+        what,
+        capacity,
+        found: v.len(),
+    })
+}
+
 /// `Ok` when the write input `what` holds exactly the write entry `capacity` of entries.
 fn check_len<T>(what: &'static str, capacity: usize, v: &[T]) -> Result<(), Error> {
     if v.len() == capacity {
@@ -383,26 +393,33 @@ pub struct WriteInputsView<
     E: Capacity,
     A: WriteInputAssert = InputAssertOff,
     T: IndexElement = i64,
+    P: IndexElement = T,
+    L: IndexElement = P,
 > {
     capacity: E,
     input_ids: &'a [T],
-    positions: &'a [T],
-    out_cache_loc: &'a [T],
+    positions: &'a [P],
+    out_cache_loc: &'a [L],
     /// The expected tensors; empty while the assert is off (the type says which, so the write
     /// op's per-entry branch on them is decided at compile time).
-    expected: (&'a [T], &'a [T]),
+    expected: (&'a [T], &'a [P]),
     assert: PhantomData<A>,
 }
 
-impl<E: Capacity, A: WriteInputAssert, T: IndexElement> Clone for WriteInputsView<'_, E, A, T> {
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement, P: IndexElement, L: IndexElement> Clone
+    for WriteInputsView<'_, E, A, T, P, L>
+{
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<E: Capacity, A: WriteInputAssert, T: IndexElement> Copy for WriteInputsView<'_, E, A, T> {}
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement, P: IndexElement, L: IndexElement> Copy
+    for WriteInputsView<'_, E, A, T, P, L>
+{
+}
 
-impl<E: Capacity, A: WriteInputAssert, T: IndexElement> fmt::Debug
-    for WriteInputsView<'_, E, A, T>
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement, P: IndexElement, L: IndexElement> fmt::Debug
+    for WriteInputsView<'_, E, A, T, P, L>
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WriteInputsView")
@@ -416,12 +433,14 @@ impl<E: Capacity, A: WriteInputAssert, T: IndexElement> fmt::Debug
     }
 }
 
-impl<'a, const N: usize, T: IndexElement> WriteInputsView<'a, Cap<N>, InputAssertOff, T> {
+impl<'a, const N: usize, T: IndexElement, P: IndexElement, L: IndexElement>
+    WriteInputsView<'a, Cap<N>, InputAssertOff, T, P, L>
+{
     /// A view of three arrays of the static capacity `N`, input assert off.
     pub fn from_arrays(
         input_ids: &'a [T; N],
-        positions: &'a [T; N],
-        out_cache_loc: &'a [T; N],
+        positions: &'a [P; N],
+        out_cache_loc: &'a [L; N],
     ) -> Self {
         WriteInputsView {
             capacity: Cap,
@@ -434,50 +453,55 @@ impl<'a, const N: usize, T: IndexElement> WriteInputsView<'a, Cap<N>, InputAsser
     }
 }
 
-impl<'a, E: Capacity, T: IndexElement> WriteInputsView<'a, E, InputAssertOff, T> {
-    /// A view of three slices of exactly `capacity` entries each (the checks of
-    /// [`WriteInputs::from_parts`]), input assert off.
+impl<'a, E: Capacity, T: IndexElement, P: IndexElement, L: IndexElement>
+    WriteInputsView<'a, E, InputAssertOff, T, P, L>
+{
+    /// A view of the first `capacity` entries of three slices, each of its own element type
+    /// (mistral.rs: `u32` input ids, `i64` positions, an `i64` slot mapping with -1 padding),
+    /// input assert off. A slice may be longer than `capacity` (a bucketed batch); a shorter
+    /// one is [`Error::WriteInputsLength`].
     pub fn new(
         capacity: E,
         input_ids: &'a [T],
-        positions: &'a [T],
-        out_cache_loc: &'a [T],
+        positions: &'a [P],
+        out_cache_loc: &'a [L],
     ) -> Result<Self, Error> {
         let n = capacity.get();
-        check_len("input_ids", n, input_ids)?;
-        check_len("positions", n, positions)?;
-        check_len("out_cache_loc", n, out_cache_loc)?;
         Ok(WriteInputsView {
             capacity,
-            input_ids,
-            positions,
-            out_cache_loc,
+            input_ids: view_prefix("input_ids", n, input_ids)?,
+            positions: view_prefix("positions", n, positions)?,
+            out_cache_loc: view_prefix("out_cache_loc", n, out_cache_loc)?,
             expected: (&[], &[]),
             assert: PhantomData,
         })
     }
 
-    /// Turns the input assert on with the engine's expected tensors, `capacity` entries each.
+    /// Turns the input assert on with the engine's expected tensors (their first `capacity`
+    /// entries; shorter is [`Error::WriteInputsLength`]).
     pub fn with_expected(
         self,
         expected_input_tokens: &'a [T],
-        expected_input_positions: &'a [T],
-    ) -> Result<WriteInputsView<'a, E, InputAssertOn, T>, Error> {
+        expected_input_positions: &'a [P],
+    ) -> Result<WriteInputsView<'a, E, InputAssertOn, T, P, L>, Error> {
         let n = self.capacity.get();
-        check_len("expected_input_tokens", n, expected_input_tokens)?;
-        check_len("expected_input_positions", n, expected_input_positions)?;
         Ok(WriteInputsView {
             capacity: self.capacity,
             input_ids: self.input_ids,
             positions: self.positions,
             out_cache_loc: self.out_cache_loc,
-            expected: (expected_input_tokens, expected_input_positions),
+            expected: (
+                view_prefix("expected_input_tokens", n, expected_input_tokens)?,
+                view_prefix("expected_input_positions", n, expected_input_positions)?,
+            ),
             assert: PhantomData,
         })
     }
 }
 
-impl<'a, E: Capacity, A: WriteInputAssert, T: IndexElement> WriteInputsView<'a, E, A, T> {
+impl<'a, E: Capacity, A: WriteInputAssert, T: IndexElement, P: IndexElement, L: IndexElement>
+    WriteInputsView<'a, E, A, T, P, L>
+{
     /// The write-entry capacity (the length of every array).
     pub fn capacity(&self) -> E {
         self.capacity
@@ -487,16 +511,16 @@ impl<'a, E: Capacity, A: WriteInputAssert, T: IndexElement> WriteInputsView<'a, 
         self.input_ids
     }
     /// `positions`.
-    pub fn positions(&self) -> &'a [T] {
+    pub fn positions(&self) -> &'a [P] {
         self.positions
     }
     /// `out_cache_loc`.
-    pub fn out_cache_loc(&self) -> &'a [T] {
+    pub fn out_cache_loc(&self) -> &'a [L] {
         self.out_cache_loc
     }
     /// `(expected_input_tokens, expected_input_positions)` when the assert is on.
     #[inline(always)]
-    pub fn input_assert_tensors(&self) -> Option<(&'a [T], &'a [T])> {
+    pub fn input_assert_tensors(&self) -> Option<(&'a [T], &'a [P])> {
         A::ENABLED.then_some(self.expected)
     }
 }
@@ -535,8 +559,8 @@ impl<E: Capacity, A: WriteInputAssert, M: Memory> WriteInputSource for WriteInpu
     }
 }
 
-impl<E: Capacity, A: WriteInputAssert, T: IndexElement> WriteInputSource
-    for WriteInputsView<'_, E, A, T>
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement, P: IndexElement, L: IndexElement>
+    WriteInputSource for WriteInputsView<'_, E, A, T, P, L>
 {
     type Capacity = E;
     type Assert = A;
@@ -548,26 +572,44 @@ impl<E: Capacity, A: WriteInputAssert, T: IndexElement> WriteInputSource
 /// Host write inputs the CPU write op reads: the owned [`WriteInputs`] and any
 /// [`WriteInputsView`], read through a view of element type [`Element`](Self::Element).
 pub trait HostWriteInputs: WriteInputSource {
-    /// The element type of the arrays.
+    /// The element type of `input_ids` (and `expected_input_tokens`).
     type Element: IndexElement;
+    /// The element type of `positions` (and `expected_input_positions`).
+    type Position: IndexElement;
+    /// The element type of `out_cache_loc` (the slot mapping).
+    type Location: IndexElement;
     /// The inputs as a view.
-    fn host_view(&self) -> WriteInputsView<'_, Self::Capacity, Self::Assert, Self::Element>;
+    #[allow(clippy::type_complexity, reason = "one element type per array")]
+    fn host_view(
+        &self,
+    ) -> WriteInputsView<
+        '_,
+        Self::Capacity,
+        Self::Assert,
+        Self::Element,
+        Self::Position,
+        Self::Location,
+    >;
 }
 
 impl<E: Capacity, A: WriteInputAssert> HostWriteInputs for WriteInputs<E, A> {
     type Element = i64;
+    type Position = i64;
+    type Location = i64;
     #[inline]
     fn host_view(&self) -> WriteInputsView<'_, E, A, i64> {
         self.view()
     }
 }
 
-impl<E: Capacity, A: WriteInputAssert, T: IndexElement> HostWriteInputs
-    for WriteInputsView<'_, E, A, T>
+impl<E: Capacity, A: WriteInputAssert, T: IndexElement, P: IndexElement, L: IndexElement>
+    HostWriteInputs for WriteInputsView<'_, E, A, T, P, L>
 {
     type Element = T;
+    type Position = P;
+    type Location = L;
     #[inline]
-    fn host_view(&self) -> WriteInputsView<'_, E, A, T> {
+    fn host_view(&self) -> WriteInputsView<'_, E, A, T, P, L> {
         *self
     }
 }
@@ -631,9 +673,9 @@ mod tests {
         );
         assert_eq!(
             err.to_string(),
-            "kv-canary: out_cache_loc length is 1, but write inputs are exactly as long as the \
-             write entry capacity, 2: pad this step's tokens to it (entries past the plan's \
-             tokens are never read)"
+            "kv-canary: out_cache_loc length is 1, but write inputs hold the write entry \
+             capacity, 2 (owned inputs exactly, views at least): pad this step's tokens to it \
+             (entries past the plan's tokens are never read)"
         );
         assert!(off.with_expected(&b, &a[..1]).is_err());
         let owned = WriteInputs::<Cap<3>>::new().with_input_assert();

@@ -148,7 +148,8 @@ impl SweepEntries {
 
     /// [`push_row`](Self::push_row) of row `req_pool_index` of a request table (a
     /// [`ReqToToken`](crate::input::ReqToToken) or an engine's
-    /// [`ReqToTokenView`]): its first `len` slots.
+    /// [`ReqToTokenView`], a token table or a block table): its first `len` slots, read as
+    /// the plan reads them (a block table's `block x block_size + offset`).
     ///
     /// A row the table does not have is [`Error::SweepRowOutOfRange`], a `len` past the table's
     /// width [`Error::CachedBeyondRow`], each naming the values; a slot past `i64::MAX` is
@@ -165,14 +166,32 @@ impl SweepEntries {
             row: req_pool_index,
             rows: table.rows(),
         })?;
-        let cells = row.get(..len).ok_or(Error::CachedBeyondRow {
-            row: Some(req_pool_index),
-            cached: len,
-            width: row.len(),
-        })?;
+        if len > table.tokens_per_row() {
+            return Err(Error::CachedBeyondRow {
+                row: Some(req_pool_index),
+                cached: len,
+                width: table.tokens_per_row(),
+            });
+        }
         // The row is inside the table, so its first cell's row-major index fits in usize.
         let first_index = req_pool_index * table.width();
-        self.push_chain("req_to_token", first_index, -1, 0, cells)
+        if table.block_size() == 1 {
+            return self.push_chain("req_to_token", first_index, -1, 0, &row[..len]);
+        }
+        // A block table: the row's slots, read as the plan reads them.
+        table.check_slots(req_pool_index, req_pool_index, 0, len)?;
+        let mut slots = Vec::new();
+        slots
+            .try_reserve_exact(len)
+            .map_err(|_| Error::AllocationFailed {
+                what: "sweep entries",
+                rows: len as u128,
+                cols: 1,
+                element_bytes: 8,
+            })?;
+        slots.resize(len, 0);
+        table.fill_slots(req_pool_index, 0, &mut slots);
+        self.push_chain("block_tables", first_index, -1, 0, &slots)
     }
 
     /// Translates every entry's slot and predecessor into SWA slot space through `lut`
