@@ -117,7 +117,89 @@ struct PlanArgs {
     i64* scratch;
     i64 smem_rows;     // rows the dynamic shared memory holds: min(write_capacity, PLAN_MAX_ROWS)
     i64 entry_blocks;  // blocks [0, entry_blocks) copy entries (1 <= entry_blocks <= G)
+    i64 block;           // tokens a table cell places (1: a token table; a block table's size)
+    i64 table_tokens;    // tokens a row places: table_width * block (< 2^31, host check)
+    i64 table_unsigned;  // 1: u32 cells (zero-extended), 0: i32 cells
+    i64 layout;          // 0: SGLang's columns; 1: context_lens + query lengths; 2: + starts
+    i64 kinds;           // column k's element type in byte k: 0 i64, 1 i32, 2 u32
 };
+
+// Batch layouts (PlanArgs::layout).
+enum BatchLayout { POOL_ROWS = 0, QUERY_LENS = 1, QUERY_STARTS = 2 };
+
+// Element r of a batch column of element kind `kind` (0 i64, 1 i32, 2 u32).
+__device__ __forceinline__ i64 load_col(const i64* p, i64 kind, i64 r) {
+    if (kind == 1) return static_cast<i64>(__ldg(reinterpret_cast<const i32*>(p) + r));
+    if (kind == 2) return static_cast<i64>(__ldg(reinterpret_cast<const u32*>(p) + r));
+    return __ldg(p + r);
+}
+
+// x - y saturated to [INT64_MIN, INT64_MAX] (the CPU's `saturating_sub`).
+__device__ __forceinline__ i64 sat_sub_i64(i64 x, i64 y) {
+    const i64 d = static_cast<i64>(static_cast<u64>(x) - static_cast<u64>(y));
+    // Overflow iff x and y have different signs and d's sign differs from x's.
+    if (((x ^ y) & (x ^ d)) < 0) return x < 0 ? INT64_MIN : INT64_MAX;
+    return d;
+}
+
+// What the plan reads of a batch row, whatever the layout (the CPU's `RowRead`).
+struct Cols {
+    i64 rp;      // the table row (SGLang: req_pool_index; vLLM: the batch row)
+    i64 prefix;  // cached tokens (raw: negative plans nothing)
+    i64 ext;     // tokens written this step (raw)
+    i64 qs0, qs1;  // QUERY_STARTS: the row's two offsets
+    bool active;   // not a padding row (SGLang: req_pool_index != 0; vLLM: every row)
+    bool qbad;     // QUERY_STARTS: the offsets decrease
+};
+
+// Row r's columns (r < smem_rows: inside every column; a QUERY_STARTS column holds one more).
+__device__ __forceinline__ Cols load_cols(const PlanArgs& a, i64 r) {
+    Cols c = {};
+    const i64 ka = a.kinds & 0xff, kb = (a.kinds >> 8) & 0xff, kc = (a.kinds >> 16) & 0xff;
+    if (a.layout == POOL_ROWS) {
+        c.rp = load_col(a.req_pool_indices, ka, r);
+        c.prefix = load_col(a.prefix_lens, kb, r);
+        c.ext = load_col(a.extend_lens, kc, r);
+        c.active = c.rp != 0;
+        return c;
+    }
+    const i64 context = load_col(a.req_pool_indices, ka, r);
+    i64 q;
+    if (a.layout == QUERY_LENS) {
+        q = load_col(a.prefix_lens, kb, r);
+    } else {
+        c.qs0 = load_col(a.prefix_lens, kb, r);
+        c.qs1 = load_col(a.prefix_lens, kb, r + 1);
+        c.qbad = c.qs1 < c.qs0;
+        q = c.qbad ? 0 : sat_sub_i64(c.qs1, c.qs0);
+    }
+    c.rp = r;
+    c.prefix = sat_sub_i64(context, q);
+    c.ext = q;
+    c.active = true;
+    return c;
+}
+
+// The raw table cell holding position pos of table row rp (pos < table_tokens).
+__device__ __forceinline__ i32 table_cell(const PlanArgs& a, i64 rp, i64 pos) {
+    const i64 col = a.block == 1 ? pos : static_cast<i64>(static_cast<u32>(pos) / static_cast<u32>(a.block));
+    return __ldg(a.table + rp * a.table_width + col);
+}
+
+// Whether a cell is a negative block of a block table (recorded where it is read, with its row).
+__device__ __forceinline__ bool bad_block(const PlanArgs& a, i32 bits) {
+    return a.block > 1 && !a.table_unsigned && bits < 0;
+}
+
+// The slot of position pos whose table cell is `bits`: the cell itself for a token table, else
+// cell * block + pos % block (a negative block, recorded by whoever read it, gives slot 0,
+// which no op reads).
+__device__ __forceinline__ i64 cell_slot(const PlanArgs& a, i32 bits, i64 pos) {
+    const i64 cell = a.table_unsigned ? static_cast<i64>(static_cast<u32>(bits)) : static_cast<i64>(bits);
+    if (a.block == 1) return cell;
+    if (cell < 0) return 0;
+    return cell * a.block + static_cast<i64>(static_cast<u32>(pos) % static_cast<u32>(a.block));
+}
 
 // Dynamic shared memory, S slots per array: voff, woff (i64), then rp, ws, lim, seedx (i32):
 // 32 bytes a slot. Thread t scans rows [t * rpt, t * rpt + rpt) (rpt a power of two); row r
@@ -248,10 +330,17 @@ struct Row {
 
 // Checks a row from its columns (`vl`: its valid length, with a pool).
 template <bool HAS_POOL>
-__device__ __forceinline__ Row make_row(const PlanArgs& a, i64 rp, i64 prefix_raw, i64 ext, i64 vl) {
+__device__ __forceinline__ Row make_row(const PlanArgs& a, const Cols& c, i64 vl) {
     Row w = {};
+    const i64 rp = c.rp, prefix_raw = c.prefix, ext = c.ext;
     w.rp = rp;
-    if (rp == 0) return w;  // padding row: never read further
+    if (c.qbad) {
+        w.code = ST_QUERY_STARTS;
+        w.f1 = c.qs0;
+        w.f2 = c.qs1;
+        return w;
+    }
+    if (!c.active) return w;  // padding row: never read further
     w.wlen = ext > 0 ? static_cast<u64>(ext) : 0;
     const i64 prefix = prefix_raw > 0 ? prefix_raw : 0;
     w.prefix = prefix;
@@ -262,10 +351,10 @@ __device__ __forceinline__ Row make_row(const PlanArgs& a, i64 rp, i64 prefix_ra
         w.f2 = a.table_rows;
         return w;
     }
-    if (prefix > a.table_width) {
+    if (prefix > a.table_tokens) {
         w.code = ST_PREFIX_BEYOND_ROW;
         w.f1 = prefix_raw;
-        w.f2 = a.table_width;
+        w.f2 = a.table_tokens;
         return w;
     }
     w.ws = (a.window > 0 && prefix > a.window) ? prefix - a.window : 0;
@@ -294,8 +383,7 @@ __device__ __forceinline__ Row make_row(const PlanArgs& a, i64 rp, i64 prefix_ra
 // Loads and checks row r (r < smem_rows: inside every column).
 template <bool HAS_POOL>
 __device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r) {
-    return make_row<HAS_POOL>(a, __ldg(a.req_pool_indices + r), __ldg(a.prefix_lens + r),
-                              __ldg(a.extend_lens + r), HAS_POOL ? __ldg(a.valid_lens + r) : 0);
+    return make_row<HAS_POOL>(a, load_cols(a, r), HAS_POOL ? __ldg(a.valid_lens + r) : 0);
 }
 
 // Entry chunking: the T entries in `blocks` chunks of whole THREADS-entry rows of threads;
@@ -392,12 +480,14 @@ __device__ __forceinline__ void load_lanes(const PlanArgs& a, const Smem& sm, Cu
             cursor_seek<HAS_POOL>(c, sm, f);
             const i64 idx = f - c.start;
             const i32 pos = static_cast<i32>(c.ws + idx);
-            const i32* row = a.table + c.rp * a.table_width;
             L.pos[k] = pos;
-            L.x[k] = __ldg(row + pos);
+            L.x[k] = table_cell(a, c.rp, pos);
             L.first[k] = idx == 0;
             L.head[k] = idx == 0 || lane == 0;
-            if (L.head[k] && pos > 0) L.xp[k] = __ldg(row + pos - 1);
+            if (L.head[k] && pos > 0) L.xp[k] = table_cell(a, c.rp, pos - 1);
+            if (bad_block(a, L.x[k])) record_status(a.status, ST_BLOCK_RANGE, c.r, pos, L.x[k], a.block);
+            if (L.first[k] && pos > 0 && bad_block(a, L.xp[k]))
+                record_status(a.status, ST_BLOCK_RANGE, c.r, pos - 1, L.xp[k], a.block);
             if (HAS_POOL && idx < c.lim) L.tok[k] = __ldg(a.pool + c.rp * a.pool_width + pos + a.offset);
         }
     }
@@ -412,9 +502,9 @@ __device__ __forceinline__ i64 check_lanes(const PlanArgs& a, i64 base, const La
     for (int k = U - 1; k >= 0; --k) {
         const i64 f = base + static_cast<i64>(k) * THREADS + threadIdx.x;
         if (L.ok[k]) {
-            if (L.first[k] && L.pos[k] > 0 && L.xp[k] >= a.lut_len) {
+            if (L.first[k] && L.pos[k] > 0 && cell_slot(a, L.xp[k], L.pos[k] - 1) >= a.lut_len) {
                 best = 2 * f;
-            } else if (L.x[k] >= a.lut_len) {
+            } else if (cell_slot(a, L.x[k], L.pos[k]) >= a.lut_len) {
                 best = 2 * f + 1;
             }
         }
@@ -427,8 +517,9 @@ __device__ __forceinline__ void translate_lanes(const PlanArgs& a, const Lanes<U
                                                 i64 (&pown)[U]) {
 #pragma unroll
     for (int k = 0; k < U; ++k) {
-        slot[k] = L.ok[k] ? translate<MODE>(a, L.x[k]) : 0;
-        pown[k] = (L.ok[k] && L.head[k] && L.pos[k] > 0) ? translate<MODE>(a, L.xp[k]) : -1;
+        slot[k] = L.ok[k] ? translate<MODE>(a, cell_slot(a, L.x[k], L.pos[k])) : 0;
+        pown[k] = (L.ok[k] && L.head[k] && L.pos[k] > 0) ? translate<MODE>(a, cell_slot(a, L.xp[k], L.pos[k] - 1))
+                                                         : -1;
     }
 }
 
@@ -567,29 +658,28 @@ template <int G, bool HAS_POOL>
 __device__ __forceinline__ void check_rows(const PlanArgs& a, const Smem& sm, int tid, int rpt, int g,
                                            i64 R, i64 bs, bool meta_block, u64& vsum, u64& wsum,
                                            u32& err) {
-    i64 col_rp[G], col_prefix[G], col_ext[G], col_vl[G];
+    Cols cols[G];
+    i64 col_vl[G];
 #pragma unroll
     for (int k = 0; k < G; ++k) {
         const i64 r = static_cast<i64>(tid) * rpt + g + k;
         const bool in = g + k < rpt && r < R;
-        col_rp[k] = in ? __ldg(a.req_pool_indices + r) : 0;
-        col_prefix[k] = in ? __ldg(a.prefix_lens + r) : 0;
-        col_ext[k] = in ? __ldg(a.extend_lens + r) : 0;
+        cols[k] = in ? load_cols(a, r) : Cols{};
         col_vl[k] = (HAS_POOL && in) ? __ldg(a.valid_lens + r) : 0;
     }
     i32 seed_x[G];
 #pragma unroll
     for (int k = 0; k < G; ++k) {
-        const i64 rp = col_rp[k], prefix = col_prefix[k];
-        const bool seeded = meta_block && col_ext[k] > 0 && prefix > 0 &&
-                            prefix <= a.table_width && rp > 0 && rp < a.table_rows;
-        seed_x[k] = seeded ? __ldg(a.table + rp * a.table_width + prefix - 1) : 0;
+        const i64 rp = cols[k].rp, prefix = cols[k].prefix;
+        const bool seeded = meta_block && cols[k].active && !cols[k].qbad && cols[k].ext > 0 &&
+                            prefix > 0 && prefix <= a.table_tokens && rp >= 0 && rp < a.table_rows;
+        seed_x[k] = seeded ? table_cell(a, rp, prefix - 1) : 0;
     }
 #pragma unroll
     for (int k = 0; k < G; ++k) {
         const i64 r = static_cast<i64>(tid) * rpt + g + k;
         if (g + k < rpt && r < R) {
-            const Row w = make_row<HAS_POOL>(a, col_rp[k], col_prefix[k], col_ext[k], col_vl[k]);
+            const Row w = make_row<HAS_POOL>(a, cols[k], col_vl[k]);
             const i64 at = sm.at(r);
             sm.voff[at] = static_cast<i64>(w.vlen);
             sm.woff[at] = static_cast<i64>(w.wlen);
@@ -601,6 +691,7 @@ __device__ __forceinline__ void check_rows(const PlanArgs& a, const Smem& sm, in
                 if (w.code != 0 && err == NO_ERR) {
                     err = static_cast<u32>(r * 8 + (w.code == ST_REQ_POOL_INDEX      ? 1
                                                      : w.code == ST_PREFIX_BEYOND_ROW ? 2
+                                                     : w.code == ST_QUERY_STARTS      ? 5
                                                                                       : 3));
                 }
                 vsum += w.vlen;
@@ -758,7 +849,7 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a, HeadVerify hv = {nu
                 const i64 at = sm.at(r);
                 const i64 pos = sm.ws[at] + (f - sm.voff[at]) - ((key & 1) ? 0 : 1);
                 record_status(a.status, ST_LUT_INDEX,
-                              __ldg(a.table + static_cast<i64>(sm.rp[at]) * a.table_width + pos), a.lut_len);
+                              cell_slot(a, table_cell(a, static_cast<i64>(sm.rp[at]), pos), pos), a.lut_len);
             }
             return;  // nothing written
         }
@@ -786,9 +877,13 @@ __device__ __forceinline__ void plan_body(const PlanArgs& a, HeadVerify hv = {nu
             if (r < bs) {
                 const i64 at = sm.at(r);
                 const i64 wl = sm.woff[at];
-                const bool seeded = wl > 0 && sm.voff[sm.at(r + 1)] > sm.voff[at];
+                const i64 vlen = sm.voff[sm.at(r + 1)] - sm.voff[at];
+                const bool seeded = wl > 0 && vlen > 0;
                 a.w_offsets[r] = static_cast<i64>(run);
-                a.w_seeds[r] = seeded ? translate<MODE>(a, sm.seedx[at]) : -1;
+                if (seeded && bad_block(a, sm.seedx[at])) {
+                    record_status(a.status, ST_BLOCK_RANGE, r, sm.ws[at] + vlen - 1, sm.seedx[at], a.block);
+                }
+                a.w_seeds[r] = seeded ? translate<MODE>(a, cell_slot(a, sm.seedx[at], sm.ws[at] + vlen - 1)) : -1;
                 run += static_cast<u64>(wl);
             }
         }

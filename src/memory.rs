@@ -19,7 +19,7 @@ mod sealed {
     pub trait ElementSealed {}
 }
 
-/// An element type of a canary buffer: `i32`, `i64` or `u8`. Fixed by each buffer's type, so
+/// An element type of a canary buffer or a device input: `i32`, `i64`, `u8` or `u32`. Fixed by each buffer's type, so
 /// SGLang's dtype checks have no counterpart here.
 pub trait Element:
     Copy + Default + Debug + PartialEq + Send + Sync + 'static + sealed::ElementSealed
@@ -32,7 +32,7 @@ macro_rules! elements {
         impl Element for $t {}
     )*};
 }
-elements!(i32, i64, u8);
+elements!(i32, i64, u8, u32);
 
 /// A memory space. Sealed: [`Host`], and `Device` memory with the `cuda` feature.
 pub trait Memory: sealed::Sealed + 'static {

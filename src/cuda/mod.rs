@@ -211,9 +211,12 @@ pub use device::borrowed::{Borrowed, Shared};
 pub use device::cudarc_views::CudarcKvSource;
 pub use device::custom_module::{CustomKernel, CustomModule};
 pub use device::gpu::Gpu;
+#[doc(hidden)]
+pub use device::plan_inputs::DeviceColumn;
 pub use device::plan_inputs::{
-    DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens, DeviceGroup,
-    DeviceLut, DeviceReqToToken, DeviceTable, DeviceValidLens, PlanInputs, RawBatch, Swa,
+    DeviceBatch, DeviceColumns, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens,
+    DeviceGroup, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable, DeviceTableCell,
+    DeviceValidLens, PlanInputs, RawBatch, Swa,
 };
 pub use device::rebind::Rebind;
 pub use device::settings::{

@@ -332,7 +332,7 @@ impl<C: IndexElement, Q: IndexElement> ReadRows for QueryStarts<C, Q> {
         if end < start {
             return Err(Error::QueryStartsDecrease { row: r, start, end });
         }
-        Ok(vllm_row(r, c, end - start))
+        Ok(vllm_row(r, c, end.saturating_sub(start)))
     }
     fn check_lengths(&(context, starts, _): &Columns<'_, Self>, bs: usize) -> Result<(), Error> {
         at_least("context_lens", context.len(), bs)?;

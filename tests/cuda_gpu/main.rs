@@ -12,6 +12,7 @@
 //! (both match whole names); `--list` lists the tests they select; libtest's other options are
 //! accepted and ignored.
 
+mod block_tables;
 mod canary;
 mod graph;
 mod hostile;
@@ -45,6 +46,14 @@ pub type TestFn = fn(&Gpu) -> Result<(), String>;
 const TESTS: &[(&str, TestFn)] = &[
     ("worked_examples_write_verify", canary::worked_example),
     ("plan_differential_vs_cpu", plan::differential),
+    (
+        "plan_block_tables_match_cpu",
+        block_tables::block_tables_match_cpu,
+    ),
+    (
+        "plan_hostile_block_tables",
+        block_tables::hostile_block_tables,
+    ),
     ("plan_large_batches_vs_cpu", plan::large_batches),
     ("plan_kernels_agree_vs_cpu", plan::kernels_agree),
     (

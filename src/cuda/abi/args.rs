@@ -133,6 +133,19 @@ kernel_args! {
         smem_rows: i64,
         /// Blocks that copy entries.
         entry_blocks: i64,
+        /// Tokens a table cell places: 1 for a token table, the block size of a block table.
+        block: i64,
+        /// Tokens a table row places (`table_width x block`, < 2^31).
+        table_tokens: i64,
+        /// 1: the table's cells are `u32` (zero-extended), 0: `i32`.
+        table_unsigned: i64,
+        /// The batch columns: 0 SGLang's (`req_pool_indices`, `prefix_lens`, `extend_lens`),
+        /// 1 vLLM's `context_lens` and query lengths, 2 `context_lens` and cumulative query
+        /// offsets (the first two column fields hold them; the table is indexed by batch row).
+        layout: i64,
+        /// The columns' element types, a byte each (column k at bits 8k): 0 `i64`, 1 `i32`,
+        /// 2 `u32`.
+        kinds: i64,
     }
 }
 

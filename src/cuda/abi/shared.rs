@@ -163,6 +163,10 @@ codes! {
         ST_SCATTER_RANGE = 13,
         /// a = row, b = req_pool_index, c = pool rows.
         ST_POOL_ROW = 14,
+        /// a = row, b = position, c = the block-table entry, d = block size.
+        ST_BLOCK_RANGE = 15,
+        /// a = row, b = query_starts[row], c = query_starts[row + 1].
+        ST_QUERY_STARTS = 16,
     }
 }
 

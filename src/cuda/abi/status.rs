@@ -5,9 +5,10 @@
 
 use super::shared::{
     PLAN_MAX_ROWS, SA_OUT_CACHE_LOC, SA_VERIFY_PREV, SA_VERIFY_SLOT, SA_WRITE_SEED,
-    ST_BATCH_EXCEEDS_CAPACITY, ST_BATCH_TOO_LARGE, ST_EXPECTED_READ, ST_LUT_INDEX, ST_NEGATIVE_BS,
-    ST_OK, ST_POOL_ROW, ST_PREFIX_BEYOND_ROW, ST_REAL_KV_ROW, ST_REQ_POOL_INDEX, ST_SCATTER_RANGE,
-    ST_SLOT_OUT_OF_RANGE, ST_VALID_LENS_LENGTH, ST_WRITE_RANGE, ST_WRITE_TOKEN_OVERFLOW,
+    ST_BATCH_EXCEEDS_CAPACITY, ST_BATCH_TOO_LARGE, ST_BLOCK_RANGE, ST_EXPECTED_READ, ST_LUT_INDEX,
+    ST_NEGATIVE_BS, ST_OK, ST_POOL_ROW, ST_PREFIX_BEYOND_ROW, ST_QUERY_STARTS, ST_REAL_KV_ROW,
+    ST_REQ_POOL_INDEX, ST_SCATTER_RANGE, ST_SLOT_OUT_OF_RANGE, ST_VALID_LENS_LENGTH,
+    ST_WRITE_RANGE, ST_WRITE_TOKEN_OVERFLOW,
 };
 use crate::Error;
 
@@ -107,6 +108,17 @@ pub(crate) fn decode(w: &[i64; STATUS_WORDS]) -> Result<(), Error> {
             req_pool_index: b,
             rows: as_usize(c),
         },
+        ST_BLOCK_RANGE => Error::BlockOutOfRange {
+            row: as_usize(a),
+            position: b,
+            block: i128::from(c),
+            block_size: as_usize(d),
+        },
+        ST_QUERY_STARTS => Error::QueryStartsDecrease {
+            row: as_usize(a),
+            start: b,
+            end: c,
+        },
         other => Error::Malformed {
             detail: format!("unknown device status code {other} (fields {a}, {b}, {c}, {d}, {e})"),
         },
@@ -131,6 +143,30 @@ pub(crate) fn decode_at(words: &[i64], at: usize) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_table_and_query_start_codes_decode_to_the_cpu_errors() {
+        let mut w = [0i64; STATUS_WORDS];
+        w[..5].copy_from_slice(&[ST_BLOCK_RANGE, 3, 17, -1, 16]);
+        assert_eq!(
+            decode(&w),
+            Err(Error::BlockOutOfRange {
+                row: 3,
+                position: 17,
+                block: -1,
+                block_size: 16
+            })
+        );
+        w[..4].copy_from_slice(&[ST_QUERY_STARTS, 1, 5, 2]);
+        assert_eq!(
+            decode(&w),
+            Err(Error::QueryStartsDecrease {
+                row: 1,
+                start: 5,
+                end: 2
+            })
+        );
+    }
 
     #[test]
     fn a_word_inside_a_staging_decodes_and_one_past_it_is_an_error() {

@@ -10,11 +10,14 @@
 
 use super::borrowed::{at_least, Borrowed, Fence, Shared};
 use super::gpu::Gpu;
-use super::plan_inputs::{DeviceBatch, DeviceLut, DeviceTable, DeviceValidLens, RawBatch};
+use super::plan_inputs::{
+    DeviceBatch, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable, DeviceTableCell,
+    DeviceValidLens, RawBatch,
+};
 use super::write_inputs::RawWriteInputs;
 use crate::capacity::Capacity;
 use crate::cuda::driver::array::ViewableSlice;
-use crate::input::{InputAssertOff, TableKind, WriteInputs};
+use crate::input::{InputAssertOff, QueryLens, QueryStarts, TableKind, WriteInputs};
 use crate::memory::{Device, Element};
 use crate::Error;
 use std::sync::Arc;
@@ -192,6 +195,95 @@ impl<W: Capacity> DeviceBatch<W> {
         // SAFETY: as `DeviceTable::from_shared`, for every buffer.
         let batch = unsafe { Self::over(gpu, capacity, [&**a, &**b, &**c], bs.as_deref())? };
         Ok(shared_view(gpu, batch, columns, bs))
+    }
+}
+
+impl<W: Capacity> DeviceBatch<W> {
+    /// vLLM's columns over the engine's buffers: `context_lens` (the whole context, this
+    /// step's tokens included) and `query_lens`, at least `capacity` elements each, of their own
+    /// element types (`u32`, `i32` or `i64`), and optionally the engine's `bs` (`None`:
+    /// [`set_len_on`](Self::set_len_on)). The table is indexed by batch row; checked as
+    /// [`from_raw_columns`](Self::from_raw_columns). Dropping the view synchronises the
+    /// context: make it once and keep it.
+    pub fn from_query_lens<'a, C, Q, BC, BQ, S>(
+        gpu: &Gpu,
+        capacity: W,
+        context_lens: &'a BC,
+        query_lens: &'a BQ,
+        bs: Option<&'a S>,
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        C: DeviceIndex,
+        Q: DeviceIndex,
+        BC: ViewableSlice<C> + ?Sized,
+        BQ: ViewableSlice<Q> + ?Sized,
+        S: ViewableSlice<i32> + ?Sized,
+    {
+        let n = capacity.get();
+        let addrs = [
+            addr_of("context_lens", context_lens, n)?,
+            addr_of("query_lens", query_lens, n)?,
+            0,
+        ];
+        let bs = bs.map(|b| addr_of("bs", b, 1)).transpose()?;
+        // SAFETY: every buffer is borrowed for 'a, which the returned view cannot outlive, holds
+        // what the batch reads (checked), and the view's drop waits for every launch that read it.
+        let mut batch =
+            unsafe { Self::from_raw_columns::<QueryLens<C, Q>>(gpu, capacity, addrs, bs)? };
+        batch.record_rooms([context_lens.len(), query_lens.len(), 0]);
+        Ok(Borrowed::new(batch, Fence::Gpu(gpu.clone())))
+    }
+
+    /// [`from_query_lens`](Self::from_query_lens) with cumulative query offsets
+    /// (`cu_seqlens_q`): `query_starts` holds at least `capacity + 1` elements.
+    pub fn from_query_starts<'a, C, Q, BC, BQ, S>(
+        gpu: &Gpu,
+        capacity: W,
+        context_lens: &'a BC,
+        query_starts: &'a BQ,
+        bs: Option<&'a S>,
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        C: DeviceIndex,
+        Q: DeviceIndex,
+        BC: ViewableSlice<C> + ?Sized,
+        BQ: ViewableSlice<Q> + ?Sized,
+        S: ViewableSlice<i32> + ?Sized,
+    {
+        let n = capacity.get();
+        let addrs = [
+            addr_of("context_lens", context_lens, n)?,
+            addr_of("query_starts", query_starts, n.saturating_add(1))?,
+            0,
+        ];
+        let bs = bs.map(|b| addr_of("bs", b, 1)).transpose()?;
+        // SAFETY: as `from_query_lens`.
+        let mut batch =
+            unsafe { Self::from_raw_columns::<QueryStarts<C, Q>>(gpu, capacity, addrs, bs)? };
+        batch.record_rooms([context_lens.len(), query_starts.len(), 0]);
+        Ok(Borrowed::new(batch, Fence::Gpu(gpu.clone())))
+    }
+}
+
+impl DeviceReqToToken {
+    /// A view of the engine's block table in a buffer of at least `rows x blocks_per_row`
+    /// cells of `T` (`u32` or `i32`), blocks of `block_size` slots, checked as
+    /// [`block_table_from_raw`](Self::block_table_from_raw). Dropping the view synchronises
+    /// the context: make it once and keep it.
+    pub fn block_table_from_buffer<'a, T: DeviceTableCell, B: ViewableSlice<T> + ?Sized>(
+        gpu: &Gpu,
+        cells: &'a B,
+        rows: usize,
+        blocks_per_row: usize,
+        block_size: usize,
+    ) -> Result<Borrowed<'a, Self>, Error> {
+        let addr = addr_of("req_to_token", cells, rows.saturating_mul(blocks_per_row))?;
+        // SAFETY: `cells` is borrowed for 'a, which the view cannot outlive, and holds the
+        // table's cells (checked); the view's drop waits for every launch that read it.
+        let table = unsafe {
+            Self::block_table_from_raw::<T>(gpu, addr, rows, blocks_per_row, block_size)?
+        };
+        Ok(Borrowed::new(table, Fence::Gpu(gpu.clone())))
     }
 }
 

@@ -15,11 +15,14 @@
 
 use super::borrowed::{at_least, Borrowed, Fence, Shared};
 use super::gpu::Gpu;
-use super::plan_inputs::{DeviceBatch, DeviceLut, DeviceTable, DeviceValidLens, RawBatch};
+use super::plan_inputs::{
+    DeviceBatch, DeviceColumns, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable,
+    DeviceTableCell, DeviceValidLens, RawBatch,
+};
 use super::settings::DeviceRealKvSource;
 use super::write_inputs::RawWriteInputs;
 use crate::capacity::Capacity;
-use crate::input::{InputAssertOff, TableKind, WriteInputs};
+use crate::input::{InputAssertOff, QueryLens, QueryStarts, TableKind, WriteInputs};
 use crate::memory::Device;
 use crate::real_kv::{RealKvParams, RowLayout};
 use crate::Error;
@@ -231,6 +234,126 @@ impl<W: Capacity> DeviceBatch<W> {
         let (batch, context) = unsafe { Self::over_cudarc(gpu, capacity, refs, bs.as_deref())? };
         let slices = columns.iter().map(kept).chain(bs.as_ref().map(kept));
         Ok(shared(batch, context, slices))
+    }
+}
+
+impl<W: Capacity> DeviceBatch<W> {
+    /// vLLM's two columns over cudarc slices (the first `capacity` elements of `first`, and of
+    /// `second` `capacity + extra`), with the context of `first`.
+    ///
+    /// # Safety
+    ///
+    /// As `DeviceTable::over_cudarc`, for every slice.
+    unsafe fn over_cudarc_columns<L, C, Q, SC, SQ, B>(
+        gpu: &Gpu,
+        capacity: W,
+        first: &SC,
+        second: &SQ,
+        bs: Option<&B>,
+    ) -> Result<(Self, Arc<CudaContext>), Error>
+    where
+        L: DeviceColumns,
+        SC: DevicePtr<C>,
+        SQ: DevicePtr<Q>,
+        B: DevicePtr<i32>,
+    {
+        let n = capacity.get();
+        let (names, extra) = match L::COLUMNS {
+            [Some((a, _)), Some((b, extra)), _] => ([a, b], extra),
+            _ => unreachable!("vLLM's layouts have two columns"),
+        };
+        let (a, a_len, context) = parts(first);
+        let (b, b_len, _) = parts(second);
+        at_least(names[0], a_len, n)?;
+        at_least(names[1], b_len, n.saturating_add(extra))?;
+        let bs = count_of("bs", bs)?;
+        // SAFETY: every slice is a live cudarc allocation holding what the batch reads
+        // (checked), kept by the caller.
+        let mut batch = unsafe { Self::from_raw_columns::<L>(gpu, capacity, [a, b, 0], bs)? };
+        batch.record_rooms([a_len, b_len, 0]);
+        Ok((batch, context))
+    }
+
+    /// vLLM's columns over cudarc slices, as candle and mistral.rs hold them: `context_lens`
+    /// and `query_lens` (at least `capacity` elements each; `u32`, `i32` or `i64`) and
+    /// optionally the engine's `bs`; the table is indexed by batch row. Checked as
+    /// [`from_raw_columns`](Self::from_raw_columns).
+    pub fn from_cudarc_query_lens<'a, C, Q, SC, SQ, B>(
+        gpu: &Gpu,
+        capacity: W,
+        context_lens: &'a SC,
+        query_lens: &'a SQ,
+        bs: Option<&'a B>,
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        C: DeviceIndex,
+        Q: DeviceIndex,
+        SC: DevicePtr<C>,
+        SQ: DevicePtr<Q>,
+        B: DevicePtr<i32>,
+    {
+        // SAFETY: as `DeviceTable::from_cudarc`, for every slice.
+        let (batch, context) = unsafe {
+            Self::over_cudarc_columns::<QueryLens<C, Q>, C, Q, SC, SQ, B>(
+                gpu,
+                capacity,
+                context_lens,
+                query_lens,
+                bs,
+            )?
+        };
+        Ok(Borrowed::new(batch, Fence::Cudarc(context)))
+    }
+
+    /// [`from_cudarc_query_lens`](Self::from_cudarc_query_lens) with cumulative query offsets
+    /// (`cu_seqlens_q`, at least `capacity + 1` elements).
+    pub fn from_cudarc_query_starts<'a, C, Q, SC, SQ, B>(
+        gpu: &Gpu,
+        capacity: W,
+        context_lens: &'a SC,
+        query_starts: &'a SQ,
+        bs: Option<&'a B>,
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        C: DeviceIndex,
+        Q: DeviceIndex,
+        SC: DevicePtr<C>,
+        SQ: DevicePtr<Q>,
+        B: DevicePtr<i32>,
+    {
+        // SAFETY: as `DeviceTable::from_cudarc`, for every slice.
+        let (batch, context) = unsafe {
+            Self::over_cudarc_columns::<QueryStarts<C, Q>, C, Q, SC, SQ, B>(
+                gpu,
+                capacity,
+                context_lens,
+                query_starts,
+                bs,
+            )?
+        };
+        Ok(Borrowed::new(batch, Fence::Cudarc(context)))
+    }
+}
+
+impl DeviceReqToToken {
+    /// A view of the engine's block table in a cudarc slice of at least
+    /// `rows x blocks_per_row` cells of `T` (`u32` or `i32`), blocks of `block_size` slots,
+    /// checked as [`block_table_from_raw`](Self::block_table_from_raw).
+    pub fn block_table_from_cudarc<'a, T: DeviceTableCell, S: DevicePtr<T>>(
+        gpu: &Gpu,
+        cells: &'a S,
+        rows: usize,
+        blocks_per_row: usize,
+        block_size: usize,
+    ) -> Result<Borrowed<'a, Self>, Error> {
+        let (addr, len, context) = parts(cells);
+        at_least("req_to_token", len, rows.saturating_mul(blocks_per_row))?;
+        // SAFETY: `cells` is borrowed for 'a, which the view cannot outlive, and holds the
+        // table's cells (checked); the view's drop waits for every launch that read it.
+        let table = unsafe {
+            Self::block_table_from_raw::<T>(gpu, addr, rows, blocks_per_row, block_size)?
+        };
+        Ok(Borrowed::new(table, Fence::Cudarc(context)))
     }
 }
 

@@ -10,9 +10,10 @@ use crate::cuda::abi::ptr::DevPtr;
 use crate::cuda::driver::array::{checked_scalar_view, checked_view, DeviceArray, DeviceScalar};
 use crate::cuda::driver::memory as driver;
 use crate::input::{
-    Batch, Full, NoExpectedTokens, PositionOffset, ReqTable, SlotIds, SwaWindow, TableKind,
-    TokenIds,
+    Batch, BatchColumns, Full, IndexElement, NoExpectedTokens, PoolRows, PositionOffset, QueryLens,
+    QueryStarts, ReqTable, ReqToTokenView, SlotIds, SwaWindow, TableKind, TokenIds, MAX_BLOCK_SIZE,
 };
+use crate::memory::Element;
 use crate::Error;
 use core::marker::PhantomData;
 
@@ -25,10 +26,200 @@ use core::marker::PhantomData;
 /// which the launches then read in place, with no copy.
 pub struct DeviceBatch<W: Capacity> {
     capacity: W,
-    pub(crate) req_pool_indices: DeviceArray<i64>,
-    pub(crate) prefix_lens: DeviceArray<i64>,
-    pub(crate) extend_seq_lens: DeviceArray<i64>,
+    /// The columns: SGLang's three, or vLLM's two (the third unused, empty).
+    pub(crate) columns: [DeviceColumn; 3],
+    /// The kernels' code of the columns' layout (`PlanArgs::layout`).
+    pub(crate) layout: i64,
     pub(crate) bs: DeviceScalar<i32>,
+}
+
+mod index_sealed {
+    pub trait Sealed {}
+}
+
+/// Element types the device reads batch columns and block tables in: `i64`, `i32` and `u32`
+/// (the host views also take `u64` and `usize`). Sealed.
+pub trait DeviceIndex: IndexElement + Element + index_sealed::Sealed {
+    /// The kernels' code of the type (`PlanArgs::kinds`).
+    #[doc(hidden)]
+    const KIND: i64;
+    /// A column over `array`.
+    #[doc(hidden)]
+    fn column(array: DeviceArray<Self>) -> DeviceColumn;
+}
+impl index_sealed::Sealed for i64 {}
+impl DeviceIndex for i64 {
+    const KIND: i64 = 0;
+    fn column(array: DeviceArray<i64>) -> DeviceColumn {
+        DeviceColumn::I64(array)
+    }
+}
+impl index_sealed::Sealed for i32 {}
+impl DeviceIndex for i32 {
+    const KIND: i64 = 1;
+    fn column(array: DeviceArray<i32>) -> DeviceColumn {
+        DeviceColumn::I32(array)
+    }
+}
+impl index_sealed::Sealed for u32 {}
+impl DeviceIndex for u32 {
+    const KIND: i64 = 2;
+    fn column(array: DeviceArray<u32>) -> DeviceColumn {
+        DeviceColumn::U32(array)
+    }
+}
+
+/// One device batch column of the engine's element type.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum DeviceColumn {
+    /// `i64` elements.
+    I64(DeviceArray<i64>),
+    /// `i32` elements.
+    I32(DeviceArray<i32>),
+    /// `u32` elements.
+    U32(DeviceArray<u32>),
+}
+
+impl DeviceColumn {
+    /// The device address.
+    pub(crate) fn addr(&self) -> u64 {
+        match self {
+            DeviceColumn::I64(a) => a.as_raw(),
+            DeviceColumn::I32(a) => a.as_raw(),
+            DeviceColumn::U32(a) => a.as_raw(),
+        }
+    }
+    /// The kernels' code of the element type.
+    pub(crate) fn kind(&self) -> i64 {
+        match self {
+            DeviceColumn::I64(_) => i64::KIND,
+            DeviceColumn::I32(_) => i32::KIND,
+            DeviceColumn::U32(_) => u32::KIND,
+        }
+    }
+    fn record_room(&mut self, room: usize) {
+        match self {
+            DeviceColumn::I64(a) => a.record_room(room),
+            DeviceColumn::I32(a) => a.record_room(room),
+            DeviceColumn::U32(a) => a.record_room(room),
+        }
+    }
+    fn rebound(&self, what: &'static str, len: usize) -> Result<Self, Error> {
+        Ok(match self {
+            DeviceColumn::I64(a) => DeviceColumn::I64(a.rebound(what, len)?),
+            DeviceColumn::I32(a) => DeviceColumn::I32(a.rebound(what, len)?),
+            DeviceColumn::U32(a) => DeviceColumn::U32(a.rebound(what, len)?),
+        })
+    }
+    /// The `i64` array of an SGLang column the crate uploads into.
+    fn sglang(&self) -> Result<&DeviceArray<i64>, Error> {
+        match self {
+            DeviceColumn::I64(a) => Ok(a),
+            _ => Err(Error::Malformed {
+                detail: "a device batch of the engine's own vLLM or 32-bit columns is filled by \
+                         the engine (set_len_on), not uploaded from a Batch"
+                    .to_owned(),
+            }),
+        }
+    }
+}
+
+/// Batch columns the device reads ([`PoolRows`], [`QueryLens`], [`QueryStarts`] of
+/// [`DeviceIndex`] elements): their layout and element types as the plan kernel reads them.
+/// Sealed.
+pub trait DeviceColumns: BatchColumns {
+    /// The kernels' code of the layout.
+    #[doc(hidden)]
+    const LAYOUT: i64;
+    /// The columns' names, and how many elements past the capacity each holds (cumulative
+    /// offsets: one); `None` for an unused third column.
+    #[doc(hidden)]
+    const COLUMNS: [Option<(&'static str, usize)>; 3];
+    /// Checked views of the columns at `addrs`.
+    ///
+    /// # Safety
+    ///
+    /// As [`DeviceBatch::from_raw_columns`].
+    #[doc(hidden)]
+    unsafe fn views(
+        gpu: &Gpu,
+        addrs: [u64; 3],
+        capacity: usize,
+    ) -> Result<[DeviceColumn; 3], Error>;
+}
+
+/// A checked view of column `name` of `len` elements of `T` at `addr`.
+///
+/// # Safety
+///
+/// As [`DeviceBatch::from_raw_columns`].
+unsafe fn column_view<T: DeviceIndex>(
+    gpu: &Gpu,
+    name: &'static str,
+    addr: u64,
+    len: usize,
+) -> Result<DeviceColumn, Error> {
+    // SAFETY: forwarded to the caller; `checked_view` checks the rest.
+    Ok(T::column(unsafe {
+        checked_view(gpu.context(), name, addr, len)?
+    }))
+}
+
+/// An unused third column (vLLM's layouts): an empty crate allocation.
+fn no_column() -> Result<DeviceColumn, Error> {
+    Ok(DeviceColumn::I64(driver::zeroed(0)?))
+}
+
+impl<R: DeviceIndex, P: DeviceIndex, E: DeviceIndex> DeviceColumns for PoolRows<R, P, E> {
+    const LAYOUT: i64 = 0;
+    const COLUMNS: [Option<(&'static str, usize)>; 3] = [
+        Some(("req_pool_indices", 0)),
+        Some(("prefix_lens", 0)),
+        Some(("extend_seq_lens", 0)),
+    ];
+    unsafe fn views(gpu: &Gpu, a: [u64; 3], n: usize) -> Result<[DeviceColumn; 3], Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            Ok([
+                column_view::<R>(gpu, "req_pool_indices", a[0], n)?,
+                column_view::<P>(gpu, "prefix_lens", a[1], n)?,
+                column_view::<E>(gpu, "extend_seq_lens", a[2], n)?,
+            ])
+        }
+    }
+}
+
+impl<C: DeviceIndex, Q: DeviceIndex> DeviceColumns for QueryLens<C, Q> {
+    const LAYOUT: i64 = 1;
+    const COLUMNS: [Option<(&'static str, usize)>; 3] =
+        [Some(("context_lens", 0)), Some(("query_lens", 0)), None];
+    unsafe fn views(gpu: &Gpu, a: [u64; 3], n: usize) -> Result<[DeviceColumn; 3], Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            Ok([
+                column_view::<C>(gpu, "context_lens", a[0], n)?,
+                column_view::<Q>(gpu, "query_lens", a[1], n)?,
+                no_column()?,
+            ])
+        }
+    }
+}
+
+impl<C: DeviceIndex, Q: DeviceIndex> DeviceColumns for QueryStarts<C, Q> {
+    const LAYOUT: i64 = 2;
+    const COLUMNS: [Option<(&'static str, usize)>; 3] =
+        [Some(("context_lens", 0)), Some(("query_starts", 1)), None];
+    unsafe fn views(gpu: &Gpu, a: [u64; 3], n: usize) -> Result<[DeviceColumn; 3], Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            Ok([
+                column_view::<C>(gpu, "context_lens", a[0], n)?,
+                column_view::<Q>(gpu, "query_starts", a[1], n + 1)?,
+                no_column()?,
+            ])
+        }
+    }
 }
 
 /// The device addresses (`CUdeviceptr`) of an engine's batch columns, for
@@ -54,9 +245,12 @@ impl<W: Capacity> DeviceBatch<W> {
         let n = capacity.get();
         Ok(DeviceBatch {
             capacity,
-            req_pool_indices: driver::zeroed(n)?,
-            prefix_lens: driver::zeroed(n)?,
-            extend_seq_lens: driver::zeroed(n)?,
+            columns: [
+                DeviceColumn::I64(driver::zeroed(n)?),
+                DeviceColumn::I64(driver::zeroed(n)?),
+                DeviceColumn::I64(driver::zeroed(n)?),
+            ],
+            layout: 0,
             bs: driver::scalar(0)?,
         })
     }
@@ -74,24 +268,58 @@ impl<W: Capacity> DeviceBatch<W> {
     /// or any launch or graph that read it, can run. The engine writes them only in stream
     /// order with the launches that read them.
     pub unsafe fn from_raw(gpu: &Gpu, capacity: W, raw: RawBatch) -> Result<Self, Error> {
-        let n = capacity.get();
-        let ctx = gpu.context();
-        // SAFETY: the caller's contract covers each address (`checked_view` checks the rest).
-        unsafe {
-            Ok(DeviceBatch {
-                capacity,
-                req_pool_indices: checked_view(ctx, "req_pool_indices", raw.req_pool_indices, n)?,
-                prefix_lens: checked_view(ctx, "prefix_lens", raw.prefix_lens, n)?,
-                extend_seq_lens: checked_view(ctx, "extend_seq_lens", raw.extend_seq_lens, n)?,
-                bs: match raw.bs {
-                    Some(addr) => checked_scalar_view(ctx, "bs", addr)?,
-                    None => {
-                        gpu.make_current()?;
-                        driver::scalar(0)?
-                    }
-                },
-            })
-        }
+        let addrs = [raw.req_pool_indices, raw.prefix_lens, raw.extend_seq_lens];
+        // SAFETY: the caller's contract is `from_raw_columns`'s for SGLang's i64 columns.
+        unsafe { Self::from_raw_columns::<PoolRows>(gpu, capacity, addrs, raw.bs) }
+    }
+
+    /// Views of the engine's batch columns in any layout the device reads
+    /// ([`DeviceColumns`]: SGLang's [`PoolRows`], or vLLM's [`QueryLens`] /
+    /// [`QueryStarts`] with the table indexed by batch row), each of its own element type
+    /// (`i64`, `i32`, `u32`): `addrs` holds one address a column (vLLM's layouts: two, the third
+    /// ignored), each column `capacity` elements (cumulative query offsets: `capacity + 1`),
+    /// checked as [`from_raw`](Self::from_raw). Nothing is copied: the plan reads the engine's
+    /// columns in place, `bs` from `bs` (or a scalar of the batch's own, see
+    /// [`set_len_on`](Self::set_len_on)).
+    ///
+    /// # Safety
+    ///
+    /// Each column address is the start of its elements of device memory in one live
+    /// allocation of `gpu`'s context (or one its device can access), aligned to its element,
+    /// and `bs`, when given, one aligned `i32` likewise; they stay allocated while this batch,
+    /// or any launch or graph that read it, can run. The engine writes them only in stream
+    /// order with the launches that read them.
+    pub unsafe fn from_raw_columns<C: DeviceColumns>(
+        gpu: &Gpu,
+        capacity: W,
+        addrs: [u64; 3],
+        bs: Option<u64>,
+    ) -> Result<Self, Error> {
+        // SAFETY: forwarded to the caller (`checked_view` checks the rest).
+        let columns = unsafe { C::views(gpu, addrs, capacity.get())? };
+        let bs = match bs {
+            // SAFETY: forwarded to the caller, for `bs` (`checked_scalar_view` checks the rest).
+            Some(addr) => unsafe { checked_scalar_view(gpu.context(), "bs", addr)? },
+            None => {
+                gpu.make_current()?;
+                driver::scalar(0)?
+            }
+        };
+        Ok(DeviceBatch {
+            capacity,
+            columns,
+            layout: C::LAYOUT,
+            bs,
+        })
+    }
+
+    /// The kernels' codes of the columns' element types (`PlanArgs::kinds`).
+    pub(crate) fn kinds(&self) -> i64 {
+        self.columns
+            .iter()
+            .enumerate()
+            .map(|(k, c)| c.kind() << (8 * k))
+            .sum()
     }
 
     /// The row capacity.
@@ -101,9 +329,9 @@ impl<W: Capacity> DeviceBatch<W> {
 
     /// Records the lengths of the buffers the columns view (a safe constructor's).
     pub(crate) fn record_rooms(&mut self, columns: [usize; 3]) {
-        self.req_pool_indices.record_room(columns[0]);
-        self.prefix_lens.record_room(columns[1]);
-        self.extend_seq_lens.record_room(columns[2]);
+        for (column, room) in self.columns.iter_mut().zip(columns) {
+            column.record_room(room);
+        }
     }
 
     /// The same views with `capacity` rows (each column checked against its buffer); the
@@ -111,16 +339,42 @@ impl<W: Capacity> DeviceBatch<W> {
     /// must be current).
     pub(crate) fn rebound<W2: Capacity>(&self, capacity: W2) -> Result<DeviceBatch<W2>, Error> {
         let n = capacity.get();
+        let names = match self.layout {
+            0 => ["req_pool_indices", "prefix_lens", "extend_seq_lens"],
+            1 => ["context_lens", "query_lens", ""],
+            _ => ["context_lens", "query_starts", ""],
+        };
+        let extra = [0, usize::from(self.layout == 2), 0];
+        let rebound = |k: usize| match self.layout {
+            1 | 2 if k == 2 => no_column(),
+            _ => self.columns[k].rebound(names[k], n + extra[k]),
+        };
         Ok(DeviceBatch {
             capacity,
-            req_pool_indices: self.req_pool_indices.rebound("req_pool_indices", n)?,
-            prefix_lens: self.prefix_lens.rebound("prefix_lens", n)?,
-            extend_seq_lens: self.extend_seq_lens.rebound("extend_seq_lens", n)?,
+            columns: [rebound(0)?, rebound(1)?, rebound(2)?],
+            layout: self.layout,
             bs: match self.bs.rebound() {
                 Some(bs) => bs,
                 None => driver::scalar(0)?,
             },
         })
+    }
+
+    /// SGLang's three `i64` columns (an upload's or a download's), or the error of a batch of
+    /// another layout or element type.
+    fn sglang_columns(&self) -> Result<[&DeviceArray<i64>; 3], Error> {
+        if self.layout != 0 {
+            return Err(Error::Malformed {
+                detail: "a device batch of vLLM's columns (context and query lengths) is the \
+                         engine's own: it is not uploaded from, or downloaded to, a Batch"
+                    .to_owned(),
+            });
+        }
+        Ok([
+            self.columns[0].sglang()?,
+            self.columns[1].sglang()?,
+            self.columns[2].sglang()?,
+        ])
     }
 
     /// `bs` as the device reads it, after checking it against the capacity.
@@ -138,9 +392,10 @@ impl<W: Capacity> DeviceBatch<W> {
     /// More rows than the capacity is [`Error::BatchExceedsWriteCapacity`], nothing copied.
     pub fn upload(&self, batch: &Batch) -> Result<(), Error> {
         let bs = self.checked_len(batch.len())?;
-        driver::upload(&self.req_pool_indices, 0, batch.req_pool_indices())?;
-        driver::upload(&self.prefix_lens, 0, batch.prefix_lens())?;
-        driver::upload(&self.extend_seq_lens, 0, batch.extend_seq_lens())?;
+        let [a, b, c] = self.sglang_columns()?;
+        driver::upload(a, 0, batch.req_pool_indices())?;
+        driver::upload(b, 0, batch.prefix_lens())?;
+        driver::upload(c, 0, batch.extend_seq_lens())?;
         driver::set_scalar(&self.bs, bs)
     }
 
@@ -150,9 +405,10 @@ impl<W: Capacity> DeviceBatch<W> {
     pub fn upload_on(&self, stream: &Stream, batch: &Batch) -> Result<(), Error> {
         let bs = self.checked_len(batch.len())?;
         let raw = stream.as_raw();
-        driver::upload_async(&self.req_pool_indices, 0, batch.req_pool_indices(), raw)?;
-        driver::upload_async(&self.prefix_lens, 0, batch.prefix_lens(), raw)?;
-        driver::upload_async(&self.extend_seq_lens, 0, batch.extend_seq_lens(), raw)?;
+        let [a, b, c] = self.sglang_columns()?;
+        driver::upload_async(a, 0, batch.req_pool_indices(), raw)?;
+        driver::upload_async(b, 0, batch.prefix_lens(), raw)?;
+        driver::upload_async(c, 0, batch.extend_seq_lens(), raw)?;
         driver::set_i32_async(&self.bs, bs, raw)
     }
 
@@ -170,9 +426,9 @@ impl<W: Capacity> DeviceBatch<W> {
             .unwrap_or(0)
             .min(self.capacity.get());
         let mut cols = [vec![0; bs], vec![0; bs], vec![0; bs]];
-        driver::download(&mut cols[0], &self.req_pool_indices, 0)?;
-        driver::download(&mut cols[1], &self.prefix_lens, 0)?;
-        driver::download(&mut cols[2], &self.extend_seq_lens, 0)?;
+        for (col, device) in cols.iter_mut().zip(self.sglang_columns()?) {
+            driver::download(col, device, 0)?;
+        }
         let [a, b, c] = cols;
         Batch::try_from_columns(a, b, c)
     }
@@ -183,9 +439,14 @@ impl<W: Capacity> DeviceBatch<W> {
 /// ([`from_host`](Self::from_host)) or a view of the engine's table
 /// ([`from_raw`](Self::from_raw)).
 pub struct DeviceTable<K: TableKind> {
+    /// The cells' bits (`u32` cells are read as their `i32` bits and zero-extended).
     pub(crate) data: DeviceArray<i32>,
     rows: usize,
     width: usize,
+    /// Tokens a cell places: 1, or a block table's block size.
+    block_size: usize,
+    /// Whether the cells are `u32`.
+    unsigned: bool,
     kind: PhantomData<K>,
 }
 
@@ -232,6 +493,8 @@ impl<K: TableKind> DeviceTable<K> {
             data,
             rows: host.rows(),
             width: host.width(),
+            block_size: 1,
+            unsigned: false,
             kind: PhantomData,
         })
     }
@@ -255,8 +518,25 @@ impl<K: TableKind> DeviceTable<K> {
             data,
             rows,
             width,
+            block_size: 1,
+            unsigned: false,
             kind: PhantomData,
         })
+    }
+
+    /// Tokens a cell places: 1 for a token table, the block size of a block table.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Whether the cells are `u32` (a block table of `u32` block ids).
+    pub fn is_unsigned(&self) -> bool {
+        self.unsigned
+    }
+
+    /// Tokens a row places (`width x block_size`).
+    pub(crate) fn tokens_per_row(&self) -> usize {
+        self.width * self.block_size
     }
 
     /// Rows.
@@ -336,6 +616,113 @@ impl<K: TableKind> DeviceTable<K> {
         let mut data = vec![0; self.rows * self.width];
         driver::download(&mut data, &self.data, 0)?;
         ReqTable::from_vec(self.rows, self.width, data)
+    }
+}
+
+/// Cells a device block table may hold: `i32` and `u32`. Sealed.
+pub trait DeviceTableCell: DeviceIndex {
+    /// Whether the kernels zero-extend the cells.
+    #[doc(hidden)]
+    const UNSIGNED: bool;
+    /// The cell's bits as the device keeps them.
+    #[doc(hidden)]
+    fn bits(self) -> i32;
+}
+impl DeviceTableCell for i32 {
+    const UNSIGNED: bool = false;
+    fn bits(self) -> i32 {
+        self
+    }
+}
+impl DeviceTableCell for u32 {
+    const UNSIGNED: bool = true;
+    fn bits(self) -> i32 {
+        i32::from_ne_bytes(self.to_ne_bytes())
+    }
+}
+
+/// The checks of a block table for the device: a block size in `[1, MAX_BLOCK_SIZE]`, rows
+/// and widths as [`device_table_cells`], and tokens a row below 2^31 (the plan kernel keeps
+/// positions in 32 bits). Returns the cells.
+fn device_block_table_cells(
+    rows: usize,
+    blocks_per_row: usize,
+    block_size: usize,
+) -> Result<usize, Error> {
+    if !(1..=MAX_BLOCK_SIZE).contains(&block_size) {
+        return Err(Error::OutOfRange {
+            what: "block_size",
+            value: i64::try_from(block_size).unwrap_or(i64::MAX),
+            allowed: "[1, 65536]",
+        });
+    }
+    let cells = device_table_cells(SlotIds::NAME, rows, blocks_per_row, None)?;
+    match blocks_per_row.checked_mul(block_size) {
+        Some(t) if i32::try_from(t).is_ok() => Ok(cells),
+        _ => Err(Error::OutOfRange {
+            what: "blocks_per_row x block_size on the GPU",
+            value: i64::try_from(blocks_per_row.saturating_mul(block_size)).unwrap_or(i64::MAX),
+            allowed: "[0, i32::MAX] tokens a row",
+        }),
+    }
+}
+
+impl DeviceTable<SlotIds> {
+    /// A device copy of a host block table (or token table: block size 1) of `i32` or `u32`
+    /// cells, as [`ReqToTokenView::block_table`] describes it; the plan reads the slot of
+    /// position `pos` of a row as `table[row][pos / B] * B + pos % B`, as on the CPU.
+    pub fn block_table_from_host<T: DeviceTableCell>(
+        gpu: &Gpu,
+        table: ReqToTokenView<'_, T>,
+    ) -> Result<Self, Error> {
+        gpu.make_current()?;
+        device_block_table_cells(table.rows(), table.width(), table.block_size())?;
+        let bits: Vec<i32> = table.as_slice().iter().map(|&c| c.bits()).collect();
+        let data = driver::zeroed(bits.len())?;
+        driver::upload(&data, 0, &bits)?;
+        Ok(DeviceTable {
+            data,
+            rows: table.rows(),
+            width: table.width(),
+            block_size: table.block_size(),
+            unsigned: T::UNSIGNED,
+            kind: PhantomData,
+        })
+    }
+
+    /// A view of the engine's **block table**: `rows x blocks_per_row` cells of `T` (`u32` in
+    /// mistral.rs and candle-vllm, or `i32`), row-major, at device address `addr`, blocks of
+    /// `block_size` slots (nothing copied; the plan reads the engine's table in place, as
+    /// [`ReqToTokenView::block_table`] on the CPU). The rows are the request's pool rows or
+    /// the batch rows, as the batch's columns say ([`DeviceColumns`]). A block size outside
+    /// `[1, MAX_BLOCK_SIZE]` or rows of 2^31 tokens or more is an error; the address is
+    /// checked as [`from_raw`](Self::from_raw)'s.
+    ///
+    /// A negative block of an `i32` table that the plan reads is recorded on the device
+    /// ([`Error::BlockOutOfRange`], the step's error) and its entries get slot 0, which no op
+    /// reads; `u32` blocks past `i32::MAX` are blocks like any other.
+    ///
+    /// # Safety
+    ///
+    /// As [`from_raw`](Self::from_raw), for `rows x blocks_per_row` cells of `T`.
+    pub unsafe fn block_table_from_raw<T: DeviceTableCell>(
+        gpu: &Gpu,
+        addr: u64,
+        rows: usize,
+        blocks_per_row: usize,
+        block_size: usize,
+    ) -> Result<Self, Error> {
+        let cells = device_block_table_cells(rows, blocks_per_row, block_size)?;
+        // SAFETY: forwarded to the caller: `T` is 4 bytes wide, as the `i32` view.
+        let data = unsafe { checked_view(gpu.context(), SlotIds::NAME, addr, cells)? };
+        Ok(DeviceTable {
+            data,
+            rows,
+            width: blocks_per_row,
+            block_size,
+            unsigned: T::UNSIGNED,
+            kind: PhantomData,
+        })
     }
 }
 
@@ -740,9 +1127,12 @@ mod tests {
         unsafe {
             DeviceBatch {
                 capacity,
-                req_pool_indices: DeviceArray::view(0x1000, capacity.get()),
-                prefix_lens: DeviceArray::view(0x2000, capacity.get()),
-                extend_seq_lens: DeviceArray::view(0x3000, capacity.get()),
+                columns: [
+                    DeviceColumn::I64(DeviceArray::view(0x1000, capacity.get())),
+                    DeviceColumn::I64(DeviceArray::view(0x2000, capacity.get())),
+                    DeviceColumn::I64(DeviceArray::view(0x3000, capacity.get())),
+                ],
+                layout: 0,
                 bs: DeviceScalar::view(0x4000),
             }
         }
@@ -759,7 +1149,8 @@ mod tests {
                 write_req_capacity: 4
             })
         );
-        assert!(b.req_pool_indices.is_view() && b.bs.is_view());
+        assert!(matches!(&b.columns[0], DeviceColumn::I64(c) if c.is_view()) && b.bs.is_view());
+        assert_eq!(b.kinds(), 0);
     }
 
     #[test]

@@ -208,9 +208,9 @@ where
         (max_blocks, max_blocks)
     };
     let args = PlanArgs {
-        req_pool_indices: driver::ptr(&inputs.batch.req_pool_indices),
-        prefix_lens: driver::ptr(&inputs.batch.prefix_lens),
-        extend_lens: driver::ptr(&inputs.batch.extend_seq_lens),
+        req_pool_indices: DevPtr::from_addr(inputs.batch.columns[0].addr()),
+        prefix_lens: DevPtr::from_addr(inputs.batch.columns[1].addr()),
+        extend_lens: DevPtr::from_addr(inputs.batch.columns[2].addr()),
         bs: driver::box_ptr(&inputs.batch.bs),
         table: driver::ptr(&table.data),
         table_rows: table.rows() as i64,
@@ -240,6 +240,11 @@ where
         scratch: target.scratch,
         smem_rows: smem_rows as i64,
         entry_blocks: i64::from(entry_blocks),
+        block: table.block_size() as i64,
+        table_tokens: table.tokens_per_row() as i64,
+        table_unsigned: i64::from(table.is_unsigned()),
+        layout: inputs.batch.layout,
+        kinds: inputs.batch.kinds(),
     };
     let lut = match (lut.is_some(), checked) {
         (false, _) => LutMode::None,

@@ -23,6 +23,7 @@
 //! its name contains one; all by default), `--skip NAME`, `--exact`, `--list`; libtest's other
 //! options are accepted and ignored.
 
+mod block_tables;
 mod constructors;
 mod gen;
 mod golden;
@@ -98,6 +99,10 @@ const TARGETS: &[Target] = &[
     Target {
         name: "views",
         run: views::run,
+    },
+    Target {
+        name: "block_tables",
+        run: block_tables::run,
     },
     Target {
         name: "golden_parser",
