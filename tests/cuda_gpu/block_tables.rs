@@ -118,6 +118,10 @@ fn plan_both<T: cuda::DeviceTableCell>(
         _ => cuda::plan(stream, &shape, &inputs, &device.0, &device.1),
     };
     let gpu_result = queued.and_then(|()| stream.status());
+    if gpu_result.is_err() {
+        // The status word is sticky: clear it for the next case.
+        stream.clear_status().map_err(fail("clear status"))?;
+    }
     match (cpu, gpu_result) {
         (Ok(_), Ok(())) => {
             let v = device.0.to_host().map_err(fail("download"))?;
