@@ -164,8 +164,8 @@ pub use memory::Device;
 pub use memory::{Element, Host, Memory};
 pub use plan::{VerifyEntry, VerifyPlan, VerifyPlanMut, WritePlan, WritePlanMut, WriteRequest};
 pub use real_kv::{
-    AtMostFourSources, RealKv, RealKvHashMode, RealKvParams, RealKvSource, RealKvSources,
-    RowLayout, SourceCount,
+    AtMostFourSources, PagedShape, Pieces, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
+    RealKvSources, RowLayout, SourceCount, TokenLayout,
 };
 pub use shape::{
     BrandedShape, EngineKnobs, NamedShape, PoolShape, Shape, SpeculativeShape, StaticShape,

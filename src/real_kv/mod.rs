@@ -6,11 +6,13 @@
 
 mod source;
 mod sources;
+mod token_layout;
 
 #[cfg(feature = "cuda")]
 pub(crate) use source::check_layout;
 pub use source::{RealKvParams, RealKvSource, RowLayout};
 pub use sources::{AtMostFourSources, RealKvSources, SourceCount};
+pub use token_layout::{PagedShape, Pieces, TokenLayout};
 
 use crate::hash::splitmix64;
 use crate::Error;

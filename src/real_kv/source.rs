@@ -1,5 +1,6 @@
 //! [`RealKvSource`]: one piece of real KV memory to fingerprint, validated once (spec §2.10).
 
+use super::token_layout::{PagedShape, TokenLayout};
 use super::HASH_BLOCK;
 #[cfg(test)]
 use crate::hash::fold_words;
@@ -83,6 +84,8 @@ pub struct RealKvSource<'a> {
     page_size: usize,
     num_bytes_per_token: usize,
     read_bytes: usize,
+    /// Where a token's bytes lie in its row ([`TokenLayout::Strip`] unless set).
+    token: TokenLayout,
 }
 
 /// How a source's rows lie in its byte slice.
@@ -193,7 +196,51 @@ impl<'a> RealKvSource<'a> {
             page_size,
             num_bytes_per_token,
             read_bytes,
+            token: TokenLayout::Strip,
         })
+    }
+
+    /// One layer's K or V cache of a paged engine: `bytes` holds `num_blocks` blocks of
+    /// `shape.block_size` tokens, one after another, each token's bytes where `layout` says
+    /// ([`TokenLayout::vllm_k`], [`TokenLayout::vllm_v`], [`TokenLayout::hnd`], or
+    /// [`TokenLayout::Strip`] for MLA's latent rows). Canary slot `s` is token `s % block_size`
+    /// of block `s / block_size` (vLLM's slot mapping); ALL folds the first `read_bytes` of its
+    /// logical bytes (`shape.token_bytes()` to cover the whole vector), PARTIAL the first 16.
+    ///
+    /// ```
+    /// use kv_canary::{PagedShape, RealKvSource, TokenLayout};
+    /// let shape = PagedShape::new(2, 64, 2, 16); // 2 heads of 64 bf16, blocks of 16
+    /// let cache = vec![0u8; 4 * shape.block_bytes()];
+    /// let k = RealKvSource::paged(&cache, 4, TokenLayout::vllm_k(shape)?, shape, shape.token_bytes())?;
+    /// assert_eq!(k.num_slots(), 64);
+    /// # Ok::<(), kv_canary::Error>(())
+    /// ```
+    pub fn paged(
+        bytes: &'a [u8],
+        num_blocks: usize,
+        layout: TokenLayout,
+        shape: PagedShape,
+        read_bytes: usize,
+    ) -> Result<Self, Error> {
+        let rows = RowLayout::dense(num_blocks, shape.block_bytes());
+        let params = RealKvParams::from_sizes(shape.block_size, shape.token_bytes(), read_bytes);
+        Self::strided(bytes, rows, params)?.with_token_layout(layout)
+    }
+
+    /// The same source with its tokens' bytes where `layout` says (each row a block of
+    /// `page_size` tokens of `num_bytes_per_token` logical bytes); a layout that reaches past a
+    /// row is [`Error::RealKvShape`].
+    pub fn with_token_layout(self, layout: TokenLayout) -> Result<Self, Error> {
+        layout.check_row(self.page_size, self.num_bytes_per_token, self.row_bytes)?;
+        Ok(RealKvSource {
+            token: layout,
+            ..self
+        })
+    }
+
+    /// Where a token's bytes lie in its row.
+    pub fn token_layout(&self) -> TokenLayout {
+        self.token
     }
 
     /// An empty stand-in that is never read (the CUDA ABI's unused-source dummy).
@@ -206,6 +253,7 @@ impl<'a> RealKvSource<'a> {
             page_size: 1,
             num_bytes_per_token: 16,
             read_bytes: 16,
+            token: TokenLayout::Strip,
         }
     }
 
@@ -272,6 +320,24 @@ impl<'a> RealKvSource<'a> {
     #[inline]
     pub(crate) fn fold_strips(&self, slots: &[usize], n: usize, out: &mut [u64]) {
         debug_assert!(n.is_multiple_of(8) && slots.len() <= HASH_BLOCK);
+        if self.token != TokenLayout::Strip {
+            // Gathered pieces: a token's logical bytes, 16 at a time (module token_layout).
+            for (h, &s) in out.iter_mut().zip(slots) {
+                let row = (s / self.page_size) * self.row_stride;
+                let at = s % self.page_size;
+                *h = 0;
+                for j in 0..n / 16 {
+                    let piece = self
+                        .token
+                        .piece(self.bytes, row, self.num_bytes_per_token, at, j);
+                    for word in piece.chunks_exact(8) {
+                        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+                        *h = splitmix64(*h ^ word);
+                    }
+                }
+            }
+            return;
+        }
         let mut strips: [&[u8]; HASH_BLOCK] = [&[]; HASH_BLOCK];
         for (strip, &s) in strips.iter_mut().zip(slots) {
             let at = self.strip_start(s);

@@ -490,6 +490,16 @@ impl SourceBytes {
             .iter()
             .zip(&self.0)
             .map(|(src, bytes)| {
+                if src.token_layout() != kv_canary::TokenLayout::Strip {
+                    // The device folds strips only (docs/cuda.md): a gathered layout would be
+                    // folded as a strip, a different fingerprint.
+                    return Err(Error::Malformed {
+                        detail: format!(
+                            "the CUDA ops fold strip sources only, not {:?}",
+                            src.token_layout()
+                        ),
+                    });
+                }
                 let layout = RowLayout {
                     num_rows: src.num_rows(),
                     row_bytes: src.row_bytes(),
