@@ -117,7 +117,7 @@ crate::step::findings!(DeviceStepReport, unverified: |report| Unverified {
 /// UNVERIFIED: the plan needed 12 verify entries but the verify capacity is 8, ...`).
 impl core::fmt::Display for DeviceStepReport {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        use crate::step::report::Counted;
+        use crate::step::status::Counted;
         write!(
             f,
             "bs {}, {} ({})",

@@ -49,7 +49,7 @@ pub struct DeviceSweepReport {
 /// dropped)`, or `UNVERIFIED: ...`.
 impl core::fmt::Display for DeviceSweepReport {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        use crate::step::report::Counted;
+        use crate::step::status::Counted;
         write!(
             f,
             "sweep of {}; ",

@@ -7,7 +7,7 @@
 //! An engine's handling of them (log the line, stop the requests whose slots were hit, count what
 //! went unchecked) is one generic function over [`Findings`], on either backend.
 
-use super::report::{StepStatus, Unverified};
+use super::status::{StepStatus, Unverified};
 use crate::canary::Violation;
 use core::fmt;
 

@@ -6,7 +6,7 @@
 //! the rest of the step's.
 
 use super::findings::findings;
-use super::report::{PlanOverflow, Unverified};
+use super::status::{PlanOverflow, Unverified};
 use crate::backend::{Backend, Cpu};
 use crate::canary::{Violation, ViolationRing};
 use crate::capacity::Capacity;

@@ -198,6 +198,7 @@ mod head_findings;
 pub(crate) mod report;
 mod slot_rows;
 mod stage;
+pub(crate) mod status;
 mod sweep;
 mod sweep_entries;
 
@@ -207,12 +208,13 @@ pub(crate) use findings::findings;
 pub use findings::Findings;
 pub use group::{GroupKind, GroupOf, KOnly, SwaGroup};
 pub use head_findings::{HeadFindings, HeadVerifyDone, ReadsHeadFindings};
-pub use report::{KvPair, PlanOverflow, StepReport, StepStatus, TailKv, Unverified};
+pub use report::{KvPair, StepReport, TailKv};
 pub use slot_rows::SlotRows;
 pub use stage::{
     Cancelled, FinishedStep, HeadVerified, Planned, ReadyForHeadVerify, ReadyForTailVerify,
     ReadyToWrite, Reports, Step, StepCanary, StepStage, Written,
 };
+pub use status::{PlanOverflow, StepStatus, Unverified};
 #[cfg(feature = "cuda")]
 pub(crate) use sweep::sweep_gaps;
 pub use sweep::{FinishedSweep, SweepReport, Sweeps};

@@ -9,8 +9,9 @@
 //! like the tail verify, token check off (spec §1).
 
 use super::findings::findings;
-use super::report::{Counted, KvPair, PlanOverflow, Unverified};
+use super::report::KvPair;
 use super::stage::{verify_both, Verified};
+use super::status::{Counted, PlanOverflow, Unverified};
 use super::{Canary, GroupKind, PlanInputsOf};
 use crate::backend::{Backend, Cpu, PlanWith};
 use crate::canary::{HealthCounters, Violation, ViolationRing};
