@@ -33,6 +33,7 @@
 
 mod case;
 mod compare;
+pub mod divergence;
 mod error;
 pub mod expected_error;
 mod replay;

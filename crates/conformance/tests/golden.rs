@@ -316,3 +316,46 @@ fn integer_tokens(text: &str) -> Vec<String> {
     }
     out
 }
+
+/// The four documented divergences (README): a golden case the reference completed on inputs
+/// of a listed kind passes as a divergence when the crate returns the listed error, and only
+/// then: the same error on other inputs, or another error, fails.
+#[test]
+fn documented_divergences_and_nothing_else_are_accepted() {
+    let files = load();
+    let divergent = |case: &Case| match replay_case(case, Backend::Cpu) {
+        Outcome::Divergence(what) => what,
+        other => panic!("{}: {other:?}", case.name),
+    };
+    // 1. Offsets that decrease inside the active requests, not into a zero tail.
+    let mut case = find(
+        &files,
+        "write/skip_negative_slots_empty_request_padding_tail",
+    );
+    data_mut(&mut case.inputs, &["write_plan", "write_offsets"])[2] = Value::from(2);
+    assert!(divergent(&case).starts_with("write_offsets decrease"));
+    // 2. More requests than the batch over the zeroed tail: offsets [0, 5, 0].
+    let mut case = find(&files, "write/realkv_none_mode_with_sources");
+    data_mut(&mut case.inputs, &["write_plan", "write_offsets"])[2] = Value::from(0);
+    assert!(divergent(&case).starts_with("write_num_valid_reqs larger"));
+    // 3. Zero-length inputs.
+    let mut case = find(&files, "write/empty_plan_noop");
+    for key in ["input_ids", "positions", "out_cache_loc"] {
+        data_mut(&mut case.inputs, &[key]).clear();
+        *case.inputs.pointer_mut(&format!("/{key}/shape")).unwrap() = Value::from(vec![0]);
+    }
+    assert!(divergent(&case).starts_with("a write of zero-length inputs"));
+    // 4. Scatter offsets that decrease.
+    let mut case = find(&files, "flow04_expected_tokens_wrong_input/step02_scatter");
+    data_mut(&mut case.inputs, &["offsets"])[1] = Value::from(9);
+    assert!(divergent(&case).starts_with("scatter offsets that decrease"));
+
+    // Not a listed kind: a write whose offsets run past its inputs (not decreasing) still
+    // fails, though its error is the same variant as divergences 1 and 2.
+    let mut case = find(&files, "write/slot0_is_written");
+    data_mut(&mut case.inputs, &["write_plan", "write_offsets"])[1] = Value::from(30);
+    let Outcome::Fail(why) = replay_case(&case, Backend::Cpu) else {
+        panic!("offsets past the inputs are no documented divergence")
+    };
+    assert!(why.starts_with("unexpected error"), "{why}");
+}

@@ -19,6 +19,7 @@ mod write;
 
 use crate::case::Case;
 use crate::compare::{compare_outputs, Produced};
+use crate::divergence::divergence;
 use crate::expected_error::check_error;
 use crate::report::Outcome;
 use crate::Backend;
@@ -103,6 +104,11 @@ pub fn replay_on<B: HostBackend>(case: &Case, backend: &B) -> Option<Replayed> {
 /// ([`compare_outputs`]); error cases check the error's kind and named values
 /// ([`check_error`]); an op that failed after modifying a buffer always fails.
 pub fn judge(case: &Case, replayed: Replayed) -> Outcome {
+    if let (Some(_), Replayed::Error(e)) = (&case.outputs, &replayed) {
+        if let Some(d) = divergence(case, e) {
+            return Outcome::Divergence(d.what);
+        }
+    }
     let verdict = match (&case.outputs, replayed) {
         (_, Replayed::MutatedThenFailed { error, buffer }) => Err(format!(
             "the op modified {buffer} before returning an error: {error}"

@@ -213,6 +213,7 @@ pub fn run(u: &mut Unstructured<'_>) -> Result<Verdict> {
         };
         let verdict = match judge(case, replayed) {
             Outcome::Pass => "pass",
+            Outcome::Divergence(_) => "divergence",
             Outcome::Fail(_) => "differs",
             Outcome::Skip(_) => "skip",
         };
