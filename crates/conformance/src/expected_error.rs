@@ -11,25 +11,13 @@
 //!
 //! # The mapping
 //!
-//! | op | golden error (`raised_by`, message) | `Error` variant | values our message names |
-//! |---|---|---|---|
-//! | `plan` | `verify_capacity=X does not match verify_plan_out.verify_slot_indices.shape[0]=Y` | `CapacityMismatch` | `X`, `Y` |
-//! | `plan` | the same with `X = 0` | `ZeroCapacity` | `0` only (a shape's capacity cannot be 0, so the zero is rejected when the shape is built, before any comparison with the buffer) |
-//! | `plan` | `requires req_to_verify_expected_tokens_valid_lens when req_to_verify_expected_tokens is set` | `MissingInput` | both input names |
-//! | `plan` | `SWA slot X is outside full_to_swa_index_mapping length L` | `LutIndexOutOfRange` | `X`, `L` |
-//! | `verify_plan_allocate` | `VerifyPlan.allocate`: `verify_capacity must be positive, got 0` | `ZeroCapacity` | `0` |
-//! | `write_plan_allocate` | `WritePlan.allocate`: `write_req_capacity must be positive, got 0` | `ZeroCapacity` | `0` |
-//! | `write` | `expected input tensors are required when enable_write_input_assert=True` | `MissingInput` | the flag's and both tensors' names (a compile error in the typed API: `InputAssertOn` inputs always carry them) |
-//! | `write` / `verify` | `at most 4 RealKvSource entries supported by the CUDA ABI, got N` | `TooManyRealKvSources` | `N`, `4` |
-//! | `real_kv_source_new` | `page_size must be >= 1, got N` | `RealKvSource` | `N` |
-//! | `real_kv_source_new` | `read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token=B], got R` | `RealKvReadBytes` | `R`, `B` |
-//! | `real_kv_source_new` | `tensor must be at least 2-D, got shape S` | `RealKvShape` | the dimensions of `S` |
-//! | `real_kv_source_new` | `tensor row stride must be a multiple of 16 bytes, got N bytes` | `RealKvSource` | `N` |
-//! | `scatter_req_token_ids` | `flat_in must be 1-D, got shape S` | `Malformed` (the dumped tensor's rank) | the dimensions of `S` |
-//! | `scatter_req_token_ids` | `pool_out must be int32, got torch.int64` (`TypeError`) | `WrongElementType` | `i64` |
-//! | `scatter_req_token_ids` | `offsets length L != bs+1 (B)` | `LengthMismatch` | `L`, `bs` |
-//!
-//! Ops gain rows here when their replay is added; an error case with no row fails (never passes).
+//! [`TEMPLATES`] lists every message template of spec §7 with the ops that raise it and where
+//! it maps: to `Error` variants (the library's, or the runner's `MissingInput`,
+//! `WrongElementType`, `Malformed` for what the typed API cannot express), or to "not
+//! representable: a type error" with the ui case or test that proves it (such a case fails as
+//! not replayable, never passes). `plan`'s capacity mismatch with a capacity of 0 or less maps
+//! to `ZeroCapacity` naming that value. A message of no template fails as "no Error mapping",
+//! naming it. The test `every_section_7_template_maps` runs every template through the mapper.
 
 use crate::case::Case;
 use crate::Error;
@@ -38,10 +26,13 @@ use serde_json::{Map, Value};
 /// What an error case requires of our error.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExpectedError {
-    /// Acceptable `Error` variant names (any one).
+    /// Acceptable `Error` variant names (any one); empty when the template is not representable.
     pub variants: &'static [&'static str],
     /// Texts our message must contain (numbers as whole numbers).
     pub values: Vec<Needle>,
+    /// For a template the typed API cannot express at run time: why, and the ui case (or the
+    /// test) that proves it.
+    pub not_representable: Option<&'static str>,
 }
 
 /// One thing our message must name.
@@ -53,8 +44,281 @@ pub enum Needle {
     Name(String),
 }
 
-/// Maps an error case to the [`ExpectedError`] of the table above; `Err` names a golden error
-/// this runner has no mapping for.
+/// How a §7 template maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mapping {
+    /// To these `Error` variants (any one), naming every offending value.
+    Variants(&'static [&'static str]),
+    /// Not representable at run time: a type error, and the proof.
+    TypeError(&'static str),
+}
+
+/// One message template of spec §7: the ops that raise it, text that identifies it, and where
+/// it maps.
+#[derive(Clone, Copy, Debug)]
+pub struct Template {
+    /// The golden ops that raise it.
+    pub ops: &'static [&'static str],
+    /// Text every message of the template contains (after the `kv-canary:` / binding prefix).
+    pub marker: &'static str,
+    /// Where it maps.
+    pub mapping: Mapping,
+}
+
+use Mapping::{TypeError, Variants};
+
+/// Ops whose wrappers raise the generic tensor checks.
+const TENSOR_OPS: &[&str] = &["plan", "write", "verify", "scatter_req_token_ids"];
+
+/// Every message template of spec §7: the op-specific ones in the spec's order, then the
+/// generic tensor checks every wrapper makes (so that `scratch length must be >= ...` is the
+/// entries binding's, not a generic length's). The first whose op and marker match
+/// a golden error is its mapping ([`template_of`]); `plan`'s capacity mismatch with a capacity
+/// of 0 or less is `ZeroCapacity` ([`expected_error`]: a shape's capacity is positive, so it
+/// is rejected before any comparison).
+pub const TEMPLATES: &[Template] = &[
+    Template {
+        ops: &["plan"],
+        marker: "needs full_to_swa_index_mapping when swa_window_size > 0",
+        mapping: TypeError("`Swa::window(w)` is no `Group` until `.with_lut(&lut)`: ui fail/swa_without_lut.rs"),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "supports at most bs=",
+        // The CPU plans any bs (spec §9.2); the CUDA kernels scan at most 4096 rows.
+        mapping: Variants(&["BatchTooLarge"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "verify_slot_indices.shape[0]",
+        mapping: Variants(&["CapacityMismatch"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "requires req_to_verify_expected_tokens_valid_lens when req_to_verify_expected_tokens is set",
+        mapping: Variants(&["MissingInput"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "is outside full_to_swa_index_mapping length",
+        mapping: Variants(&["LutIndexOutOfRange"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "offsets kernel bs must be in",
+        mapping: Variants(&["BatchTooLarge", "OutOfRange"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "write_offsets_len must be positive",
+        mapping: Variants(&["ZeroCapacity"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "write_req_capacity must be non-negative",
+        mapping: Variants(&["ZeroCapacity"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "verify_capacity must be non-negative",
+        mapping: Variants(&["ZeroCapacity"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "req_to_token_stride0 must be positive",
+        mapping: Variants(&["TableShape"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "lut_len",
+        mapping: Variants(&["LutIndexOutOfRange"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "write_offsets_len must equal write_req_capacity + 1",
+        mapping: Variants(&["LengthMismatch"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "exceeds write_req_capacity",
+        mapping: Variants(&["BatchExceedsWriteCapacity"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "does not match the compiled specialization",
+        mapping: TypeError("the LUT and pool variants are the `Group` and `ExpectedTokens` type parameters: README, SGLang's plan checks"),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "valid_lens must be set with pool",
+        mapping: Variants(&["MissingInput"]),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "scratch length must be",
+        mapping: TypeError("the plan ops have no scratch buffer argument: README, SGLang's plan checks"),
+    },
+    Template {
+        ops: &["plan"],
+        marker: "(offsets/entries contract broken)",
+        mapping: TypeError("one pass computes T and writes all entries with enable = 1 or none: cpu::plan::tests::worked_example_overflow_leaves_entries_untouched"),
+    },
+    Template {
+        ops: &["verify_plan_allocate"],
+        marker: "verify_capacity must be positive",
+        mapping: Variants(&["ZeroCapacity"]),
+    },
+    Template {
+        ops: &["write_plan_allocate"],
+        marker: "write_req_capacity must be positive",
+        mapping: Variants(&["ZeroCapacity"]),
+    },
+    Template {
+        ops: &["write", "verify"],
+        marker: "RealKvSource entries supported by the CUDA ABI",
+        mapping: Variants(&["TooManyRealKvSources"]),
+    },
+    Template {
+        ops: &["write", "verify"],
+        marker: "(viewed as uint8) must be 2-D",
+        mapping: Variants(&["RealKvShape"]),
+    },
+    Template {
+        ops: &["write"],
+        marker: "expected input tensors are required when enable_write_input_assert=True",
+        mapping: Variants(&["MissingInput"]),
+    },
+    Template {
+        ops: &["write"],
+        marker: "expected input tensors must be None when enable_write_input_assert=False",
+        mapping: Variants(&["Malformed"]),
+    },
+    Template {
+        ops: &["write"],
+        marker: "presence must match enable_write_input_assert",
+        mapping: Variants(&["MissingInput", "Malformed"]),
+    },
+    Template {
+        ops: &["write"],
+        marker: "write_offsets.size(0) must equal write_req_capacity + 1",
+        mapping: Variants(&["LengthMismatch"]),
+    },
+    Template {
+        ops: &["write", "verify"],
+        marker: "slot_stride_bytes must hold at least 32 bytes per slot",
+        mapping: Variants(&["InvalidSlotStride"]),
+    },
+    Template {
+        ops: &["write", "verify"],
+        marker: "num_sources must be in [0, 4]",
+        mapping: Variants(&["TooManyRealKvSources"]),
+    },
+    Template {
+        ops: &["write", "verify"],
+        marker: "slot stride must hold at least 4 int64 fields",
+        mapping: Variants(&["InvalidSlotStride"]),
+    },
+    Template {
+        ops: &["real_kv_source_new"],
+        marker: "page_size must be >= 1",
+        mapping: Variants(&["RealKvSource"]),
+    },
+    Template {
+        ops: &["real_kv_source_new"],
+        marker: "num_bytes_per_token must be a positive multiple of 16",
+        mapping: Variants(&["RealKvSource"]),
+    },
+    Template {
+        ops: &["real_kv_source_new"],
+        marker: "read_bytes must be a positive multiple of 16",
+        mapping: Variants(&["RealKvReadBytes"]),
+    },
+    Template {
+        ops: &["real_kv_source_new"],
+        marker: "must be at least 2-D",
+        mapping: Variants(&["RealKvShape"]),
+    },
+    Template {
+        ops: &["real_kv_source_new"],
+        marker: "row stride",
+        mapping: Variants(&["RealKvSource"]),
+    },
+    Template {
+        ops: &["real_kv_source_new", "verify", "write"],
+        marker: "row is too narrow for its slot layout",
+        mapping: Variants(&["RealKvRowTooNarrow"]),
+    },
+    Template {
+        ops: &["scatter_req_token_ids"],
+        marker: "must be 1-D",
+        mapping: Variants(&["Malformed"]),
+    },
+    Template {
+        ops: &["scatter_req_token_ids"],
+        marker: "must be 2-D",
+        mapping: Variants(&["Malformed"]),
+    },
+    Template {
+        ops: &["scatter_req_token_ids"],
+        marker: "must be int64",
+        mapping: Variants(&["WrongElementType"]),
+    },
+    Template {
+        ops: &["scatter_req_token_ids"],
+        marker: "must be int32",
+        mapping: Variants(&["WrongElementType"]),
+    },
+    Template {
+        ops: &["scatter_req_token_ids"],
+        marker: "offsets length",
+        mapping: Variants(&["LengthMismatch"]),
+    },
+    Template {
+        ops: TENSOR_OPS,
+        marker: "must be contiguous",
+        mapping: TypeError("buffers are owned dense arrays or views of dense slices; no type has strides: README, SGLang's plan checks"),
+    },
+    Template {
+        ops: TENSOR_OPS,
+        marker: "must have dtype",
+        mapping: Variants(&["WrongElementType"]),
+    },
+    Template {
+        ops: &["plan", "write", "verify"],
+        marker: "must be 1-D",
+        mapping: Variants(&["Malformed", "TableShape", "RealKvShape"]),
+    },
+    Template {
+        ops: &["plan", "write", "verify"],
+        marker: "must be 2-D",
+        mapping: Variants(&["Malformed", "TableShape", "RealKvShape"]),
+    },
+    Template {
+        ops: TENSOR_OPS,
+        marker: "length must be >=",
+        mapping: Variants(&["LengthMismatch", "ColumnTooShort", "WriteInputsLength"]),
+    },
+    Template {
+        ops: TENSOR_OPS,
+        marker: "length must be",
+        mapping: Variants(&["LengthMismatch", "WriteInputsLength"]),
+    },
+    Template {
+        ops: TENSOR_OPS,
+        marker: "must be on",
+        mapping: TypeError("every buffer carries its memory type: ui cuda-fail/host_buffer_to_cuda_launch.rs"),
+    },
+];
+
+/// The §7 template a golden error of `op` with `message` belongs to, if any.
+pub fn template_of(op: &str, message: &str) -> Option<&'static Template> {
+    TEMPLATES
+        .iter()
+        .find(|t| t.ops.contains(&op) && message.contains(t.marker))
+}
+
+/// Maps an error case to the [`ExpectedError`] of its §7 template; `Err` names a golden error
+/// of no template (it fails loudly, never passes).
 pub fn expected_error(case: &Case) -> Result<ExpectedError, String> {
     let golden = case
         .error
@@ -65,60 +329,39 @@ pub fn expected_error(case: &Case) -> Result<ExpectedError, String> {
         .as_ref()
         .and_then(Value::as_object)
         .ok_or_else(|| "error case without offending_values".to_string())?;
-    let value = |key: &str| offending.get(key);
-    let all = || needles(offending);
     let message = golden.message.as_str();
-    let (variants, values): (&'static [&'static str], Vec<Needle>) = match case.op.as_str() {
-        "plan" if message.contains("does not match") => {
-            if value("verify_capacity").and_then(Value::as_i64) == Some(0) {
-                (&["ZeroCapacity"], vec![Needle::Number(0)])
-            } else {
-                (&["CapacityMismatch"], all())
+    let template = template_of(&case.op, message).ok_or_else(|| {
+        format!(
+            "no Error mapping for {} `{}` raised by {}",
+            golden.kind, golden.message, golden.raised_by
+        )
+    })?;
+    let capacity = offending.get("verify_capacity").and_then(Value::as_i64);
+    Ok(match template.mapping {
+        // A capacity of 0 or less is rejected when the shape is built, before any comparison
+        // with the buffer: the zero (or negative) value alone is named.
+        Variants(_)
+            if template.marker.contains("verify_slot_indices")
+                && matches!(capacity, Some(c) if c <= 0) =>
+        {
+            let value = capacity.unwrap_or(0);
+            ExpectedError {
+                variants: &["ZeroCapacity"],
+                values: vec![Needle::Number(value)],
+                not_representable: None,
             }
         }
-        "plan" if message.contains("requires req_to_verify_expected_tokens_valid_lens") => {
-            (&["MissingInput"], all())
-        }
-        "plan" if message.contains("is outside full_to_swa_index_mapping length") => {
-            (&["LutIndexOutOfRange"], all())
-        }
-        "verify_plan_allocate" | "write_plan_allocate" => (&["ZeroCapacity"], all()),
-        "write" if message.contains("expected input tensors are required") => {
-            (&["MissingInput"], all())
-        }
-        "write" | "verify" if message.contains("at most 4 RealKvSource entries") => {
-            (&["TooManyRealKvSources"], all())
-        }
-        "real_kv_source_new" if message.contains("read_bytes must be") => {
-            (&["RealKvReadBytes"], all())
-        }
-        "real_kv_source_new" if message.contains("must be at least 2-D") => {
-            (&["RealKvShape"], all())
-        }
-        "real_kv_source_new"
-            if message.contains("page_size must be")
-                || message.contains("num_bytes_per_token must be")
-                || message.contains("row stride must be") =>
-        {
-            (&["RealKvSource"], all())
-        }
-        "scatter_req_token_ids" if golden.kind == "TypeError" => (&["WrongElementType"], all()),
-        "scatter_req_token_ids"
-            if message.contains("must be 1-D") || message.contains("must be 2-D") =>
-        {
-            (&["Malformed"], all())
-        }
-        "scatter_req_token_ids" if message.contains("offsets length") => {
-            (&["LengthMismatch"], all())
-        }
-        _ => {
-            return Err(format!(
-                "no Error mapping for {} `{}` raised by {}",
-                golden.kind, golden.message, golden.raised_by
-            ))
-        }
-    };
-    Ok(ExpectedError { variants, values })
+        Variants(variants) => ExpectedError {
+            variants,
+            values: needles(offending),
+            not_representable: None,
+        },
+        TypeError(proof) => ExpectedError {
+            variants: &[],
+            values: Vec::new(),
+            not_representable: Some(proof),
+        },
+    })
 }
 
 /// Every offending value as a needle: integers (also inside arrays) as numbers, the presence
@@ -145,6 +388,11 @@ fn needles(offending: &Map<String, Value>) -> Vec<Needle> {
 /// and the message names every offending value.
 pub fn check_error(case: &Case, error: &Error) -> Result<(), String> {
     let expected = expected_error(case)?;
+    if let Some(proof) = expected.not_representable {
+        return Err(format!(
+            "not representable: a type error ({proof}); the case cannot be replayed: {error}"
+        ));
+    }
     let variant = error.variant_name();
     if !expected.variants.contains(&variant.as_str()) {
         return Err(format!(
@@ -281,6 +529,123 @@ mod tests {
             required_by: "pool",
         };
         assert!(check_error(&c, &vague).is_err());
+    }
+
+    /// Every template of spec §7, with made-up numbers, for every op that raises it.
+    #[test]
+    fn every_section_7_template_maps() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("plan", "kv-canary: launch_canary_plan_kernels needs full_to_swa_index_mapping when swa_window_size > 0", "type"),
+            ("plan", "kv-canary: launch_canary_plan_kernels supports at most bs=4096 reqs per launch, got bs=4097 (raise the block-size constant if needed)", "BatchTooLarge"),
+            ("plan", "kv-canary: launch_canary_plan_kernels verify_capacity=40 does not match verify_plan_out.verify_slot_indices.shape[0]=32", "CapacityMismatch"),
+            ("plan", "kv-canary: launch_canary_plan_kernels_torch_reference verify_capacity=7 does not match verify_plan_out.verify_slot_indices.shape[0]=8", "CapacityMismatch"),
+            ("plan", "kv-canary: launch_canary_plan_kernels_torch_reference requires req_to_verify_expected_tokens_valid_lens when req_to_verify_expected_tokens is set", "MissingInput"),
+            ("plan", "kv-canary: SWA slot 33 is outside full_to_swa_index_mapping length 33", "LutIndexOutOfRange"),
+            ("plan", "kv-canary: req_to_token must be contiguous", "type"),
+            ("write", "kv-canary: out_cache_loc must be contiguous", "type"),
+            ("verify", "kv-canary: verify_slot_indices must be contiguous", "type"),
+            ("plan", "kv-canary: req_pool_indices must have dtype torch.int64, got torch.int32", "WrongElementType"),
+            ("plan", "kv-canary: req_pool_indices must be 1-D, got shape (2, 3)", "Malformed"),
+            ("plan", "kv-canary: req_to_token must be 2-D, got shape (4,)", "TableShape"),
+            ("plan", "kv-canary: prefix_lens length must be 3, got 2", "LengthMismatch"),
+            ("plan", "kv-canary: verify_offsets length must be >= 4, got 3", "LengthMismatch"),
+            ("plan", "kv-canary: req_to_token must be on req_pool_indices's device cuda:0, got cpu", "type"),
+            ("plan", "kv-canary: offsets kernel bs must be in [0, 4096], got 5000", "BatchTooLarge"),
+            ("plan", "kv-canary: offsets kernel bs must be in [0, 4096], got -1", "OutOfRange"),
+            ("plan", "kv-canary: write_offsets_len must be positive, got 0", "ZeroCapacity"),
+            ("plan", "kv-canary: write_req_capacity must be non-negative, got -1", "ZeroCapacity"),
+            ("plan", "kv-canary: verify_capacity must be non-negative, got -1", "ZeroCapacity"),
+            ("plan", "kv-canary: req_to_token_stride0 must be positive, got 0", "TableShape"),
+            ("plan", "kv-canary: lut_len must be positive when a LUT is present, got 0", "LutIndexOutOfRange"),
+            ("plan", "kv-canary: write_offsets_len must equal write_req_capacity + 1, got 5 and 5", "LengthMismatch"),
+            ("plan", "kv-canary: bs=9 exceeds write_req_capacity=8", "BatchExceedsWriteCapacity"),
+            ("plan", "kv-canary: LUT presence does not match the compiled specialization", "type"),
+            ("plan", "kv-canary: valid_lens must be set with pool", "MissingInput"),
+            ("plan", "kv-canary: scratch length must be >= bs + 1", "type"),
+            ("plan", "kv-canary plan_entries: total_verify=9 exceeds verify_capacity=8 with verify_enable=1 (offsets/entries contract broken)", "type"),
+            ("verify_plan_allocate", "kv-canary: VerifyPlan verify_capacity must be positive, got 0", "ZeroCapacity"),
+            ("write_plan_allocate", "kv-canary: WritePlan write_req_capacity must be positive, got -3", "ZeroCapacity"),
+            ("write", "kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got 5", "TooManyRealKvSources"),
+            ("verify", "kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got 6", "TooManyRealKvSources"),
+            ("verify", "kv-canary: real_kv_sources[0].tensor (viewed as uint8) must be 2-D, got 3-D", "RealKvShape"),
+            ("write", "kv-canary: real_kv_sources[1].tensor (viewed as uint8) must be 2-D, got 1-D", "RealKvShape"),
+            ("write", "kv-canary: expected input tensors are required when enable_write_input_assert=True", "MissingInput"),
+            ("write", "kv-canary: expected input tensors must be None when enable_write_input_assert=False", "Malformed"),
+            ("write", "canary_write: expected_input_tokens presence must match enable_write_input_assert", "MissingInput"),
+            ("write", "canary_write: expected_input_positions presence must match enable_write_input_assert", "Malformed"),
+            ("write", "canary_write: write_offsets.size(0) must equal write_req_capacity + 1 (5), got 4", "LengthMismatch"),
+            ("write", "canary_write: slot_stride_bytes must hold at least 32 bytes per slot, got 24", "InvalidSlotStride"),
+            ("verify", "canary_verify: slot_stride_bytes must hold at least 32 bytes per slot, got 16", "InvalidSlotStride"),
+            ("write", "canary_write: num_sources must be in [0, 4], got 5", "TooManyRealKvSources"),
+            ("verify", "canary_verify: num_sources must be in [0, 4], got -1", "TooManyRealKvSources"),
+            ("write", "kv-canary: canary_buf slot stride must hold at least 4 int64 fields, got 3", "InvalidSlotStride"),
+            ("verify", "kv-canary: canary_buf slot stride must hold at least 4 int64 fields, got 2", "InvalidSlotStride"),
+            ("real_kv_source_new", "kv-canary: RealKvSource.page_size must be >= 1, got 0", "RealKvSource"),
+            ("real_kv_source_new", "kv-canary: RealKvSource.num_bytes_per_token must be a positive multiple of 16, got 24", "RealKvSource"),
+            ("real_kv_source_new", "kv-canary: RealKvSource.read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token=64], got 80", "RealKvReadBytes"),
+            ("real_kv_source_new", "kv-canary: RealKvSource.tensor must be at least 2-D, got shape (64,)", "RealKvShape"),
+            ("real_kv_source_new", "kv-canary: RealKvSource.tensor row stride (older: dim-1 byte width) must be a multiple of 16 bytes, got 72 bytes (36 x 2)", "RealKvSource"),
+            ("verify", "kv-canary: RealKvSource row is too narrow for its slot layout: dim-1 is 64 bytes but page_size=2 x num_bytes_per_token=64 needs 128", "RealKvRowTooNarrow"),
+            ("scatter_req_token_ids", "kv-canary: scatter_req_token_ids flat_in must be 1-D, got shape (2, 2)", "Malformed"),
+            ("scatter_req_token_ids", "kv-canary: scatter_req_token_ids pool_out must be 2-D, got shape (8,)", "Malformed"),
+            ("scatter_req_token_ids", "kv-canary: scatter_req_token_ids flat_in must be int64, got torch.int32", "WrongElementType"),
+            ("scatter_req_token_ids", "kv-canary: scatter_req_token_ids pool_out must be int32, got torch.int64", "WrongElementType"),
+            ("scatter_req_token_ids", "kv-canary: scatter_req_token_ids offsets length 3 != bs+1 (4)", "LengthMismatch"),
+        ];
+        for &(op, message, expect) in cases {
+            let template = template_of(op, message)
+                .unwrap_or_else(|| panic!("{op}: no template for `{message}`"));
+            match template.mapping {
+                Mapping::TypeError(proof) => {
+                    assert_eq!(expect, "type", "{op} `{message}` is a type error ({proof})");
+                    assert!(
+                        proof.contains("ui ")
+                            || proof.contains("README")
+                            || proof.contains("tests::")
+                    );
+                }
+                Mapping::Variants(variants) => assert!(
+                    variants.contains(&expect),
+                    "{op} `{message}` maps to {variants:?}, not {expect}"
+                ),
+            }
+        }
+        // Every template is exercised above.
+        for t in TEMPLATES {
+            assert!(
+                cases
+                    .iter()
+                    .any(|&(op, m, _)| t.ops.contains(&op) && m.contains(t.marker)),
+                "template `{}` has no case",
+                t.marker
+            );
+        }
+        // The capacity mismatch with 0 and with -1: ZeroCapacity naming the value.
+        for capacity in [0, -1] {
+            let c = case(
+                "plan",
+                &format!("kv-canary: f verify_capacity={capacity} does not match verify_plan_out.verify_slot_indices.shape[0]=8"),
+                &format!(r#"{{"verify_capacity": {capacity}, "verify_slot_indices_len": 8}}"#),
+            );
+            let e = expected_error(&c).unwrap();
+            assert_eq!(
+                (e.variants, e.values),
+                (&["ZeroCapacity"][..], vec![Needle::Number(capacity)])
+            );
+        }
+        // A type-error template is not replayable: it fails, naming the proof.
+        let c = case(
+            "plan",
+            "kv-canary: launch_canary_plan_kernels needs full_to_swa_index_mapping when swa_window_size > 0",
+            r#"{"swa_window_size": 4}"#,
+        );
+        let e = Error::from(kv_canary::Error::ZeroCapacity {
+            what: "x",
+            value: 1,
+        });
+        assert!(check_error(&c, &e)
+            .unwrap_err()
+            .starts_with("not representable: a type error (`Swa::window"));
     }
 
     #[test]
