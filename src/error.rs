@@ -133,6 +133,14 @@ pub enum Error {
         /// `query_starts[row + 1]`, smaller.
         end: i64,
     },
+    /// Two ends of a KV transfer digested different layouts, positions or token counts: the
+    /// transfer is refused, not reported as corruption.
+    TransferLayoutMismatch {
+        /// What the sending end digested.
+        sent: String,
+        /// What the receiving end digested.
+        arrived: String,
+    },
     /// A full-pool slot is not covered by the SWA lookup table.
     LutIndexOutOfRange {
         /// The untranslated slot.
@@ -492,6 +500,11 @@ impl Error {
             QueryStartsDecrease { row, start, end } => write!(
                 f,
                 "batch row {row}: query_starts decrease from {start} to {end}"
+            ),
+            TransferLayoutMismatch { sent, arrived } => write!(
+                f,
+                "the KV transfer's two ends digested different layouts: sent {sent}, arrived \
+                 {arrived}; refused (not compared as corruption)"
             ),
             LutIndexOutOfRange { slot, lut_len } => write!(
                 f,

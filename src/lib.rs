@@ -164,8 +164,9 @@ pub use memory::Device;
 pub use memory::{Element, Host, Memory};
 pub use plan::{VerifyEntry, VerifyPlan, VerifyPlanMut, WritePlan, WritePlanMut, WriteRequest};
 pub use real_kv::{
-    AtMostFourSources, PagedShape, Pieces, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
-    RealKvSources, RowLayout, SourceCount, TokenLayout,
+    AtMostFourSources, LayoutSignature, PagedShape, Pieces, RealKv, RealKvHashMode, RealKvParams,
+    RealKvSource, RealKvSources, RowLayout, SourceCount, TokenLayout, TransferDigest,
+    TRANSFER_DIGEST_VERSION,
 };
 pub use shape::{
     BrandedShape, EngineKnobs, NamedShape, PoolShape, Shape, SpeculativeShape, StaticShape,

@@ -4,10 +4,12 @@
 //! A launch hashes its [`RealKvSources`] (0 to 4, in fold order) under one [`RealKvHashMode`];
 //! together they form a [`RealKv`]. Head launches use [`RealKv::NONE`]; tail launches fold.
 
+mod digest;
 mod source;
 mod sources;
 mod token_layout;
 
+pub use digest::{LayoutSignature, TransferDigest, TRANSFER_DIGEST_VERSION};
 #[cfg(feature = "cuda")]
 pub(crate) use source::check_layout;
 pub use source::{RealKvParams, RealKvSource, RowLayout};

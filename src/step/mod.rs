@@ -195,6 +195,7 @@
 mod findings;
 mod group;
 mod head_findings;
+mod moves;
 pub(crate) mod report;
 mod slot_rows;
 mod stage;
@@ -208,6 +209,7 @@ pub(crate) use findings::findings;
 pub use findings::Findings;
 pub use group::{GroupKind, GroupOf, KOnly, SwaGroup};
 pub use head_findings::{HeadFindings, HeadVerifyDone, ReadsHeadFindings};
+pub use moves::MovedRecords;
 pub use report::{KvPair, StepReport, TailKv};
 pub use slot_rows::SlotRows;
 pub use stage::{
