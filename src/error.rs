@@ -141,6 +141,11 @@ pub enum Error {
         /// What the receiving end digested.
         arrived: String,
     },
+    /// The engine's policy fails on a finding ([`Action::Fail`](crate::guard::Action::Fail)).
+    GuardFailed {
+        /// The finding.
+        finding: String,
+    },
     /// A full-pool slot is not covered by the SWA lookup table.
     LutIndexOutOfRange {
         /// The untranslated slot.
@@ -506,6 +511,7 @@ impl Error {
                 "the KV transfer's two ends digested different layouts: sent {sent}, arrived \
                  {arrived}; refused (not compared as corruption)"
             ),
+            GuardFailed { finding } => write!(f, "the engine's policy fails on {finding}"),
             LutIndexOutOfRange { slot, lut_len } => write!(
                 f,
                 "SWA slot {slot} is outside full_to_swa_index_mapping length {lut_len}"

@@ -130,6 +130,7 @@ pub mod cpu;
 #[allow(unsafe_code)]
 pub mod cuda;
 mod error;
+pub mod guard;
 pub mod hash;
 mod input;
 mod memory;

@@ -129,6 +129,15 @@ impl SlotRows {
     pub fn written_by(&self, slot: i64) -> &[usize] {
         self.written.get(&slot).map_or(&[], Vec::as_slice)
     }
+
+    /// Every slot the step's tokens wrote (non-negative slots only, in no fixed order), with
+    /// the batch rows that wrote it.
+    pub fn writes(&self) -> impl Iterator<Item = (i64, &[usize])> + '_ {
+        self.written
+            .iter()
+            .filter(|(&slot, _)| slot >= 0)
+            .map(|(&slot, rows)| (slot, rows.as_slice()))
+    }
 }
 
 /// Adds row `r` to `slot`'s rows (rows arrive in ascending order; a row once).

@@ -1,0 +1,216 @@
+//! [`Guard`]: judges each report's findings under the engine's [`Policy`].
+
+use super::policy::{Action, Policy, Verdict};
+use crate::canary::{FailReason, Violation};
+use crate::error::Error;
+use crate::step::{Findings, SlotRows, Unverified};
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+
+/// How a request is concerned by a violation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Its verify entries read the failed slot: its cached prefix is corrupted.
+    Victim,
+    /// Its write landed in the slot (a verify row's last writer, or a write row's writer).
+    Culprit,
+}
+
+/// One request's verdict, with the violation that decided it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestVerdict<Id> {
+    /// The engine's request.
+    pub request: Id,
+    /// What happens to it.
+    pub verdict: Verdict,
+    /// How the deciding violation concerns it.
+    pub role: Role,
+    /// The deciding violation's slot.
+    pub slot: i64,
+    /// The deciding violation's reasons.
+    pub reasons: FailReason,
+}
+
+/// What one report comes to under the policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judgement<Id> {
+    /// The violation rows not judged before (each violation once), when violations are not
+    /// off; the engine logs these.
+    pub new_violations: Vec<Violation>,
+    /// One verdict per request concerned (the strongest when several violations concern it),
+    /// under [`Action::PerRequest`]; [`Verdict::Keep`] for every one under [`Action::Log`].
+    pub verdicts: Vec<RequestVerdict<Id>>,
+    /// What went unchecked, on the first report of a run of unverified ones (when unverified
+    /// steps are not off); `None` while the run lasts and when every check ran.
+    pub unverified: Option<Unverified>,
+}
+
+impl<Id: PartialEq> Judgement<Id> {
+    /// The verdict on `request`, if any violation concerned it.
+    pub fn verdict_of(&self, request: &Id) -> Option<Verdict> {
+        self.verdicts
+            .iter()
+            .find(|v| v.request == *request)
+            .map(|v| v.verdict)
+    }
+}
+
+/// The fields that identify a violation across reports: the same corrupted record reported by
+/// several steps is one violation.
+type ViolationKey = [i64; 8];
+
+fn key(v: &Violation) -> ViolationKey {
+    [
+        v.kernel_kind,
+        v.slot,
+        v.position,
+        v.stored_token,
+        v.expected_token,
+        v.stored_chain_hash,
+        v.expected_aux,
+        v.reasons.bits(),
+    ]
+}
+
+/// Judges reports under a [`Policy`]: remembers which request last wrote each slot (to name a
+/// verify violation's culprit), which violations it judged (to judge each once) and whether the
+/// last report was unverified (to report a run of them once). `Id` is the engine's request id.
+#[derive(Clone, Debug)]
+pub struct Guard<Id> {
+    policy: Policy,
+    last_writer: HashMap<i64, Id>,
+    judged: HashSet<ViolationKey>,
+    unverified_run: bool,
+}
+
+impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
+    /// A guard under `policy`, with no history.
+    pub fn new(policy: Policy) -> Self {
+        Guard {
+            policy,
+            last_writer: HashMap::new(),
+            judged: HashSet::new(),
+            unverified_run: false,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Judges `report` of the step whose batch rows are `rows` (from the inputs the step was
+    /// planned from: [`SlotRows::new`]) and whose batch row `r` served `requests[r]` (`None`
+    /// for a padding row), then records the slots the step wrote as its requests' (the culprits
+    /// of later verify violations at those slots). A report taken one step late is judged
+    /// with that step's `rows` and `requests`.
+    ///
+    /// Under [`Action::Fail`] a new violation, or the first report of a run of unverified ones,
+    /// is an error ([`Error::GuardFailed`]) naming it; the guard's history is updated first, so
+    /// the same finding does not fail twice.
+    pub fn judge(
+        &mut self,
+        report: &impl Findings,
+        rows: &SlotRows,
+        requests: &[Option<Id>],
+    ) -> Result<Judgement<Id>, Error> {
+        let request = |r: usize| requests.get(r).cloned().flatten();
+        let mut judgement = Judgement {
+            new_violations: Vec::new(),
+            verdicts: Vec::new(),
+            unverified: None,
+        };
+        if self.policy.violations != Action::Off {
+            for v in report.violations() {
+                if self.judged.insert(key(v)) {
+                    judgement.new_violations.push(*v);
+                }
+            }
+        }
+        // Verdicts, strongest per request, in the order requests are first concerned.
+        let mut order: Vec<Id> = Vec::new();
+        let mut strongest: HashMap<Id, RequestVerdict<Id>> = HashMap::new();
+        let mut concern = |id: Id, verdict: Verdict, role: Role, v: &Violation| {
+            let candidate = RequestVerdict {
+                request: id.clone(),
+                verdict,
+                role,
+                slot: v.slot,
+                reasons: v.reasons,
+            };
+            match strongest.get(&id) {
+                Some(have) if have.verdict >= verdict => {}
+                Some(_) => {
+                    strongest.insert(id, candidate);
+                }
+                None => {
+                    order.push(id.clone());
+                    strongest.insert(id, candidate);
+                }
+            }
+        };
+        let (victim, culprit) = match self.policy.violations {
+            Action::PerRequest => (Verdict::Recompute, Verdict::Abort),
+            _ => (Verdict::Keep, Verdict::Keep),
+        };
+        for v in &judgement.new_violations {
+            if v.is_write() {
+                for &r in rows.written_by(v.slot) {
+                    if let Some(id) = request(r) {
+                        concern(id, culprit, Role::Culprit, v);
+                    }
+                }
+                continue;
+            }
+            let victims: Vec<Id> = rows
+                .verified_by(v.slot)
+                .iter()
+                .filter_map(|&r| request(r))
+                .collect();
+            if let Some(writer) = self.last_writer.get(&v.slot) {
+                if !victims.contains(writer) {
+                    concern(writer.clone(), culprit, Role::Culprit, v);
+                }
+            }
+            for id in victims {
+                concern(id, victim, Role::Victim, v);
+            }
+        }
+        judgement.verdicts = order
+            .into_iter()
+            .filter_map(|id| strongest.remove(&id))
+            .collect();
+        // This step's writes: their requests are the slots' last writers from now on.
+        for (slot, writers) in rows.writes() {
+            if let Some(id) = writers.last().and_then(|&r| request(r)) {
+                self.last_writer.insert(slot, id);
+            }
+        }
+        let unverified = report.unverified();
+        if unverified.any() {
+            if !self.unverified_run && self.policy.unverified != Action::Off {
+                judgement.unverified = Some(unverified);
+            }
+            self.unverified_run = true;
+        } else {
+            self.unverified_run = false;
+        }
+        if self.policy.violations == Action::Fail && !judgement.new_violations.is_empty() {
+            let first = judgement.new_violations[0];
+            return Err(Error::GuardFailed {
+                finding: format!(
+                    "{} new violation(s), the first {first}",
+                    judgement.new_violations.len()
+                ),
+            });
+        }
+        if self.policy.unverified == Action::Fail {
+            if let Some(u) = judgement.unverified {
+                return Err(Error::GuardFailed {
+                    finding: format!("a step went unverified: {u}"),
+                });
+            }
+        }
+        Ok(judgement)
+    }
+}

@@ -1,0 +1,240 @@
+//! Verdicts and policies (issue 33 item 1) over CPU canaries, token tables and block tables: a
+//! stray write into another request's cached slot makes that request a victim (recompute) and
+//! the writer the culprit (abort); each violation is judged once; a run of unverified steps is
+//! reported once; log, off and fail behave as SGLang's log, none and raise.
+
+use kv_canary::guard::{Action, Guard, Policy, Role, Verdict};
+use kv_canary::step::{Canary, SlotRows, TailKv};
+use kv_canary::{
+    Batch, BatchView, Cap, Error, PlanInputs, ReqToToken, ReqToTokenView, Shape, WriteInputsView,
+};
+
+type Spec = Shape<Cap<32>, Cap<2>, Cap<8>>;
+
+/// Request "a" holds pool row 1 (slots 1, 2, 3, 4), "c" pool row 2 (slots 5, 6, 7, 8).
+fn table() -> ReqToToken {
+    ReqToToken::from_vec(3, 4, vec![0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]).unwrap()
+}
+
+/// One step of a CPU canary: `rows` are (pool row, cached, new) with their request ids; the
+/// new tokens go to `slots` (the engine's slot mapping, -1 padding). Returns the guard's
+/// judgement.
+fn step(
+    canary: &mut Canary<Cap<32>, Cap<2>, Cap<8>, Cap<16>, Cap<16>>,
+    guard: &mut Guard<&'static str>,
+    rows: &[(i64, i64, i64, &'static str)],
+    slots: &[i64],
+) -> Result<kv_canary::guard::Judgement<&'static str>, Error> {
+    let table = table();
+    let batch: Batch = rows
+        .iter()
+        .map(|&(rp, cached, new, _)| kv_canary::BatchRow {
+            req_pool_index: rp,
+            prefix_len: cached,
+            extend_len: new,
+        })
+        .collect();
+    let mut loc = vec![-1i64; 8];
+    let mut ids = vec![0i64; 8];
+    let mut positions = vec![0i64; 8];
+    let mut t = 0;
+    for &(_, cached, new, _) in rows {
+        for p in cached..cached + new {
+            loc[t] = slots[t];
+            ids[t] = 100 + p;
+            positions[t] = p;
+            t += 1;
+        }
+    }
+    let inputs = PlanInputs::full(&batch, &table);
+    let write = WriteInputsView::new(Cap::<8>, &ids, &positions, &loc).unwrap();
+    let report = canary
+        .plan(&inputs)?
+        .verify_head()?
+        .write(&write)?
+        .verify_tail(TailKv::NONE)?;
+    let slot_rows = SlotRows::new(&inputs, &loc)?;
+    let requests: Vec<Option<&'static str>> = rows.iter().map(|r| Some(r.3)).collect();
+    guard.judge(&report, &slot_rows, &requests)
+}
+
+fn canary() -> Canary<Cap<32>, Cap<2>, Cap<8>, Cap<16>, Cap<16>> {
+    Canary::full(Spec::new(), Cap::<16>, Cap::<16>)
+}
+
+/// Steps 1-2 prefill "a" (slots 1, 2, 3) and "c" (slots 5, 6); step 3 decodes "c" with its
+/// slot mapping off into "a"'s slot 2; step 4 decodes "a", whose verify reports slot 2.
+fn stray_write(policy: Policy) -> Vec<Result<kv_canary::guard::Judgement<&'static str>, Error>> {
+    let (mut canary, mut guard) = (canary(), Guard::new(policy));
+    vec![
+        step(&mut canary, &mut guard, &[(1, 0, 3, "a")], &[1, 2, 3]),
+        step(&mut canary, &mut guard, &[(2, 0, 2, "c")], &[5, 6]),
+        step(&mut canary, &mut guard, &[(2, 2, 1, "c")], &[2]),
+        step(&mut canary, &mut guard, &[(1, 3, 1, "a")], &[4]),
+        step(&mut canary, &mut guard, &[(1, 4, 0, "a")], &[]),
+    ]
+}
+
+#[test]
+fn a_stray_write_makes_a_victim_and_a_culprit_each_judged_once() {
+    let policy = Policy {
+        violations: Action::PerRequest,
+        ..Policy::default()
+    };
+    let judgements: Vec<_> = stray_write(policy)
+        .into_iter()
+        .map(|j| j.unwrap())
+        .collect();
+    for j in &judgements[..3] {
+        assert!(
+            j.new_violations.is_empty() && j.verdicts.is_empty(),
+            "{j:?}"
+        );
+    }
+    let j = &judgements[3];
+    assert!(!j.new_violations.is_empty());
+    assert_eq!(j.verdict_of(&"a"), Some(Verdict::Recompute));
+    assert_eq!(j.verdict_of(&"c"), Some(Verdict::Abort));
+    let culprit = j.verdicts.iter().find(|v| v.request == "c").unwrap();
+    assert_eq!((culprit.role, culprit.slot), (Role::Culprit, 2));
+    // The next step reports the same corrupted records again: judged already.
+    assert!(
+        judgements[4].new_violations.is_empty() && judgements[4].verdicts.is_empty(),
+        "each violation is judged once: {:?}",
+        judgements[4]
+    );
+    eprintln!(
+        "stray write: {} new violation(s) at step 4; verdicts {:?}",
+        j.new_violations.len(),
+        j.verdicts
+            .iter()
+            .map(|v| (v.request, v.verdict, v.role))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn log_off_and_fail_policies() {
+    let log = stray_write(Policy {
+        violations: Action::Log,
+        ..Policy::default()
+    });
+    let j = log[3].as_ref().unwrap();
+    assert!(!j.new_violations.is_empty());
+    assert!(j.verdicts.iter().all(|v| v.verdict == Verdict::Keep));
+    let off = stray_write(Policy::default());
+    assert!(off
+        .iter()
+        .all(|j| j.as_ref().is_ok_and(|j| j.new_violations.is_empty())));
+    let fail = stray_write(Policy {
+        violations: Action::Fail,
+        ..Policy::default()
+    });
+    let err = fail[3].as_ref().unwrap_err();
+    assert!(matches!(err, Error::GuardFailed { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("kv-canary: the engine's policy fails on"),
+        "{err}"
+    );
+    // The same violations do not fail the engine twice.
+    assert!(fail[4].is_ok());
+}
+
+#[test]
+fn a_run_of_unverified_steps_is_reported_once() {
+    // A verify capacity of 2: a decode over 3 cached tokens overflows it.
+    type Small = Shape<Cap<2>, Cap<2>, Cap<8>>;
+    let mut canary = Canary::full(Small::new(), Cap::<16>, Cap::<16>);
+    let mut guard: Guard<&str> = Guard::new(Policy {
+        unverified: Action::Log,
+        ..Policy::default()
+    });
+    let table = table();
+    let mut judged = Vec::new();
+    for (cached, new) in [(0, 3), (3, 0), (3, 0), (1, 0), (3, 0)] {
+        let batch = Batch::from_columns([1], [cached], [new]);
+        let inputs = PlanInputs::full(&batch, &table);
+        let mut write = canary.write_inputs();
+        let p = write.parts_mut();
+        for t in 0..new as usize {
+            (p.out_cache_loc[t], p.input_ids[t], p.positions[t]) = (1 + t as i64, 7, t as i64);
+        }
+        let report = canary
+            .plan(&inputs)
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&write)
+            .unwrap()
+            .verify_tail(TailKv::NONE)
+            .unwrap();
+        let rows = SlotRows::new(&inputs, write.out_cache_loc()).unwrap();
+        let j = guard.judge(&report, &rows, &[Some("a")]).unwrap();
+        judged.push(j.unverified.map(|u| u.plan_overflow.unwrap().needed));
+    }
+    // Prefill (0 cached) verified; two overflows (one report); a verified step; an overflow.
+    assert_eq!(judged, [None, Some(Some(3)), None, None, Some(Some(3))]);
+}
+
+/// The same stray write in mistral.rs's shape: u32 block tables per batch row (blocks of 4),
+/// vLLM's columns, an i64 slot mapping.
+#[test]
+fn culprits_over_block_tables() {
+    let mut canary = canary();
+    let mut guard = Guard::new(Policy {
+        violations: Action::PerRequest,
+        ..Policy::default()
+    });
+    // "a" holds block 1 (slots 4..8), "c" block 2 (slots 8..12).
+    let run = |canary: &mut Canary<Cap<32>, Cap<2>, Cap<8>, Cap<16>, Cap<16>>,
+               guard: &mut Guard<&'static str>,
+               blocks: &[u32],
+               context: &[u32],
+               query: &[u32],
+               slots: &[i64],
+               who: &[&'static str]| {
+        let bs = who.len();
+        let table = ReqToTokenView::block_table(bs, 1, 4, blocks).unwrap();
+        let batch = BatchView::from_query_lens(bs, context, query).unwrap();
+        let inputs = PlanInputs::from_views(batch, table);
+        let mut loc = slots.to_vec();
+        loc.resize(8, -1);
+        let ids = vec![5u32; 8];
+        let mut positions = vec![0i64; 8];
+        let mut t = 0;
+        for r in 0..bs {
+            for p in context[r] - query[r]..context[r] {
+                positions[t] = i64::from(p);
+                t += 1;
+            }
+        }
+        let write = WriteInputsView::new(Cap::<8>, &ids, &positions, &loc).unwrap();
+        let report = canary
+            .plan(&inputs)
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&write)
+            .unwrap()
+            .verify_tail(TailKv::NONE)
+            .unwrap();
+        let rows = SlotRows::new(&inputs, &loc).unwrap();
+        let requests: Vec<_> = who.iter().map(|&w| Some(w)).collect();
+        guard.judge(&report, &rows, &requests).unwrap()
+    };
+    run(
+        &mut canary,
+        &mut guard,
+        &[1, 2],
+        &[3, 2],
+        &[3, 2],
+        &[4, 5, 6, 8, 9],
+        &["a", "c"],
+    );
+    // "c" decodes position 2 into slot 5 ("a"'s), not 10.
+    run(&mut canary, &mut guard, &[2], &[3], &[1], &[5], &["c"]);
+    let j = run(&mut canary, &mut guard, &[1], &[4], &[1], &[7], &["a"]);
+    assert_eq!(j.verdict_of(&"a"), Some(Verdict::Recompute));
+    assert_eq!(j.verdict_of(&"c"), Some(Verdict::Abort));
+}
