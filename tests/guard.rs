@@ -238,3 +238,93 @@ fn culprits_over_block_tables() {
     assert_eq!(j.verdict_of(&"a"), Some(Verdict::Recompute));
     assert_eq!(j.verdict_of(&"c"), Some(Verdict::Abort));
 }
+
+/// The watchdog (issue 33 item 2): every `interval` steps after `warmup`, a canary never marked
+/// initialised, one whose assert went off, and an engine that skips the canary are stalls,
+/// reported under every policy and failing the engine under `Action::Fail`.
+#[test]
+fn the_watchdog_reports_a_canary_that_stopped_checking() {
+    use kv_canary::guard::{Stall, Watchdog};
+    use kv_canary::ChainPositionAssert;
+    let table = table();
+    let run = |canary: &mut Canary<Cap<32>, Cap<2>, Cap<8>, Cap<16>, Cap<16>>, n: i64| {
+        let batch = Batch::from_columns([1], [n.min(4)], [0]);
+        let nothing = canary.write_inputs();
+        canary
+            .plan(&PlanInputs::full(&batch, &table))
+            .unwrap()
+            .verify_head()
+            .unwrap()
+            .write(&nothing)
+            .unwrap()
+            .verify_tail(TailKv::NONE)
+            .unwrap();
+    };
+    // Warm-up with the assert off, then initialised: every check is quiet.
+    let mut c = canary().with_chain_position_assert(ChainPositionAssert::OFF);
+    let mut dog = Watchdog::new(5, 10);
+    let mut stalls = Vec::new();
+    for n in 0..40 {
+        if n == 8 {
+            dog.mark_initialised(&mut c);
+        }
+        run(&mut c, n);
+        stalls.extend(dog.after_step(&c));
+    }
+    assert_eq!(stalls, [], "a healthy canary");
+    assert!(c.chain_position_assert().is_on());
+    // Never initialised: reported at the first check after warm-up.
+    let mut c = canary().with_chain_position_assert(ChainPositionAssert::OFF);
+    let mut dog = Watchdog::new(5, 10);
+    let first = (0..10)
+        .find_map(|n| {
+            run(&mut c, n);
+            dog.after_step(&c)
+        })
+        .expect("reported");
+    assert_eq!(first, Stall::NeverInitialised { steps: 10 });
+    // Steps the engine ran without the canary.
+    let mut c = canary();
+    let mut dog = Watchdog::new(5, 5);
+    dog.mark_initialised(&mut c);
+    let mut found = None;
+    for n in 0..20 {
+        if n < 12 {
+            run(&mut c, n);
+        }
+        found = found.or(dog.after_step(&c));
+    }
+    assert_eq!(
+        found,
+        Some(Stall::StepsDropped {
+            engine: 5,
+            canary: 2
+        })
+    );
+    // The assert switched off after initialisation.
+    let mut c = canary();
+    let mut dog = Watchdog::new(5, 5);
+    dog.mark_initialised(&mut c);
+    let mut found = None;
+    for n in 0..10 {
+        if n == 6 {
+            c.set_chain_position_assert(ChainPositionAssert::OFF);
+        }
+        run(&mut c, n);
+        found = found.or(dog.after_step(&c));
+    }
+    assert_eq!(found, Some(Stall::AssertOff { steps: 10 }));
+    // Reported under every policy; failing under Fail.
+    let stall = Some(Stall::AssertOff { steps: 10 });
+    let quiet: Guard<&str> = Guard::new(Policy::default());
+    assert_eq!(quiet.watch(stall), Ok(stall));
+    let strict: Guard<&str> = Guard::new(Policy {
+        watchdog: Action::Fail,
+        ..Policy::default()
+    });
+    let err = strict.watch(stall).unwrap_err();
+    assert!(
+        err.to_string().contains("chain-position assert is off"),
+        "{err}"
+    );
+}

@@ -1,6 +1,7 @@
 //! [`Guard`]: judges each report's findings under the engine's [`Policy`].
 
 use super::policy::{Action, Policy, Verdict};
+use super::watchdog::Stall;
 use crate::canary::{FailReason, Violation};
 use crate::error::Error;
 use crate::step::{Findings, SlotRows, Unverified};
@@ -212,5 +213,16 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
             }
         }
         Ok(judgement)
+    }
+
+    /// The engine's answer to a [`Watchdog`](super::Watchdog) check: the stall, reported under
+    /// every policy, or [`Error::GuardFailed`] naming it under [`Action::Fail`].
+    pub fn watch(&self, stall: Option<Stall>) -> Result<Option<Stall>, Error> {
+        match stall {
+            Some(stall) if self.policy.watchdog == Action::Fail => Err(Error::GuardFailed {
+                finding: format!("the canary's health: {stall}"),
+            }),
+            other => Ok(other),
+        }
     }
 }

@@ -51,6 +51,8 @@
 
 mod judge;
 mod policy;
+mod watchdog;
 
 pub use judge::{Guard, Judgement, RequestVerdict, Role};
 pub use policy::{Action, Policy, Verdict};
+pub use watchdog::{Stall, Watchdog};

@@ -16,7 +16,7 @@ pub enum Action {
     Fail,
 }
 
-/// The engine's policy: one [`Action`] per kind of finding. The default is off for both, as
+/// The engine's policy: one [`Action`] per kind of finding. The default is off for all, as
 /// SGLang's `--kv-canary none`; a guard is built to turn them on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Policy {
@@ -24,6 +24,9 @@ pub struct Policy {
     pub violations: Action,
     /// Steps whose checks did not all run (a plan over its verify capacity, steps abandoned).
     pub unverified: Action,
+    /// The [`Watchdog`](super::Watchdog)'s stalls: reported under every action (a canary that
+    /// stopped checking must never read as clean), failing the engine under [`Action::Fail`].
+    pub watchdog: Action,
 }
 
 /// What happens to one request, weakest first (a request concerned twice gets the stronger).

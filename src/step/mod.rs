@@ -631,6 +631,11 @@ where
         self.chain_position_assert = flag;
     }
 
+    /// The `enable_chain_position_assert` flag the following steps' writes get.
+    pub fn chain_position_assert(&self) -> ChainPositionAssert {
+        self.chain_position_assert
+    }
+
     /// Per-token write inputs of the shape's write-entry capacity (input assert off), allocated
     /// by the backend; inputs that cannot be allocated are [`Error::AllocationFailed`] naming
     /// their size.
