@@ -9,6 +9,7 @@ use core::fmt;
 /// verify-only pass; FULL and SWA groups get their own tags. Values are exact (spec §2.8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(i32)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum LaunchTag {
     /// `HEAD_K_FULL = 0`.
     HeadKFull = 0,

@@ -1,6 +1,7 @@
 //! [`Guard`]: judges each report's findings under the engine's [`Policy`].
 
 use super::policy::{Action, Policy, Verdict};
+use super::records::{Record, Stats};
 use super::watchdog::Stall;
 use crate::canary::{FailReason, Violation};
 use crate::error::Error;
@@ -10,6 +11,7 @@ use std::hash::Hash;
 
 /// How a request is concerned by a violation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum Role {
     /// Its verify entries read the failed slot: its cached prefix is corrupted.
     Victim,
@@ -44,6 +46,9 @@ pub struct Judgement<Id> {
     /// What went unchecked, on the first report of a run of unverified ones (when unverified
     /// steps are not off); `None` while the run lasts and when every check ran.
     pub unverified: Option<Unverified>,
+    /// The operator records of this step: one a new violation, and the statistics every
+    /// `stats_every` judged steps ([`Guard::with_stats_every`]).
+    pub records: Vec<Record<Id>>,
 }
 
 impl<Id: PartialEq> Judgement<Id> {
@@ -82,6 +87,8 @@ pub struct Guard<Id> {
     last_writer: HashMap<i64, Id>,
     judged: HashSet<ViolationKey>,
     unverified_run: bool,
+    stats: Stats,
+    stats_every: u64,
 }
 
 impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
@@ -92,7 +99,23 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
             last_writer: HashMap::new(),
             judged: HashSet::new(),
             unverified_run: false,
+            stats: Stats::default(),
+            stats_every: 100,
         }
+    }
+
+    /// The same guard with a statistics record every `steps` judged steps (100 by default, as
+    /// SGLang; at least 1).
+    pub fn with_stats_every(self, steps: u64) -> Self {
+        Guard {
+            stats_every: steps.max(1),
+            ..self
+        }
+    }
+
+    /// The statistics so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
     }
 
     /// The policy.
@@ -120,7 +143,9 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
             new_violations: Vec::new(),
             verdicts: Vec::new(),
             unverified: None,
+            records: Vec::new(),
         };
+        self.stats.step += 1;
         if self.policy.violations != Action::Off {
             for v in report.violations() {
                 if self.judged.insert(key(v)) {
@@ -155,27 +180,34 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
             _ => (Verdict::Keep, Verdict::Keep),
         };
         for v in &judgement.new_violations {
+            let mut concerned = Vec::new();
             if v.is_write() {
                 for &r in rows.written_by(v.slot) {
                     if let Some(id) = request(r) {
-                        concern(id, culprit, Role::Culprit, v);
+                        concern(id.clone(), culprit, Role::Culprit, v);
+                        concerned.push(id);
                     }
                 }
-                continue;
-            }
-            let victims: Vec<Id> = rows
-                .verified_by(v.slot)
-                .iter()
-                .filter_map(|&r| request(r))
-                .collect();
-            if let Some(writer) = self.last_writer.get(&v.slot) {
-                if !victims.contains(writer) {
-                    concern(writer.clone(), culprit, Role::Culprit, v);
+            } else {
+                let victims: Vec<Id> = rows
+                    .verified_by(v.slot)
+                    .iter()
+                    .filter_map(|&r| request(r))
+                    .collect();
+                if let Some(writer) = self.last_writer.get(&v.slot) {
+                    if !victims.contains(writer) {
+                        concern(writer.clone(), culprit, Role::Culprit, v);
+                        concerned.push(writer.clone());
+                    }
+                }
+                for id in victims {
+                    concern(id.clone(), victim, Role::Victim, v);
+                    concerned.push(id);
                 }
             }
-            for id in victims {
-                concern(id, victim, Role::Victim, v);
-            }
+            judgement
+                .records
+                .push(Record::violation(self.stats.step, v, concerned));
         }
         judgement.verdicts = order
             .into_iter()
@@ -188,6 +220,18 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
             }
         }
         let unverified = report.unverified();
+        self.stats.violations += judgement.new_violations.len() as u64;
+        self.stats.dropped += report.dropped();
+        self.stats.unverified_steps += u64::from(unverified.any());
+        if self.stats.step.is_multiple_of(self.stats_every) {
+            judgement.records.push(Record::Stats(self.stats));
+        }
+        for _record in &judgement.records {
+            #[cfg(feature = "tracing")]
+            super::records::trace(_record);
+            #[cfg(feature = "metrics")]
+            super::records::count(_record);
+        }
         if unverified.any() {
             if !self.unverified_run && self.policy.unverified != Action::Off {
                 judgement.unverified = Some(unverified);

@@ -51,8 +51,10 @@
 
 mod judge;
 mod policy;
+mod records;
 mod watchdog;
 
 pub use judge::{Guard, Judgement, RequestVerdict, Role};
 pub use policy::{Action, Policy, Verdict};
+pub use records::{Record, Stats};
 pub use watchdog::{Stall, Watchdog};

@@ -31,6 +31,7 @@ pub struct Policy {
 
 /// What happens to one request, weakest first (a request concerned twice gets the stronger).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum Verdict {
     /// Keep serving; the finding is logged.
     Keep,

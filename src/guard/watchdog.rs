@@ -15,6 +15,7 @@ use core::fmt;
 
 /// What the watchdog found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum Stall {
     /// A launch's kernel-run counter did not advance over the last interval: its launches
     /// stopped running (a stage skipped, a graph that no longer launches it).
