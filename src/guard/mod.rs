@@ -49,11 +49,13 @@
 //! # Ok::<(), kv_canary::Error>(())
 //! ```
 
+mod cadence;
 mod judge;
 mod policy;
 mod records;
 mod watchdog;
 
+pub use cadence::{CachedPrefixes, CachedRun, SweepCadence};
 pub use judge::{Guard, Judgement, RequestVerdict, Role};
 pub use policy::{Action, Policy, Verdict};
 pub use records::{Record, Stats};
