@@ -50,6 +50,9 @@
 //! ```
 
 mod cadence;
+#[cfg(feature = "faults")]
+#[cfg_attr(docsrs, doc(cfg(feature = "faults")))]
+pub mod faults;
 mod judge;
 mod policy;
 mod records;

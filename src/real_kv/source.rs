@@ -243,6 +243,19 @@ impl<'a> RealKvSource<'a> {
         self.token
     }
 
+    /// The offset in [`bytes`](Self::bytes) of slot `s`'s first logical byte (the byte its
+    /// PARTIAL fingerprint starts with), or `None` for a slot past the source's rows: where a
+    /// fault-injection hook flips it.
+    pub fn first_byte(&self, s: i64) -> Option<usize> {
+        let s = usize::try_from(s).ok().filter(|&s| self.covers(s))?;
+        let row = (s / self.page_size) * self.row_stride;
+        Some(
+            row + self
+                .token
+                .offset(self.num_bytes_per_token, s % self.page_size, 0, 0),
+        )
+    }
+
     /// An empty stand-in that is never read (the CUDA ABI's unused-source dummy).
     pub(crate) const fn unused() -> RealKvSource<'static> {
         RealKvSource {
