@@ -11,8 +11,8 @@
 use super::borrowed::{at_least, Borrowed, Fence, Shared};
 use super::gpu::Gpu;
 use super::plan_inputs::{
-    DeviceBatch, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable, DeviceTableCell,
-    DeviceValidLens, RawBatch,
+    DeviceBatch, DeviceColumns, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable,
+    DeviceTableCell, DeviceValidLens, RawBatch,
 };
 use super::write_inputs::RawWriteInputs;
 use crate::capacity::Capacity;
@@ -199,6 +199,41 @@ impl<W: Capacity> DeviceBatch<W> {
 }
 
 impl<W: Capacity> DeviceBatch<W> {
+    /// vLLM's two columns `L` over the engine's buffers (`first`: `capacity` elements,
+    /// `second`: `capacity` plus the layout's extra), borrowed for `'a`.
+    fn over_columns<'a, L, C, Q, BC, BQ, S>(
+        gpu: &Gpu,
+        capacity: W,
+        first: &'a BC,
+        second: &'a BQ,
+        bs: Option<&'a S>,
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        L: DeviceColumns,
+        C: DeviceIndex,
+        Q: DeviceIndex,
+        BC: ViewableSlice<C> + ?Sized,
+        BQ: ViewableSlice<Q> + ?Sized,
+        S: ViewableSlice<i32> + ?Sized,
+    {
+        let (names, extra) = match L::COLUMNS {
+            [Some((a, _)), Some((b, extra)), _] => ([a, b], extra),
+            _ => unreachable!("vLLM's layouts have two columns"),
+        };
+        let n = capacity.get();
+        let addrs = [
+            addr_of(names[0], first, n)?,
+            addr_of(names[1], second, n.saturating_add(extra))?,
+            0,
+        ];
+        let bs = bs.map(|b| addr_of("bs", b, 1)).transpose()?;
+        // SAFETY: every buffer is borrowed for 'a, which the returned view cannot outlive, holds
+        // what the batch reads (checked), and the view's drop waits for every launch that read it.
+        let mut batch = unsafe { Self::from_raw_columns::<L>(gpu, capacity, addrs, bs)? };
+        batch.record_rooms([first.len(), second.len(), 0]);
+        Ok(Borrowed::new(batch, Fence::Gpu(gpu.clone())))
+    }
+
     /// vLLM's columns over the engine's buffers: `context_lens` (the whole context, this
     /// step's tokens included) and `query_lens`, at least `capacity` elements each, of their own
     /// element types (`u32`, `i32` or `i64`), and optionally the engine's `bs` (`None`:
@@ -219,19 +254,13 @@ impl<W: Capacity> DeviceBatch<W> {
         BQ: ViewableSlice<Q> + ?Sized,
         S: ViewableSlice<i32> + ?Sized,
     {
-        let n = capacity.get();
-        let addrs = [
-            addr_of("context_lens", context_lens, n)?,
-            addr_of("query_lens", query_lens, n)?,
-            0,
-        ];
-        let bs = bs.map(|b| addr_of("bs", b, 1)).transpose()?;
-        // SAFETY: every buffer is borrowed for 'a, which the returned view cannot outlive, holds
-        // what the batch reads (checked), and the view's drop waits for every launch that read it.
-        let mut batch =
-            unsafe { Self::from_raw_columns::<QueryLens<C, Q>>(gpu, capacity, addrs, bs)? };
-        batch.record_rooms([context_lens.len(), query_lens.len(), 0]);
-        Ok(Borrowed::new(batch, Fence::Gpu(gpu.clone())))
+        Self::over_columns::<QueryLens<C, Q>, C, Q, BC, BQ, S>(
+            gpu,
+            capacity,
+            context_lens,
+            query_lens,
+            bs,
+        )
     }
 
     /// [`from_query_lens`](Self::from_query_lens) with cumulative query offsets
@@ -250,18 +279,13 @@ impl<W: Capacity> DeviceBatch<W> {
         BQ: ViewableSlice<Q> + ?Sized,
         S: ViewableSlice<i32> + ?Sized,
     {
-        let n = capacity.get();
-        let addrs = [
-            addr_of("context_lens", context_lens, n)?,
-            addr_of("query_starts", query_starts, n.saturating_add(1))?,
-            0,
-        ];
-        let bs = bs.map(|b| addr_of("bs", b, 1)).transpose()?;
-        // SAFETY: as `from_query_lens`.
-        let mut batch =
-            unsafe { Self::from_raw_columns::<QueryStarts<C, Q>>(gpu, capacity, addrs, bs)? };
-        batch.record_rooms([context_lens.len(), query_starts.len(), 0]);
-        Ok(Borrowed::new(batch, Fence::Gpu(gpu.clone())))
+        Self::over_columns::<QueryStarts<C, Q>, C, Q, BC, BQ, S>(
+            gpu,
+            capacity,
+            context_lens,
+            query_starts,
+            bs,
+        )
     }
 }
 
