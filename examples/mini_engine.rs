@@ -127,6 +127,12 @@ fn print_report(cfg: &Config, out: &Outcome, seconds: f64) {
     for v in &out.first_violations {
         println!("  - {v}");
     }
+    if !out.verdicts.is_empty() {
+        println!("the guard's verdicts (kv_canary::guard, per request):");
+        for v in &out.verdicts {
+            println!("  - {v}");
+        }
+    }
     for a in &out.anomalies {
         println!("SIMULATION ANOMALY: {a}");
     }

@@ -108,6 +108,12 @@ fn use_after_free_is_reported_within_two_steps() {
             "{:?}",
             out.detection
         );
+        // The guard names the requests that read the freed slots: their prefix is lost.
+        assert!(
+            out.verdicts.iter().any(|v| v.contains("Recompute (Victim")),
+            "{:?}",
+            out.verdicts
+        );
     }
 }
 

@@ -105,6 +105,18 @@ impl Engine {
         self.running.len()
     }
 
+    /// The request of every row of this step's batch (`None` for a padding row): what the
+    /// guard's verdicts name.
+    pub fn batch_requests(&self) -> Vec<Option<u64>> {
+        let mut ids: Vec<Option<u64>> = self
+            .scheduled
+            .iter()
+            .map(|s| Some(self.running[s.req].id))
+            .collect();
+        ids.resize(self.batch.len(), None);
+        ids
+    }
+
     /// The scheduler: new arrivals, at most one admission, then every running request gets its
     /// next prefill chunk or decode token, a KV slot per token and its `req_to_token` cells.
     /// Builds the batch (padded to a multiple of 4, like CUDA-graph buckets) and scatters every

@@ -20,7 +20,8 @@ mod requests;
 
 pub use engine::{BugState, Engine, Stats};
 
-use kv_canary::step::Canary;
+use kv_canary::guard::{Action, Guard, Policy};
+use kv_canary::step::{Canary, SlotRows};
 use kv_canary::{Cap, LaunchTag, PlanInputs, Shape, Swa, Violation};
 
 /// KV pool slots (slot 0 reserved).
@@ -140,6 +141,9 @@ pub struct Outcome {
     /// The first few distinct violations of that step, as sentences, with the launches that
     /// found each and the requests that hold its slot.
     pub first_violations: Vec<String>,
+    /// The guard's verdicts at the detection step (FULL group): the requests to recompute and
+    /// to abort, with the slot that decided each.
+    pub verdicts: Vec<String>,
     /// Defects of the simulation itself (must be empty).
     pub anomalies: Vec<String>,
 }
@@ -165,8 +169,15 @@ pub fn run(cfg: &Config) -> Result<Outcome, kv_canary::Error> {
         detected_at: None,
         detection: Vec::new(),
         first_violations: Vec::new(),
+        verdicts: Vec::new(),
         anomalies: Vec::new(),
     };
+    // The engine's policy: a verdict per request for violations, unverified steps logged.
+    let mut guard = Guard::new(Policy {
+        violations: Action::PerRequest,
+        unverified: Action::Log,
+        ..Policy::default()
+    });
     for step in 0..cfg.steps {
         engine.schedule(step);
         out.max_running = out.max_running.max(engine.running());
@@ -176,6 +187,9 @@ pub fn run(cfg: &Config) -> Result<Outcome, kv_canary::Error> {
         // The write inputs are filled before the plan: the whole head stage in one call
         // (`plan(..)?.verify_head()?.write(..)?` gives the same report).
         let full_step = full.plan_verify_head_and_write(&plan, &inputs)?;
+        // The step's slots by batch row, and its requests, for the guard's verdicts.
+        let rows = SlotRows::new(&plan, inputs.out_cache_loc())?;
+        let requests = engine.batch_requests();
         let swa_step = match cfg.swa_window {
             Some(window) => {
                 engine.fill_write_inputs(&mut swa_inputs, true);
@@ -197,8 +211,19 @@ pub fn run(cfg: &Config) -> Result<Outcome, kv_canary::Error> {
             out.entries_written += r.entries_written();
             out.violations += r.recorded();
         }
+        let judgement = guard.judge(&report, &rows, &requests)?;
         if !report.is_clean() || swa_report.as_ref().is_some_and(|r| !r.is_clean()) {
             out.detected_at = Some(step);
+            out.verdicts = judgement
+                .verdicts
+                .iter()
+                .map(|v| {
+                    format!(
+                        "request #{}: {:?} ({:?} of slot {})",
+                        v.request, v.verdict, v.role, v.slot
+                    )
+                })
+                .collect();
             let swa_rows = swa_report.iter().flat_map(|r| &r.violations);
             out.detection = report.violations.iter().chain(swa_rows).copied().collect();
             out.first_violations = quote(&engine, &out.detection);
