@@ -2,8 +2,9 @@
 //! item 3). Cached KV that no running request reads is checked by no step; a sweep checks it, and
 //! the cadence spreads the sweeps over steps: each step it takes the next `budget` idle cached
 //! slots of the engine's prefix cache ([`CachedPrefixes`]), continuing where the last step
-//! stopped, so a step costs at most `budget` sweep entries and every idle cached slot of a cache
-//! that holds `N` of them is checked within `ceil(N / budget)` steps (one pass).
+//! stopped, so a step costs at most `budget` sweep entries, and a pass of `ceil(N / budget)`
+//! steps checks every idle cached slot of a cache that holds `N` of them once (from any step,
+//! every slot is checked within `ceil(N / budget) + 1` steps while the cache stays the same).
 //!
 //! The engine's prefix cache walks its idle runs however it stores them (a radix tree's
 //! unreferenced nodes, a block table's cached blocks, an SWA group's resident slots only): a run
