@@ -14,8 +14,8 @@ mod common;
 use common::{Rng, Timing};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kv_canary::{
-    cpu, Batch, ExpectedTokenTable, ExpectedTokens, Group, PlanInputs, ReqToToken, Shape, Swa,
-    UncheckedCapacity,
+    cpu, Batch, BatchColumns, BatchView, ExpectedTokenTable, ExpectedTokens, Group, IndexElement,
+    PlanInputs, ReqToToken, ReqToTokenView, Shape, Swa, UncheckedCapacity,
 };
 use rand::seq::SliceRandom as _;
 use std::hint::black_box;
@@ -85,17 +85,17 @@ const LARGE: Timing = Timing {
     flat: true,
 };
 
-/// Benches `plan` on `inputs` and, in the same group, `copy` of the same output bytes.
-fn plan_vs_copy<G: Group, X: ExpectedTokens>(
+/// Benches `plan` on `inputs` and, in the same group, `copy` of the same output bytes; `roomy`
+/// is at least the entries the step verifies (its cached tokens).
+fn plan_vs_copy<G: Group, X: ExpectedTokens, B: BatchColumns, T: IndexElement>(
     c: &mut Criterion,
     name: &str,
-    inputs: &PlanInputs<'_, G, X>,
+    inputs: &PlanInputs<'_, G, X, B, T>,
+    roomy: usize,
     timing: &Timing,
 ) {
     let bs = inputs.batch.len();
     let cap = |what, n| UncheckedCapacity::new(what, n).expect("positive capacity");
-    // Exactly the entries this step verifies: a dry run with room for every prefix position.
-    let roomy: usize = inputs.batch.prefix_lens().iter().sum::<i64>() as usize;
     let probe = Shape::from_capacities(
         cap("verify_capacity", roomy),
         cap("write_req_capacity", bs),
@@ -137,26 +137,76 @@ fn plan_vs_copy<G: Group, X: ExpectedTokens>(
     group.finish();
 }
 
+/// The cached tokens of a batch of SGLang's columns (at least the entries it verifies).
+fn cached(batch: &Batch) -> usize {
+    batch.prefix_lens().iter().sum::<i64>() as usize
+}
+
+/// The same decode step in mistral.rs's shape: a `u32` block table per batch row (blocks of
+/// 16 slots, a random permutation of the pool's blocks), `u32` context and query lengths.
+struct PagedStep {
+    blocks: Vec<u32>,
+    blocks_per_row: usize,
+    context_lens: Vec<u32>,
+    query_lens: Vec<u32>,
+}
+
+fn paged_step(rng: &mut Rng, bs: usize, prefix: RangeInclusive<usize>) -> PagedStep {
+    let blocks_per_row = (prefix.end() + 1).div_ceil(16);
+    let mut blocks: Vec<u32> = (1..=(bs * blocks_per_row) as u32).collect();
+    blocks.shuffle(rng);
+    let batch = common::batch(rng, bs, prefix, 1);
+    let context_lens = batch.prefix_lens().iter().map(|&p| p as u32 + 1).collect();
+    PagedStep {
+        blocks,
+        blocks_per_row,
+        context_lens,
+        query_lens: vec![1; bs],
+    }
+}
+
 fn benches(c: &mut Criterion) {
     let mut rng = common::rng();
 
     // Decode: bs 256, prefixes around 2048 (about 0.5 M entries).
     let decode = decode_step(&mut rng, 256, 1792..=2304);
     let full = PlanInputs::full(&decode.batch, &decode.table);
-    plan_vs_copy(c, "decode_full", &full, &DECODE);
+    plan_vs_copy(c, "decode_full", &full, cached(&decode.batch), &DECODE);
+
+    // The same sizes from a block table of 16-slot blocks, indexed by batch row.
+    let paged = paged_step(&mut rng, 256, 1792..=2304);
+    let table = ReqToTokenView::block_table(256, paged.blocks_per_row, 16, &paged.blocks)
+        .expect("the block table");
+    let batch = BatchView::from_query_lens(256, &paged.context_lens, &paged.query_lens)
+        .expect("the columns");
+    let roomy = paged.context_lens.iter().map(|&c| c as usize).sum();
+    let blocks = PlanInputs::from_views(batch, table);
+    plan_vs_copy(c, "decode_block_table_b16", &blocks, roomy, &DECODE);
 
     let lut = lut(&mut rng, decode.pool_slots);
     let swa = full.with_group(Swa::window(1024).with_lut(&lut));
-    plan_vs_copy(c, "decode_swa_w1024_lut", &swa, &DECODE);
+    plan_vs_copy(
+        c,
+        "decode_swa_w1024_lut",
+        &swa,
+        cached(&decode.batch),
+        &DECODE,
+    );
 
     let (pool, valid) = token_pool(&mut rng, &decode);
     let expected = full.with_expected(pool.with_valid_lens(&valid));
-    plan_vs_copy(c, "decode_full_expected", &expected, &DECODE);
+    plan_vs_copy(
+        c,
+        "decode_full_expected",
+        &expected,
+        cached(&decode.batch),
+        &DECODE,
+    );
 
     // Large: bs 4096, prefixes around 4096 (about 16.8 M entries).
     let large = decode_step(&mut rng, 4096, 3584..=4608);
     let full = PlanInputs::full(&large.batch, &large.table);
-    plan_vs_copy(c, "large_full", &full, &LARGE);
+    plan_vs_copy(c, "large_full", &full, cached(&large.batch), &LARGE);
 }
 
 criterion_group!(plan, benches);

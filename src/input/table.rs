@@ -340,8 +340,17 @@ impl<K: TableKind, T: IndexElement> ReqTableView<'_, K, T> {
                 *d = s.as_i64();
             }
         } else {
-            for (i, d) in dst.iter_mut().enumerate() {
-                *d = self.slot(row, start + i);
+            // A block at a time: one division a block, then consecutive slots.
+            let b = self.block_size;
+            let (mut pos, mut done) = (start, 0);
+            while done < dst.len() {
+                let first = self.data[base + pos / b].as_i64() * b as i64;
+                let offset = pos % b;
+                let n = (b - offset).min(dst.len() - done);
+                for (k, d) in dst[done..done + n].iter_mut().enumerate() {
+                    *d = first + (offset + k) as i64;
+                }
+                (pos, done) = (pos + n, done + n);
             }
         }
     }
