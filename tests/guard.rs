@@ -419,3 +419,53 @@ fn a_sweep_cadence_covers_every_idle_slot_within_its_bound() {
         .collect();
     assert!(!found.is_empty() && found.len() <= 2, "{found:?}");
 }
+
+/// A report of one verify row at slot 2 (as a tail verify's real-KV fingerprint reports a slot
+/// whose bytes another request's forward pass overwrote in the same step).
+struct OneRow(kv_canary::Violation);
+
+impl std::fmt::Display for OneRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl kv_canary::step::Findings for OneRow {
+    fn violations(&self) -> &[kv_canary::Violation] {
+        std::slice::from_ref(&self.0)
+    }
+    fn dropped(&self) -> u64 {
+        0
+    }
+    fn unverified(&self) -> kv_canary::step::Unverified {
+        kv_canary::step::Unverified::default()
+    }
+}
+
+/// A misdirected write caught in the same step (the tail verify's real-KV fingerprint sees the
+/// bytes the forward pass put there): the step's writer of the slot is the culprit, the request
+/// that reads it the victim.
+#[test]
+fn a_culprit_of_the_same_step() {
+    let mut guard = Guard::new(Policy {
+        violations: Action::PerRequest,
+        ..Policy::default()
+    });
+    // "a" (pool row 1) reads slots 1, 2, 3 and writes 4; "c" (pool row 2) reads 5, 6 and
+    // writes slot 2, "a"'s.
+    let table = table();
+    let batch = Batch::from_columns([1, 2], [3, 2], [1, 1]);
+    let rows = SlotRows::new(&PlanInputs::full(&batch, &table), &[4, 2]).unwrap();
+    let mut fields = [0i64; 8];
+    (fields[0], fields[1], fields[7]) = (
+        kv_canary::LaunchTag::TailKFull as i64,
+        2,
+        kv_canary::FailReason::VERIFY_REAL_KV_HASH_MISMATCH.bits(),
+    );
+    let report = OneRow(kv_canary::Violation::from_row(fields));
+    let j = guard
+        .judge(&report, &rows, &[Some("a"), Some("c")])
+        .unwrap();
+    assert_eq!(j.verdict_of(&"a"), Some(Verdict::Recompute), "{j:?}");
+    assert_eq!(j.verdict_of(&"c"), Some(Verdict::Abort), "{j:?}");
+}

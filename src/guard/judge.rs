@@ -194,11 +194,27 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
                     .iter()
                     .filter_map(|&r| request(r))
                     .collect();
-                if let Some(writer) = self.last_writer.get(&v.slot) {
-                    if !victims.contains(writer) {
-                        concern(writer.clone(), culprit, Role::Culprit, v);
-                        concerned.push(writer.clone());
-                    }
+                // The culprit: a request of this step that wrote the slot (a misdirected write
+                // the tail verify caught in the same step), else the slot's last writer.
+                let this_step: Vec<Id> = rows
+                    .written_by(v.slot)
+                    .iter()
+                    .filter_map(|&r| request(r))
+                    .filter(|id| !victims.contains(id))
+                    .collect();
+                let writers = if this_step.is_empty() {
+                    self.last_writer
+                        .get(&v.slot)
+                        .filter(|w| !victims.contains(w))
+                        .cloned()
+                        .into_iter()
+                        .collect()
+                } else {
+                    this_step
+                };
+                for writer in writers {
+                    concern(writer.clone(), culprit, Role::Culprit, v);
+                    concerned.push(writer);
                 }
                 for id in victims {
                     concern(id.clone(), victim, Role::Victim, v);
