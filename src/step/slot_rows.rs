@@ -13,6 +13,7 @@ use crate::cpu::row_slots;
 use crate::error::Error;
 use crate::input::{ExpectedTokens, Group, IndexElement, PlanInputs};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// The batch rows of a step's slots: which rows verified each slot, which wrote it. Built on
 /// the host from what the step was planned from, after its report named violations (an engine
@@ -62,13 +63,26 @@ use std::collections::HashMap;
 /// assert_eq!(hit, [0, 1], "both requests read the corrupted shared prefix: {report}");
 /// # Ok::<(), kv_canary::Error>(())
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Cheap for a clean step: the verify slots are kept per row as the plan derives them, and the
+/// map from slot to rows is built on the first question about a verified slot (an engine asks
+/// only when a report has violations).
+#[derive(Clone, Debug, Default)]
 pub struct SlotRows {
-    /// Slot -> the batch rows whose verify entries checked it (ascending).
-    verified: HashMap<i64, Vec<usize>>,
+    /// Each batch row's verify slots, in entry order.
+    per_row: Vec<Vec<i64>>,
+    /// Slot -> the batch rows whose verify entries checked it (ascending), built on first use.
+    verified: OnceLock<HashMap<i64, Vec<usize>>>,
     /// Slot -> the batch rows whose tokens wrote it (ascending).
     written: HashMap<i64, Vec<usize>>,
 }
+
+impl PartialEq for SlotRows {
+    fn eq(&self, other: &Self) -> bool {
+        self.per_row == other.per_row && self.written == other.written
+    }
+}
+impl Eq for SlotRows {}
 
 impl SlotRows {
     /// The rows of a step planned from `inputs` (the batch, table and group it was planned
@@ -96,14 +110,12 @@ impl SlotRows {
         }
         let mut rows = SlotRows::default();
         let mut w = 0;
-        for (r, (slots, written)) in per_row.iter().enumerate() {
-            for &slot in slots {
-                add(&mut rows.verified, slot, r);
-            }
+        for (r, (slots, written)) in per_row.into_iter().enumerate() {
             for &slot in &out_cache_loc[w..w + written] {
                 add(&mut rows.written, slot, r);
             }
             w += written;
+            rows.per_row.push(slots);
         }
         Ok(rows)
     }
@@ -122,7 +134,16 @@ impl SlotRows {
 
     /// The batch rows whose verify entries checked `slot` (ascending; empty: none).
     pub fn verified_by(&self, slot: i64) -> &[usize] {
-        self.verified.get(&slot).map_or(&[], Vec::as_slice)
+        let verified = self.verified.get_or_init(|| {
+            let mut map = HashMap::new();
+            for (r, slots) in self.per_row.iter().enumerate() {
+                for &slot in slots {
+                    add(&mut map, slot, r);
+                }
+            }
+            map
+        });
+        verified.get(&slot).map_or(&[], Vec::as_slice)
     }
 
     /// The batch rows whose tokens wrote `slot` (ascending; empty: none).

@@ -1,0 +1,137 @@
+//! What the guard costs a step on the CPU backend (issue 33): a decode step of 64 requests with
+//! 512 cached tokens each (32 Ki verify entries a launch) through the step API, alone
+//! (`step`, clean chains), with the guard judging its report (`step_guarded`: `SlotRows::new` and
+//! `Guard::judge`, per-request verdicts), and a sweep on a cadence of 256 entries a step over an
+//! idle cache of 64 Ki slots (`sweep_256`). Without a `Guard` or a `SweepCadence` an engine runs
+//! none of it: the canary's step is the same code either way.
+//!
+//! Run with `cargo bench --bench guard`; see docs/benchmarks.md.
+
+mod common;
+
+use common::Timing;
+use criterion::{criterion_group, criterion_main, Criterion};
+use kv_canary::guard::{Action, CachedPrefixes, CachedRun, Guard, Policy, SweepCadence};
+use kv_canary::step::{Canary, SlotRows, TailKv};
+use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape, WriteInputs};
+use std::hint::black_box;
+use std::time::Duration;
+
+const BS: usize = 64;
+const PREFIX: usize = 512;
+const SLOTS: usize = 1 << 17;
+type C = Canary<Cap<{ BS * PREFIX }>, Cap<BS>, Cap<BS>, Cap<SLOTS>, Cap<64>>;
+
+const STEP: Timing = Timing {
+    samples: 30,
+    warm_up: Duration::from_secs(1),
+    measure: Duration::from_secs(3),
+    flat: false,
+};
+
+/// Idle cached runs: `runs` chains of `len` slots from `first`.
+struct Idle {
+    runs: usize,
+    len: usize,
+    first: i64,
+    slots: Vec<i64>,
+}
+
+impl CachedPrefixes for Idle {
+    fn idle_runs(&self, visit: &mut dyn FnMut(CachedRun<'_>)) {
+        for r in 0..self.runs {
+            visit(CachedRun {
+                slots: &self.slots[r * self.len..(r + 1) * self.len],
+                first_position: 0,
+                predecessor: None,
+            });
+        }
+        let _ = self.first;
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    // Requests in pool rows 1..=BS, their prefixes in slots row * (PREFIX + 8) + position.
+    let width = PREFIX + 8;
+    let cells: Vec<i32> = (0..(BS + 1) * width).map(|i| i as i32).collect();
+    let table = ReqToToken::from_vec(BS + 1, width, cells).expect("table");
+    let mut canary: C = Canary::full(Shape::new(), Cap, Cap);
+    // Every request decodes its prefix first, a token a step, so the measured step's chains
+    // are clean (the engine's steady state).
+    let decode = |prefix: usize| {
+        let batch = Batch::try_from_columns(
+            (1..=BS as i64).collect(),
+            vec![prefix as i64; BS],
+            vec![1; BS],
+        )
+        .expect("batch");
+        let mut inputs: WriteInputs<Cap<BS>> = WriteInputs::new();
+        let p = inputs.parts_mut();
+        for r in 0..BS {
+            let slot = ((r + 1) * width + prefix) as i64;
+            (p.out_cache_loc[r], p.input_ids[r], p.positions[r]) = (slot, 7, prefix as i64);
+        }
+        (batch, inputs)
+    };
+    for prefix in 0..PREFIX {
+        let (batch, inputs) = decode(prefix);
+        let report = canary
+            .plan(&PlanInputs::full(&batch, &table))
+            .and_then(|s| s.verify_head())
+            .and_then(|s| s.write(&inputs))
+            .and_then(|s| s.verify_tail(TailKv::NONE))
+            .expect("prefill");
+        assert!(report.is_clean(), "{report}");
+    }
+    let (batch, inputs) = decode(PREFIX);
+    let plan_inputs = PlanInputs::full(&batch, &table);
+    let requests: Vec<Option<u64>> = (0..BS as u64).map(Some).collect();
+
+    let mut group = c.benchmark_group("guard_decode_bs64_prefix512");
+    STEP.apply(&mut group);
+    group.bench_function("step", |b| {
+        b.iter(|| {
+            let report = canary
+                .plan(black_box(&plan_inputs))
+                .and_then(|s| s.verify_head())
+                .and_then(|s| s.write(&inputs))
+                .and_then(|s| s.verify_tail(TailKv::NONE))
+                .expect("step");
+            black_box(report);
+        })
+    });
+    let mut guard = Guard::new(Policy {
+        violations: Action::PerRequest,
+        unverified: Action::Log,
+        ..Policy::default()
+    });
+    group.bench_function("step_guarded", |b| {
+        b.iter(|| {
+            let report = canary
+                .plan(black_box(&plan_inputs))
+                .and_then(|s| s.verify_head())
+                .and_then(|s| s.write(&inputs))
+                .and_then(|s| s.verify_tail(TailKv::NONE))
+                .expect("step");
+            let rows = SlotRows::new(&plan_inputs, inputs.out_cache_loc()).expect("rows");
+            black_box(guard.judge(&report, &rows, &requests).expect("judged"));
+        })
+    });
+    let idle = Idle {
+        runs: 256,
+        len: 256,
+        first: 1,
+        slots: (1..=(256 * 256) as i64).collect(),
+    };
+    let mut cadence = SweepCadence::new(256);
+    group.bench_function("sweep_256", |b| {
+        b.iter(|| {
+            let entries = cadence.next_entries(&idle).expect("entries").as_slice();
+            black_box(canary.sweep(entries, TailKv::NONE).expect("sweep"));
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(guard, benches);
+criterion_main!(guard);
