@@ -27,6 +27,7 @@ mod block_tables;
 mod constructors;
 mod gen;
 mod golden;
+mod guard;
 mod k_only;
 mod ops;
 mod step;
@@ -103,6 +104,10 @@ const TARGETS: &[Target] = &[
     Target {
         name: "block_tables",
         run: block_tables::run,
+    },
+    Target {
+        name: "guard",
+        run: guard::run,
     },
     Target {
         name: "golden_parser",
