@@ -116,9 +116,7 @@ fn run(plan: FaultPlan) -> (u64, Option<(u64, Detector)>) {
                 (0..(context[r] - query[r]) as usize).map(move |p| slot(&blocks, p))
             })
             .collect();
-        injector.live_kv(&mut k, &live, |s| {
-            src(&k_layout_bytes(), k_layout()).first_byte(s)
-        });
+        injector.live_kv(&mut k, &live, k_first_byte);
         if step >= 2 {
             injector.swap_tokens(&mut ids[..2]);
         }
@@ -143,15 +141,11 @@ fn run(plan: FaultPlan) -> (u64, Option<(u64, Detector)>) {
             let report = step_.verify_tail(kv_of(&k, &v)).unwrap();
             (report.violations.clone(), slots.clone())
         };
-        injector.after_stamp(&mut k, &written, |s| {
-            src(&k_layout_bytes(), k_layout()).first_byte(s)
-        });
+        injector.after_stamp(&mut k, &written, k_first_byte);
         // The idle request's sweep.
         let idle: Vec<i64> = (0..12).map(|p| slot(&idle_blocks, p)).collect();
         if step >= 1 {
-            injector.idle_kv(&mut k, &idle, |s| {
-                src(&k_layout_bytes(), k_layout()).first_byte(s)
-            });
+            injector.idle_kv(&mut k, &idle, k_first_byte);
             let mut entries = SweepEntries::new();
             entries.push_node(None::<i64>, 0, &idle).unwrap();
             let sweep = canary.sweep(entries.as_slice(), kv_of(&k, &v)).unwrap();
@@ -167,9 +161,12 @@ fn run(plan: FaultPlan) -> (u64, Option<(u64, Detector)>) {
     (injected.expect("the fault was injected"), first)
 }
 
-/// The K cache's layout bytes are only read for offsets: any cache of the right size serves.
-fn k_layout_bytes() -> Vec<u8> {
-    vec![0u8; BLOCKS * SHAPE.block_bytes()]
+/// Where slot `s`'s first K byte lies (offsets only depend on the layout, so one zeroed cache of
+/// the right size serves every call).
+fn k_first_byte(s: i64) -> Option<usize> {
+    static ZEROS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let bytes = ZEROS.get_or_init(|| vec![0u8; BLOCKS * SHAPE.block_bytes()]);
+    src(bytes, k_layout()).first_byte(s)
 }
 
 /// The forward pass: a token's K and V bytes, a function of its position.

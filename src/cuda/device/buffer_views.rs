@@ -11,7 +11,7 @@
 use super::borrowed::{at_least, Borrowed, Fence, Shared};
 use super::gpu::Gpu;
 use super::plan_inputs::{
-    DeviceBatch, DeviceColumns, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable,
+    two_columns, DeviceBatch, DeviceColumns, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable,
     DeviceTableCell, DeviceValidLens, RawBatch,
 };
 use super::write_inputs::RawWriteInputs;
@@ -216,10 +216,7 @@ impl<W: Capacity> DeviceBatch<W> {
         BQ: ViewableSlice<Q> + ?Sized,
         S: ViewableSlice<i32> + ?Sized,
     {
-        let (names, extra) = match L::COLUMNS {
-            [Some((a, _)), Some((b, extra)), _] => ([a, b], extra),
-            _ => unreachable!("vLLM's layouts have two columns"),
-        };
+        let (names, extra) = two_columns::<L>();
         let n = capacity.get();
         let addrs = [
             addr_of(names[0], first, n)?,

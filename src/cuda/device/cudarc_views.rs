@@ -16,7 +16,7 @@
 use super::borrowed::{at_least, Borrowed, Fence, Shared};
 use super::gpu::Gpu;
 use super::plan_inputs::{
-    DeviceBatch, DeviceColumns, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable,
+    two_columns, DeviceBatch, DeviceColumns, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable,
     DeviceTableCell, DeviceValidLens, RawBatch,
 };
 use super::settings::DeviceRealKvSource;
@@ -258,10 +258,7 @@ impl<W: Capacity> DeviceBatch<W> {
         B: DevicePtr<i32>,
     {
         let n = capacity.get();
-        let (names, extra) = match L::COLUMNS {
-            [Some((a, _)), Some((b, extra)), _] => ([a, b], extra),
-            _ => unreachable!("vLLM's layouts have two columns"),
-        };
+        let (names, extra) = two_columns::<L>();
         let (a, a_len, context) = parts(first);
         let (b, b_len, _) = parts(second);
         at_least(names[0], a_len, n)?;

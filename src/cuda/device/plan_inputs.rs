@@ -30,7 +30,22 @@ pub struct DeviceBatch<W: Capacity> {
     pub(crate) columns: [DeviceColumn; 3],
     /// The kernels' code of the columns' layout (`PlanArgs::layout`).
     pub(crate) layout: i64,
+    /// The layout's columns: names and elements past the capacity ([`DeviceColumns::COLUMNS`]).
+    spec: ColumnSpec,
     pub(crate) bs: DeviceScalar<i32>,
+}
+
+/// Each column of a layout: its name and how many elements past the capacity it holds; `None`
+/// for an unused column.
+type ColumnSpec = [Option<(&'static str, usize)>; 3];
+
+/// The two columns of one of vLLM's layouts `L`: their names, and the elements past the
+/// capacity the second holds (cumulative offsets: one).
+pub(crate) fn two_columns<L: DeviceColumns>() -> ([&'static str; 2], usize) {
+    match L::COLUMNS {
+        [Some((a, _)), Some((b, extra)), None] => ([a, b], extra),
+        _ => unreachable!("vLLM's layouts have two columns"),
+    }
 }
 
 mod index_sealed {
@@ -135,7 +150,7 @@ pub trait DeviceColumns: BatchColumns {
     /// The columns' names, and how many elements past the capacity each holds (cumulative
     /// offsets: one); `None` for an unused third column.
     #[doc(hidden)]
-    const COLUMNS: [Option<(&'static str, usize)>; 3];
+    const COLUMNS: ColumnSpec;
     /// Checked views of the columns at `addrs`.
     ///
     /// # Safety
@@ -173,7 +188,7 @@ fn no_column() -> Result<DeviceColumn, Error> {
 
 impl<R: DeviceIndex, P: DeviceIndex, E: DeviceIndex> DeviceColumns for PoolRows<R, P, E> {
     const LAYOUT: i64 = 0;
-    const COLUMNS: [Option<(&'static str, usize)>; 3] = [
+    const COLUMNS: ColumnSpec = [
         Some(("req_pool_indices", 0)),
         Some(("prefix_lens", 0)),
         Some(("extend_seq_lens", 0)),
@@ -190,35 +205,43 @@ impl<R: DeviceIndex, P: DeviceIndex, E: DeviceIndex> DeviceColumns for PoolRows<
     }
 }
 
+/// The views of one of vLLM's layouts `L` (`context_lens` of `C`, the second column of `Q`) at
+/// `a`, as [`two_columns`] names and sizes them.
+///
+/// # Safety
+///
+/// As [`DeviceBatch::from_raw_columns`].
+unsafe fn vllm_views<L: DeviceColumns, C: DeviceIndex, Q: DeviceIndex>(
+    gpu: &Gpu,
+    a: [u64; 3],
+    n: usize,
+) -> Result<[DeviceColumn; 3], Error> {
+    let ([first, second], extra) = two_columns::<L>();
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        Ok([
+            column_view::<C>(gpu, first, a[0], n)?,
+            column_view::<Q>(gpu, second, a[1], n + extra)?,
+            no_column()?,
+        ])
+    }
+}
+
 impl<C: DeviceIndex, Q: DeviceIndex> DeviceColumns for QueryLens<C, Q> {
     const LAYOUT: i64 = 1;
-    const COLUMNS: [Option<(&'static str, usize)>; 3] =
-        [Some(("context_lens", 0)), Some(("query_lens", 0)), None];
+    const COLUMNS: ColumnSpec = [Some(("context_lens", 0)), Some(("query_lens", 0)), None];
     unsafe fn views(gpu: &Gpu, a: [u64; 3], n: usize) -> Result<[DeviceColumn; 3], Error> {
         // SAFETY: forwarded to the caller.
-        unsafe {
-            Ok([
-                column_view::<C>(gpu, "context_lens", a[0], n)?,
-                column_view::<Q>(gpu, "query_lens", a[1], n)?,
-                no_column()?,
-            ])
-        }
+        unsafe { vllm_views::<Self, C, Q>(gpu, a, n) }
     }
 }
 
 impl<C: DeviceIndex, Q: DeviceIndex> DeviceColumns for QueryStarts<C, Q> {
     const LAYOUT: i64 = 2;
-    const COLUMNS: [Option<(&'static str, usize)>; 3] =
-        [Some(("context_lens", 0)), Some(("query_starts", 1)), None];
+    const COLUMNS: ColumnSpec = [Some(("context_lens", 0)), Some(("query_starts", 1)), None];
     unsafe fn views(gpu: &Gpu, a: [u64; 3], n: usize) -> Result<[DeviceColumn; 3], Error> {
         // SAFETY: forwarded to the caller.
-        unsafe {
-            Ok([
-                column_view::<C>(gpu, "context_lens", a[0], n)?,
-                column_view::<Q>(gpu, "query_starts", a[1], n + 1)?,
-                no_column()?,
-            ])
-        }
+        unsafe { vllm_views::<Self, C, Q>(gpu, a, n) }
     }
 }
 
@@ -251,6 +274,7 @@ impl<W: Capacity> DeviceBatch<W> {
                 DeviceColumn::I64(driver::zeroed(n)?),
             ],
             layout: 0,
+            spec: <PoolRows as DeviceColumns>::COLUMNS,
             bs: driver::scalar(0)?,
         })
     }
@@ -309,6 +333,7 @@ impl<W: Capacity> DeviceBatch<W> {
             capacity,
             columns,
             layout: C::LAYOUT,
+            spec: C::COLUMNS,
             bs,
         })
     }
@@ -339,20 +364,15 @@ impl<W: Capacity> DeviceBatch<W> {
     /// must be current).
     pub(crate) fn rebound<W2: Capacity>(&self, capacity: W2) -> Result<DeviceBatch<W2>, Error> {
         let n = capacity.get();
-        let names = match self.layout {
-            0 => ["req_pool_indices", "prefix_lens", "extend_seq_lens"],
-            1 => ["context_lens", "query_lens", ""],
-            _ => ["context_lens", "query_starts", ""],
-        };
-        let extra = [0, usize::from(self.layout == 2), 0];
-        let rebound = |k: usize| match self.layout {
-            1 | 2 if k == 2 => no_column(),
-            _ => self.columns[k].rebound(names[k], n + extra[k]),
+        let rebound = |k: usize| match self.spec[k] {
+            Some((name, extra)) => self.columns[k].rebound(name, n + extra),
+            None => no_column(),
         };
         Ok(DeviceBatch {
             capacity,
             columns: [rebound(0)?, rebound(1)?, rebound(2)?],
             layout: self.layout,
+            spec: self.spec,
             bs: match self.bs.rebound() {
                 Some(bs) => bs,
                 None => driver::scalar(0)?,
@@ -1133,6 +1153,7 @@ mod tests {
                     DeviceColumn::I64(DeviceArray::view(0x3000, capacity.get())),
                 ],
                 layout: 0,
+                spec: <PoolRows as DeviceColumns>::COLUMNS,
                 bs: DeviceScalar::view(0x4000),
             }
         }
