@@ -103,6 +103,15 @@ __device__ __forceinline__ void store_slot(unsigned char* buf, i64 stride, i64 s
 // Real-KV sources (spec §2.10, §2.11). The host validated page_size >= 1, bytes_per_token and
 // read_bytes positive multiples of 16, read_bytes <= bytes_per_token,
 // page_size * bytes_per_token <= row_stride and row_stride % 16 == 0; rows are checked here.
+//
+// A source's tokens are strips (gather_bytes 0: a token's logical bytes contiguous at
+// token_stride = bytes_per_token apart) or gathered (a paged engine's layout, TokenLayout::Pieces
+// on the host: vLLM's K and V caches, HND): logical piece j (16 bytes) of a token starts
+// (j / pieces_per_group) x group_stride + (j % pieces_per_group) x piece_stride bytes past the
+// token's origin (its row + (s % page) x token_stride) and is 16 / gather_bytes elements of
+// gather_bytes bytes, gather_stride apart. The host checked that every byte of every token of a
+// row lies in the row and that these offsets fit an int32; gather_bytes is 16, 8, 4 or 2 and
+// every element is aligned to its size.
 // ---------------------------------------------------------------------------------------------
 struct RealKv {
     const unsigned char* base[MAX_REAL_KV_SOURCES];
@@ -113,6 +122,12 @@ struct RealKv {
     i64 read_bytes[MAX_REAL_KV_SOURCES];
     i64 num_sources;  // 0..=4
     i64 mode;         // 0 NONE, 1 PARTIAL, anything else ALL
+    i64 token_stride[MAX_REAL_KV_SOURCES];      // bytes from a token's origin to the next's
+    i64 gather_bytes[MAX_REAL_KV_SOURCES];      // 0: a strip; else 16, 8, 4 or 2
+    i64 pieces_per_group[MAX_REAL_KV_SOURCES];  // gathered: consecutive pieces of a group (head)
+    i64 piece_stride[MAX_REAL_KV_SOURCES];      // gathered: bytes between pieces of a group
+    i64 group_stride[MAX_REAL_KV_SOURCES];      // gathered: bytes between groups
+    i64 gather_stride[MAX_REAL_KV_SOURCES];     // gathered: bytes between a piece's elements
 };
 
 __device__ __forceinline__ bool real_kv_active(const RealKv& kv) {
@@ -125,10 +140,53 @@ __device__ __forceinline__ i64 real_kv_row(const RealKv& kv, int k, i64 s) {
     return page == 1 ? s : s / page;
 }
 
-// The first byte of slot s's strip in source k (its row checked by the caller).
+// The origin of slot s's token in source k: its strip's first byte, or the point a gathered
+// layout's offsets start from (its row checked by the caller).
 __device__ __forceinline__ const unsigned char* real_kv_strip(const RealKv& kv, int k, i64 s) {
     const i64 row = real_kv_row(kv, k, s);
-    return kv.base[k] + row * kv.row_stride[k] + (s - row * kv.page_size[k]) * kv.bytes_per_token[k];
+    return kv.base[k] + row * kv.row_stride[k] + (s - row * kv.page_size[k]) * kv.token_stride[k];
+}
+
+// Whether any source in use is gathered (uniform over the grid).
+__device__ __forceinline__ bool real_kv_gathered(const RealKv& kv) {
+    bool any = false;
+#pragma unroll
+    for (int k = 0; k < MAX_REAL_KV_SOURCES; ++k) any |= k < kv.num_sources && kv.gather_bytes[k] != 0;
+    return any;
+}
+
+// Logical piece j (16 bytes) of the token at `token` (real_kv_strip) in source k, as its strip
+// would hold it: the strip's 16 bytes j, or the piece's elements gathered in order (element i
+// at bytes i x gather_bytes of the piece). STREAM: a strip piece is loaded evict-first.
+template <bool STREAM = false>
+__device__ __forceinline__ ulonglong2 real_kv_piece(const RealKv& kv, int k, const unsigned char* token, int j) {
+    const int eb = static_cast<int>(kv.gather_bytes[k]);
+    if (eb == 0) {
+        const ulonglong2* v = reinterpret_cast<const ulonglong2*>(token) + j;
+        return STREAM ? __ldcs(v) : __ldg(v);
+    }
+    const int per = static_cast<int>(kv.pieces_per_group[k]);
+    const int g = j / per;
+    const unsigned char* p = token + static_cast<i64>(g) * kv.group_stride[k] +
+                             static_cast<i64>(j - g * per) * kv.piece_stride[k];
+    const i64 es = kv.gather_stride[k];
+    if (eb == 16) return __ldg(reinterpret_cast<const ulonglong2*>(p));
+    u64 w[2] = {0, 0};
+    if (eb == 8) {
+        w[0] = __ldg(reinterpret_cast<const unsigned long long*>(p));
+        w[1] = __ldg(reinterpret_cast<const unsigned long long*>(p + es));
+    } else if (eb == 4) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            w[i >> 1] |= static_cast<u64>(__ldg(reinterpret_cast<const unsigned int*>(p + i * es))) << (32 * (i & 1));
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            w[i >> 2] |= static_cast<u64>(__ldg(reinterpret_cast<const unsigned short*>(p + i * es))) << (16 * (i & 3));
+        }
+    }
+    return make_ulonglong2(w[0], w[1]);
 }
 
 // The first source without a row for slot s, or -1 when every source has one.
@@ -157,7 +215,27 @@ __device__ __forceinline__ u64 fold16(u64 h, const ulonglong2& w) {
 // (serial) fold.
 template <bool PARTIAL, int PREFETCH = 4>
 __device__ __forceinline__ u64 source_hash(const RealKv& kv, int k, i64 s) {
-    const ulonglong2* v = reinterpret_cast<const ulonglong2*>(real_kv_strip(kv, k, s));
+    const unsigned char* token = real_kv_strip(kv, k, s);
+    if (kv.gather_bytes[k] != 0) {
+        // A gathered token: the same fold over its logical pieces (loads in flight PREFETCH at
+        // a time, as below).
+        if (PARTIAL) return fold16(0, real_kv_piece(kv, k, token, 0));
+        const int vectors = static_cast<int>(kv.read_bytes[k] >> 4);
+        u64 h = 0;
+        for (int base = 0; base < vectors; base += PREFETCH) {
+            ulonglong2 w[PREFETCH];
+#pragma unroll
+            for (int j = 0; j < PREFETCH; ++j) {
+                if (base + j < vectors) w[j] = real_kv_piece(kv, k, token, base + j);
+            }
+#pragma unroll
+            for (int j = 0; j < PREFETCH; ++j) {
+                if (base + j < vectors) h = fold16(h, w[j]);
+            }
+        }
+        return h;
+    }
+    const ulonglong2* v = reinterpret_cast<const ulonglong2*>(token);
     if (PARTIAL) return fold16(0, __ldg(v));
     const i64 vectors = kv.read_bytes[k] >> 4;
     u64 h = 0;

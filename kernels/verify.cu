@@ -9,6 +9,10 @@
 // 128-byte lines), while the warp folds the previous batch out of shared memory, one strip a
 // lane; the entry indices are loaded two batches ahead. So the random loads of one batch are in
 // flight during the folds of another, and no lane waits on its own strip.
+//
+// Gathered sources (a paged engine's K or V cache, common.cuh's RealKv) fold through
+// real_kv_piece in the PARTIAL and grouped ALL kernels; the host picks the staged and streamed
+// kernels, which copy whole strips, for strip sources only.
 #include <stddef.h>
 
 #include "common.cuh"
@@ -92,7 +96,7 @@ __device__ __forceinline__ void verify_single(const VerifyArgs& a) {
                         // Streaming (evict-first in L1 and L2): a verify reads each piece
                         // once, and the canary records and plan columns it would evict are
                         // read again (the pair's other half, the next step).
-                        piece[k] = __ldcs(reinterpret_cast<const ulonglong2*>(real_kv_strip(a.kv, k, s)));
+                        piece[k] = real_kv_piece<true>(a.kv, k, real_kv_strip(a.kv, k, s), 0);
                     }
                 }
             }

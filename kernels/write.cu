@@ -21,8 +21,10 @@
 // * Warps are assigned to the four schedulers of a multiprocessor round-robin: warp 0 (the
 //   chain) shares scheduler 0 with warps 4 and 8, which stay idle, so no worker instruction
 //   competes with the chain's.
-// * Violation rows keep entry order within a request: the workers scan their row counts and
-//   reserve one contiguous range per tile.
+// * Violation rows keep entry order within a request: after its chain over a tile, the chain
+//   warp counts the tile's rows (input-assert and chain-assert rows of its listed entries, a
+//   warp scan) and reserves one contiguous ring range for them; the workers store each row at
+//   its place in the next round. No barrier but the block's (only the assert kernels count).
 // * Requests of at most 32 entries (decode) run on warp 0 alone, a lane an entry; in ALL mode
 //   the whole block first stages their strips in the (otherwise unused) tile memory, so each
 //   lane folds its 2 KB strip out of shared memory instead of waiting on its own loads. Behind
@@ -81,15 +83,13 @@ struct Tile {
     i64 rk[WRITE_TILE];    // entry order, kept entries (workers, in the chain's round)
     i64 hash[WRITE_TILE];  // list order (chain): the running hash before the entry
     i64 cexp[WRITE_TILE];  // list order (chain): the expected position of a chain-assert row
-    unsigned short idx[WRITE_TILE];   // list order (chain): the kept entry's index in the tile
-    unsigned char flags[WRITE_TILE];  // entry order (workers): F_SKIP | F_TOK | F_POS
-    unsigned char cflag[WRITE_TILE];  // list order (chain): F_CPOS (chain assert on)
-    int m;                            // kept entries (chain)
+    i64 seq;                           // the tile's first reserved ring row (chain; read only if rows)
+    unsigned short rowpre[WRITE_TILE];  // list order (chain): violation rows before kept entry j
+    unsigned short idx[WRITE_TILE];     // list order (chain): the kept entry's index in the tile
+    unsigned char flags[WRITE_TILE];    // entry order (workers): F_SKIP | F_TOK | F_POS
+    unsigned char cflag[WRITE_TILE];    // list order (chain): F_CPOS (chain assert on)
+    int m;                              // kept entries (chain)
 };
-
-__device__ __forceinline__ void worker_barrier() {
-    asm volatile("bar.sync 1, %0;" ::"n"(WRITE_WORKERS) : "memory");
-}
 
 // The worker index of a thread (0-255), or -1 for the chain warp and the idle warps 4 and 8.
 __device__ __forceinline__ int worker_index() {
@@ -144,43 +144,21 @@ __device__ __forceinline__ void load_tile(const WriteArgs& a, Tile& t, int w, i6
     t.flags[w] = e.f;
 }
 
-// Stores kept entry j of a finished tile and appends its violation rows in entry order.
+// Stores kept entry j of a finished tile and its violation rows, at the places the chain warp
+// reserved for them (reserve_tile_rows): entry order, no barrier.
 template <int KV, bool INPUT_ASSERT>
 __device__ __forceinline__ void store_kept(const WriteArgs& a, const Ring& ring, const Tile& t, int j,
-                                           i64 i0, bool chain_assert, i64* s_warp, i64* s_seq) {
-    const int w = worker_index();
-    const int lane = threadIdx.x & 31, ww = w >> 5;
-    const bool valid = j < t.m;
-    const int e = valid ? t.idx[j] : 0;
-    unsigned char f = 0, cf = 0;
-    if (valid) {
-        f = t.flags[e];
-        cf = chain_assert ? t.cflag[j] : 0;
-        const Slot v = {t.tok[e], t.pos[e], t.hash[j], KV == 0 ? 0 : t.rk[e]};
-        store_slot(a.buf, a.stride, t.slot[e], v);
-    }
-    const int input_row = (INPUT_ASSERT && (f & (F_TOK | F_POS))) ? 1 : 0;
-    const int chain_row = (cf & F_CPOS) ? 1 : 0;
-    const int rows = input_row + chain_row;
-    // Ordered reservation: scan the row counts over the 256 workers.
-    int inc = rows;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const int n = __shfl_up_sync(0xffffffffu, inc, d);
-        if (lane >= d) inc += n;
-    }
-    if (lane == 31) s_warp[ww] = inc;
-    worker_barrier();
-    i64 total = 0, before = 0;
-#pragma unroll
-    for (int k = 0; k < WORKER_WARPS; ++k) {
-        if (k < ww) before += s_warp[k];
-        total += s_warp[k];
-    }
-    if (total == 0) return;  // the common case: no violations in this tile
-    if (w == 0) *s_seq = reserve_violations(ring, static_cast<int>(total));
-    worker_barrier();
-    i64 seq = *s_seq + before + (inc - rows);
+                                           i64 i0, bool chain_assert) {
+    if (j >= t.m) return;
+    const int e = t.idx[j];
+    const unsigned char f = t.flags[e];
+    const unsigned char cf = chain_assert ? t.cflag[j] : 0;
+    const Slot v = {t.tok[e], t.pos[e], t.hash[j], KV == 0 ? 0 : t.rk[e]};
+    store_slot(a.buf, a.stride, t.slot[e], v);
+    const bool input_row = INPUT_ASSERT && (f & (F_TOK | F_POS));
+    const bool chain_row = (cf & F_CPOS) != 0;
+    if (!input_row && !chain_row) return;  // the common case: no violation at this entry
+    i64 seq = t.seq + t.rowpre[j];
     if (input_row) {
         const i64 i = i0 + e;
         const i64 bits = ((f & F_TOK) ? WRITE_TOKEN_MISMATCH : 0) | ((f & F_POS) ? WRITE_POSITION_MISMATCH : 0);
@@ -214,7 +192,7 @@ __device__ __forceinline__ void stage_small_strips(const WriteArgs& a, i64 start
             ++k;
         }
         if (real_kv_row(a.kv, k, sl) >= a.kv.num_rows[k]) continue;
-        smem[q] = __ldg(reinterpret_cast<const ulonglong2*>(real_kv_strip(a.kv, k, sl)) + r);
+        smem[q] = real_kv_piece(a.kv, k, real_kv_strip(a.kv, k, sl), r);
     }
 }
 
@@ -472,11 +450,50 @@ __device__ __forceinline__ void chain_tile(Tile& tl, int m, u64& running, i64& p
     }
 }
 
+// After the chain over a tile's m listed entries (warp 0): counts each entry's violation rows
+// (an input-assert row, a chain-assert row; lane l takes list entries 8l..8l+7, a warp scan),
+// stores the rows before each entry in tl.rowpre and reserves the tile's rows in the ring at
+// once (tl.seq), so that store_kept places them in entry order. Only the assert kernels call it:
+// without an assert a tile has no rows.
+template <bool INPUT_ASSERT>
+__device__ __forceinline__ void reserve_tile_rows(const Ring& ring, Tile& tl, int m, bool chain_assert) {
+    __syncwarp();  // tl.cflag was stored by lane 0 (chain_step)
+    const int lane = threadIdx.x & 31;
+    unsigned rows = 0;  // two bits an entry
+    int count = 0;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        const int j = lane * 8 + q;
+        int r = 0;
+        if (j < m) {
+            if (INPUT_ASSERT && (tl.flags[tl.idx[j]] & (F_TOK | F_POS))) ++r;
+            if (chain_assert && (tl.cflag[j] & F_CPOS)) ++r;
+        }
+        rows |= static_cast<unsigned>(r) << (2 * q);
+        count += r;
+    }
+    int incl = count;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int n = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += n;
+    }
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    if (total == 0) return;  // the common case: store_kept reads neither rowpre nor seq
+    int at = incl - count;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        const int j = lane * 8 + q;
+        if (j < m) tl.rowpre[j] = static_cast<unsigned short>(at);
+        at += (rows >> (2 * q)) & 3u;
+    }
+    if (lane == 0) tl.seq = reserve_violations(ring, total);
+    __syncwarp();
+}
+
 template <int KV, bool INPUT_ASSERT>
 __device__ __forceinline__ void write_body(const WriteArgs& a) {
     __shared__ __align__(16) Tile s_tiles[WRITE_BUFS];
-    __shared__ i64 s_warp[WORKER_WARPS];
-    __shared__ i64 s_seq;
 
     const int tid = threadIdx.x;
     const i64 r = blockIdx.x;
@@ -567,13 +584,14 @@ __device__ __forceinline__ void write_body(const WriteArgs& a) {
                 } else {
                     chain_tile<false>(tl, m, running, prev_pos);
                 }
+                if (INPUT_ASSERT || chain_assert) reserve_tile_rows<INPUT_ASSERT>(ring, tl, m, chain_assert);
                 written += m;
             }
             __syncwarp();
         } else if (w >= 0) {
             if (t - 1 >= 0) {
                 store_kept<KV, INPUT_ASSERT>(a, ring, s_tiles[(t - 1) % WRITE_BUFS], w,
-                                         start + (t - 1) * WRITE_TILE, chain_assert, s_warp, &s_seq);
+                                         start + (t - 1) * WRITE_TILE, chain_assert);
             }
             if (t + 1 < ntiles) {
                 const i64 i0 = start + (t + 1) * WRITE_TILE;

@@ -8,9 +8,10 @@ use kv_canary::backend::{Backend, Cpu, Scatters};
 use kv_canary::cuda::Gpu;
 use kv_canary::{
     CanaryBuffer, CanarySlot, Capacity, ChainPositionAssert, Error, ExpectedTokenTable,
-    HealthCounters, LaunchSettings, LaunchTag, RealKv, RealKvHashMode, RealKvParams, RealKvSource,
-    RealKvSources, TokenCheck, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape,
-    VerifyEntry, VerifyPlan, ViolationRing, WriteInputs, WritePlan,
+    HealthCounters, LaunchSettings, LaunchTag, PagedShape, RealKv, RealKvHashMode, RealKvParams,
+    RealKvSource, RealKvSources, TokenCheck, TokenCheckOff, TokenCheckOn, TokenLayout,
+    UncheckedCapacity, UncheckedShape, VerifyEntry, VerifyPlan, ViolationRing, WriteInputs,
+    WritePlan,
 };
 use kv_canary_testkit::{HostBackend, Offload};
 
@@ -28,9 +29,11 @@ pub struct State {
     pub counters: HealthCounters,
 }
 
-/// Real-KV source bytes and parameters of a case (the launch borrows them).
+/// Real-KV source bytes and parameters of a case (the launch borrows them), and each source's
+/// token layout (a strip, or a paged engine's gathered K, V or HND layout).
 pub struct KvSetup {
     pub bytes: Vec<(Vec<u8>, usize, RealKvParams)>,
+    pub layouts: Vec<TokenLayout>,
     pub mode: RealKvHashMode,
 }
 
@@ -38,8 +41,31 @@ impl KvSetup {
     pub fn none() -> Self {
         KvSetup {
             bytes: vec![],
+            layouts: vec![],
             mode: RealKvHashMode::None,
         }
+    }
+
+    /// A copy (the hostile cases' models).
+    pub fn copy(&self) -> Self {
+        KvSetup {
+            bytes: self.bytes.clone(),
+            layouts: self.layouts.clone(),
+            mode: self.mode,
+        }
+    }
+
+    /// The host sources over these bytes.
+    pub fn host_sources(&self) -> Vec<RealKvSource<'_>> {
+        self.bytes
+            .iter()
+            .zip(&self.layouts)
+            .map(|((b, row, p), layout)| {
+                RealKvSource::new(b, *row, *p)
+                    .and_then(|s| s.with_token_layout(*layout))
+                    .unwrap()
+            })
+            .collect()
     }
 
     fn random(rng: &mut Rng, num_slots: usize) -> Self {
@@ -57,24 +83,87 @@ impl KvSetup {
             RealKvHashMode::All,
             RealKvHashMode::All,
         ]);
-        let bytes = (0..n)
+        let (bytes, layouts) = (0..n)
             .map(|_| {
-                let page = rng.range(1, 4) as usize;
-                let nbpt = 16 * rng.range(1, 8) as usize;
+                // A third of the sources are a paged engine's cache: blocks of `page` tokens of
+                // `heads x head_dim` elements of 2, 4 or 8 bytes in vLLM's K or V layout or HND.
+                let paged = rng.chance(35);
+                let (page, nbpt, layout) = if paged {
+                    let element = rng.pick(&[2usize, 4, 8]);
+                    let heads = rng.range(1, 3) as usize;
+                    let head_dim = (16 / element) * rng.range(1, 3) as usize;
+                    let shape = PagedShape::new(heads, head_dim, element, rng.range(1, 4) as usize);
+                    let layout = match rng.range(0, 2) {
+                        0 => TokenLayout::vllm_k(shape),
+                        1 => TokenLayout::vllm_v(shape),
+                        _ => TokenLayout::hnd(shape),
+                    };
+                    (shape.block_size, shape.token_bytes(), layout.unwrap())
+                } else {
+                    let nbpt = 16 * rng.range(1, 8) as usize;
+                    (rng.range(1, 4) as usize, nbpt, TokenLayout::Strip)
+                };
                 let read = 16 * rng.range(1, (nbpt / 16) as i64) as usize;
                 let row_bytes = page * nbpt + 16 * rng.range(0, 2) as usize;
                 let rows = num_slots.div_ceil(page);
                 let data = (0..rows * row_bytes)
                     .map(|_| rng.next_u64() as u8)
                     .collect();
-                (
-                    data,
-                    row_bytes,
-                    RealKvParams::new(page as i64, nbpt as i64, read as i64),
-                )
+                let params = RealKvParams::new(page as i64, nbpt as i64, read as i64);
+                ((data, row_bytes, params), layout)
             })
-            .collect();
-        KvSetup { bytes, mode }
+            .unzip();
+        KvSetup {
+            bytes,
+            layouts,
+            mode,
+        }
+    }
+
+    /// One or two paged caches (a second source in the next layout) of a random shape: blocks
+    /// of 1-4 tokens of 1-4 heads of up to 128 bytes of `element`-byte elements; `kind` 0 is
+    /// vLLM's K layout, 1 its V layout, 2 HND. ALL reads a random prefix of the token's bytes.
+    pub fn paged(
+        rng: &mut Rng,
+        num_slots: usize,
+        kind: usize,
+        element: usize,
+        mode: RealKvHashMode,
+    ) -> Self {
+        let n = rng.range(1, 2) as usize;
+        let shape = PagedShape::new(
+            rng.range(1, 4) as usize,
+            (16 / element) * rng.range(1, 8) as usize,
+            element,
+            rng.range(1, 4) as usize,
+        );
+        let (bytes, layouts) = (0..n)
+            .map(|i| {
+                let layout = match (kind + i) % 3 {
+                    0 => TokenLayout::vllm_k(shape),
+                    1 => TokenLayout::vllm_v(shape),
+                    _ => TokenLayout::hnd(shape),
+                };
+                let nbpt = shape.token_bytes();
+                let read = if rng.chance(50) {
+                    nbpt
+                } else {
+                    16 * rng.range(1, (nbpt / 16) as i64) as usize
+                };
+                let rows = num_slots.div_ceil(shape.block_size);
+                let row_bytes = shape.block_bytes();
+                let data = (0..rows * row_bytes)
+                    .map(|_| rng.next_u64() as u8)
+                    .collect();
+                let params = RealKvParams::new(shape.block_size as i64, nbpt as i64, read as i64);
+                ((data, row_bytes, params), layout.unwrap())
+            })
+            .unzip();
+        KvSetup {
+            bytes,
+            layouts,
+            mode,
+        }
     }
 
     /// The launch settings of `B` over these sources.
@@ -83,11 +172,7 @@ impl KvSetup {
         tag: LaunchTag,
         chain: ChainPositionAssert,
     ) -> B::Settings<'_> {
-        let sources: Vec<RealKvSource<'_>> = self
-            .bytes
-            .iter()
-            .map(|(b, row, p)| RealKvSource::new(b, *row, *p).unwrap())
-            .collect();
+        let sources = self.host_sources();
         let rk = RealKv::new(self.mode, RealKvSources::try_from_slice(&sources).unwrap());
         B::settings(tag, B::host_real_kv(rk), chain)
     }
@@ -408,6 +493,12 @@ pub struct VerifyCase {
 
 pub fn random_verify_case(rng: &mut Rng, big: bool) -> VerifyCase {
     let wc = random_write_case(rng, big);
+    verify_case_over(rng, wc)
+}
+
+/// A verify case over the buffer `wc` writes on the CPU (its sources' fingerprints), then
+/// tampered with.
+fn verify_case_over(rng: &mut Rng, wc: WriteCase) -> VerifyCase {
     let mut state = wc.state.clone();
     let _ = run_write(&wc, &Cpu, &mut state);
     let num_slots = state.buf.num_slots();
@@ -542,6 +633,68 @@ pub fn verify_differential(_: &Gpu) -> Result<(), String> {
         cases < 1000 || (rows > 1000 && overflows > 20),
         "weak generator"
     );
+    Ok(())
+}
+
+/// Paged real-KV sources on the device (issue 32): a paged engine's K and V caches in vLLM's K
+/// layout, vLLM's V layout and HND, elements of 2, 4 and 8 bytes, PARTIAL and ALL, one or two
+/// sources, blocks of 1-4 tokens, tokens of up to 512 bytes. Each case writes (decode-sized
+/// and multi-tile requests, plain and early launches) and then verifies the written buffer
+/// over the same caches with some KV bytes flipped; the GPU's buffers, counters and rows equal
+/// the CPU's (which folds the tokens' logical bytes, `tests/paged_real_kv.rs`). Every layout,
+/// element size and mode occurs, and flipped bytes make REAL_KV rows.
+pub fn paged_real_kv(_: &Gpu) -> Result<(), String> {
+    let cases = crate::scaled(360).max(36);
+    let (mut kv_rows, mut met) = (0usize, std::collections::BTreeSet::new());
+    for seed in 0..cases {
+        let mut rng = Rng::new(0x9A6E_D000_0000 + seed);
+        let mut wc = random_write_case(&mut rng, seed % 6 == 0);
+        let num_slots = wc.state.buf.num_slots();
+        let kind = (seed % 3) as usize;
+        let element = [2, 4, 8][(seed / 3 % 3) as usize];
+        let mode = if seed / 9 % 2 == 0 {
+            RealKvHashMode::Partial
+        } else {
+            RealKvHashMode::All
+        };
+        wc.kv = KvSetup::paged(&mut rng, num_slots, kind, element, mode);
+        met.insert((kind, element, mode == RealKvHashMode::All));
+        equal_three_ways(
+            &format!("paged write case seed {seed}"),
+            &wc.state,
+            "early writes",
+            |s| run_write(&wc, &Cpu, s),
+            |s| on_gpu(&wc, s, run_write),
+            |s| on_gpu_early(&wc, s, run_write),
+        )?;
+        let kv = wc.kv.copy();
+        let mut vc = verify_case_over(&mut rng, wc);
+        vc.kv = kv;
+        for _ in 0..rng.range(1, 6) {
+            let source = rng.below(vc.kv.bytes.len() as u64) as usize;
+            let (bytes, _, _) = &mut vc.kv.bytes[source];
+            let at = rng.below(bytes.len() as u64) as usize;
+            bytes[at] ^= 1 << rng.below(8);
+        }
+        let cs = equal_three_ways(
+            &format!("paged verify case seed {seed}"),
+            &vc.state,
+            "early columns",
+            |s| run_verify(&vc, &Cpu, s),
+            |s| on_gpu(&vc, s, run_verify),
+            |s| on_gpu_early(&vc, s, run_verify),
+        )?;
+        let bit = kv_canary::FailReason::VERIFY_REAL_KV_HASH_MISMATCH.bits();
+        let old = vc.state.ring.stored_len();
+        let rows = cs.ring.rows_flat().chunks(8).take(cs.ring.stored_len());
+        kv_rows += rows.skip(old).filter(|r| r[7] & bit != 0).count();
+    }
+    println!(
+        "    {cases} paged write + verify cases equal ({} layout x element x mode kinds, {kv_rows} REAL_KV rows)",
+        met.len()
+    );
+    ensure!(met.len() == 18, "paged cases met {} of 18 kinds", met.len());
+    ensure!(kv_rows > 0, "no flipped KV byte was found");
     Ok(())
 }
 

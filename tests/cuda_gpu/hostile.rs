@@ -443,10 +443,7 @@ fn clone_write(c: &WriteCase) -> WriteCase {
         positions: c.positions.clone(),
         slots: c.slots.clone(),
         expected: c.expected.clone(),
-        kv: crate::canary::KvSetup {
-            bytes: c.kv.bytes.clone(),
-            mode: c.kv.mode,
-        },
+        kv: c.kv.copy(),
         tag: c.tag,
         chain: c.chain,
         state: c.state.clone(),
@@ -683,10 +680,7 @@ fn clone_verify(c: &VerifyCase) -> VerifyCase {
     VerifyCase {
         plan: c.plan.clone(),
         check: c.check,
-        kv: crate::canary::KvSetup {
-            bytes: c.kv.bytes.clone(),
-            mode: c.kv.mode,
-        },
+        kv: c.kv.copy(),
         tag: c.tag,
         state: c.state.clone(),
     }

@@ -62,6 +62,7 @@ const TESTS: &[(&str, TestFn)] = &[
     ),
     ("write_differential_vs_cpu", canary::write_differential),
     ("verify_differential_vs_cpu", canary::verify_differential),
+    ("paged_real_kv_match_cpu", canary::paged_real_kv),
     (
         "verify_pair_differential_vs_cpu",
         canary::verify_pair_differential,

@@ -11,9 +11,9 @@ use crate::{ensure, fail};
 use kv_canary::backend::Cpu;
 use kv_canary::cuda::{self, DeviceRealKv, DeviceRealKvSource, DeviceSettings, Gpu, Stream};
 use kv_canary::{
-    CanaryBuffer, CanarySlot, ChainPositionAssert, HealthCounters, LaunchTag, RealKvSource,
-    RowLayout, TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry,
-    VerifyPlan, ViolationRing, WritePlan,
+    CanaryBuffer, CanarySlot, ChainPositionAssert, HealthCounters, LaunchTag, RowLayout,
+    TokenCheckOff, TokenCheckOn, UncheckedCapacity, UncheckedShape, VerifyEntry, VerifyPlan,
+    ViolationRing, WritePlan,
 };
 
 fn cap(what: &'static str, n: usize) -> UncheckedCapacity {
@@ -59,11 +59,7 @@ pub fn verify_checksum_and_ring_count(gpu: &Gpu) -> Result<(), String> {
         let dring = c.state.ring.to_device(gpu).map_err(fail("ring"))?;
         let dcounters = c.state.counters.to_device(gpu).map_err(fail("counters"))?;
         let dplan = c.plan.to_device(gpu).map_err(fail("plan"))?;
-        let host_sources: Vec<RealKvSource<'_>> =
-            c.kv.bytes
-                .iter()
-                .map(|(b, row, p)| RealKvSource::new(b, *row, *p).unwrap())
-                .collect();
+        let host_sources = c.kv.host_sources();
         let dbytes =
             c.kv.bytes
                 .iter()
@@ -80,7 +76,8 @@ pub fn verify_checksum_and_ring_count(gpu: &Gpu) -> Result<(), String> {
                     row_bytes: src.row_bytes(),
                     row_stride_bytes: src.row_stride_bytes(),
                 };
-                DeviceRealKvSource::new(bytes, layout, *params)
+                DeviceRealKvSource::new(bytes, layout, *params)?
+                    .with_token_layout(src.token_layout())
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail("device source"))?;

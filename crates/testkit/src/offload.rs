@@ -490,16 +490,6 @@ impl SourceBytes {
             .iter()
             .zip(&self.0)
             .map(|(src, bytes)| {
-                if src.token_layout() != kv_canary::TokenLayout::Strip {
-                    // The device folds strips only (docs/cuda.md): a gathered layout would be
-                    // folded as a strip, a different fingerprint.
-                    return Err(Error::Malformed {
-                        detail: format!(
-                            "the CUDA ops fold strip sources only, not {:?}",
-                            src.token_layout()
-                        ),
-                    });
-                }
                 let layout = RowLayout {
                     num_rows: src.num_rows(),
                     row_bytes: src.row_bytes(),
@@ -510,7 +500,8 @@ impl SourceBytes {
                     src.num_bytes_per_token() as i64,
                     src.read_bytes() as i64,
                 );
-                DeviceRealKvSource::new(bytes, layout, params)
+                DeviceRealKvSource::new(bytes, layout, params)?
+                    .with_token_layout(src.token_layout())
             })
             .collect::<Result<Vec<_>, Error>>()?;
         DeviceRealKv::try_from_slice(rk.mode(), &sources)

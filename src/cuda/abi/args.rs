@@ -63,6 +63,18 @@ kernel_args! {
         num_sources: i64,
         /// `RealKvHashMode`.
         mode: i64,
+        /// Bytes from one token's origin to the next's (`bytes_per_token` for a strip).
+        token_stride: [i64; 4],
+        /// 0 for a strip; else the bytes of a gathered piece's elements (16, 8, 4 or 2).
+        gather_bytes: [i64; 4],
+        /// Gathered: consecutive pieces of a group (a head).
+        pieces_per_group: [i64; 4],
+        /// Gathered: bytes between the pieces of a group.
+        piece_stride: [i64; 4],
+        /// Gathered: bytes between groups.
+        group_stride: [i64; 4],
+        /// Gathered: bytes between a piece's elements.
+        gather_stride: [i64; 4],
     }
 }
 

@@ -26,10 +26,10 @@ static_assertions::const_assert_eq!(
 static_assertions::const_assert_eq!(crate::consts::PLAN_BS_BLOCK_SIZE, shared::PLAN_MAX_ROWS);
 // Every field of the argument structs is 8 bytes: no padding on either side.
 static_assertions::const_assert_eq!(core::mem::size_of::<args::ScatterArgs>(), 8 * 8);
-static_assertions::const_assert_eq!(core::mem::size_of::<args::RealKv>(), 26 * 8);
+static_assertions::const_assert_eq!(core::mem::size_of::<args::RealKv>(), 50 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<args::PlanArgs>(), 37 * 8);
-static_assertions::const_assert_eq!(core::mem::size_of::<args::VerifyArgs>(), (18 + 26) * 8);
-static_assertions::const_assert_eq!(core::mem::size_of::<args::WriteArgs>(), (23 + 26) * 8);
+static_assertions::const_assert_eq!(core::mem::size_of::<args::VerifyArgs>(), (18 + 50) * 8);
+static_assertions::const_assert_eq!(core::mem::size_of::<args::WriteArgs>(), (23 + 50) * 8);
 
 // FailReason bits and RealKvHashMode values of the host types are the ABI's.
 static_assertions::const_assert_eq!(

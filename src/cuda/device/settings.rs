@@ -12,7 +12,8 @@ use crate::cuda::driver::array::{
 };
 use crate::cuda::driver::memory as driver;
 use crate::real_kv::{
-    check_layout, AtMostFourSources, RealKvHashMode, RealKvParams, RowLayout, SourceCount,
+    check_layout, AtMostFourSources, PagedShape, RealKvHashMode, RealKvParams, RowLayout,
+    SourceCount, TokenLayout,
 };
 use crate::Error;
 use core::marker::PhantomData;
@@ -58,16 +59,21 @@ pub enum ChainAssert<'a> {
 ///   row_bytes }` and `RealKvParams::new(page_size, token_bytes, read_bytes)`;
 /// * separate K and V pools are two sources (each over its own memory, or at two byte offsets
 ///   of one allocation, [`at`](Self::at));
-/// * a latent (MLA) pool is one source, serving the K half only.
+/// * a latent (MLA) pool is one source, serving the K half only;
+/// * a paged engine's K or V cache in vLLM's layouts (or FlashInfer's HND), whose tokens are not
+///   strips, is one source each: [`paged`](Self::paged), folded by the same logical bytes as
+///   on the host ([`TokenLayout`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceRealKvSource<'a> {
     /// The device address of row 0.
     base: u64,
     num_rows: usize,
+    row_bytes: usize,
     row_stride: usize,
     page_size: usize,
     num_bytes_per_token: usize,
     read_bytes: usize,
+    token: TokenLayout,
     memory: PhantomData<&'a [u8]>,
 }
 
@@ -149,12 +155,64 @@ impl<'a> DeviceRealKvSource<'a> {
         Ok(DeviceRealKvSource {
             base,
             num_rows: layout.num_rows,
+            row_bytes: layout.row_bytes,
             row_stride: layout.row_stride_bytes,
             page_size,
             num_bytes_per_token,
             read_bytes,
+            token: TokenLayout::Strip,
             memory: PhantomData,
         })
+    }
+
+    /// A paged engine's cache of `num_blocks` blocks of `shape`, its tokens' bytes where
+    /// `layout` says ([`TokenLayout::vllm_k`], [`TokenLayout::vllm_v`], [`TokenLayout::hnd`]):
+    /// the twin of [`RealKvSource::paged`](crate::RealKvSource::paged), with the same
+    /// fingerprints (canary slot `s` is token `s % block_size` of block `s / block_size`).
+    pub fn paged<B: ViewableSlice<u8> + ?Sized>(
+        bytes: &'a B,
+        num_blocks: usize,
+        layout: TokenLayout,
+        shape: PagedShape,
+        read_bytes: usize,
+    ) -> Result<Self, Error> {
+        let rows = RowLayout::dense(num_blocks, shape.block_bytes());
+        let params = RealKvParams::from_sizes(shape.block_size, shape.token_bytes(), read_bytes);
+        Self::new(bytes, rows, params)?.with_token_layout(layout)
+    }
+
+    /// The same source with its tokens' bytes where `layout` says (the host's
+    /// [`RealKvSource::with_token_layout`](crate::RealKvSource::with_token_layout) rules), and on
+    /// the device also: every gathered element aligned to its size (the strides multiples of
+    /// the element bytes), else [`Error::RealKvSource`].
+    pub fn with_token_layout(self, layout: TokenLayout) -> Result<Self, Error> {
+        layout.check_row(self.page_size, self.num_bytes_per_token, self.row_bytes)?;
+        if let TokenLayout::Pieces(p) = layout {
+            let strides = [
+                ("token_stride", p.token_stride),
+                ("piece_stride", p.piece_stride),
+                ("group_stride", p.group_stride),
+                ("element_stride", p.element_stride),
+                ("row stride", self.row_stride),
+            ];
+            if let Some((what, value)) = strides.into_iter().find(|(_, v)| v % p.element_bytes != 0)
+            {
+                return Err(Error::RealKvSource {
+                    what,
+                    value: value as i128,
+                    rule: "a multiple of element_bytes on the device (aligned element loads)",
+                });
+            }
+        }
+        Ok(DeviceRealKvSource {
+            token: layout,
+            ..self
+        })
+    }
+
+    /// Where a token's bytes lie in its row.
+    pub fn token_layout(&self) -> TokenLayout {
+        self.token
     }
 
     /// Rows.
@@ -252,6 +310,16 @@ impl<'a> DeviceRealKv<'a> {
         Ok(out)
     }
 
+    /// Whether a source in use is gathered (not a strip): the kernels that copy whole strips
+    /// are not picked for it.
+    pub(crate) fn gathered(&self) -> bool {
+        self.sources
+            .iter()
+            .take(self.len)
+            .flatten()
+            .any(|s| s.token != TokenLayout::Strip)
+    }
+
     /// The fold the kernels are picked for.
     pub(crate) fn fold(&self) -> Fold {
         match self.mode {
@@ -277,6 +345,18 @@ impl<'a> DeviceRealKv<'a> {
                 a.page_size[k] = s.page_size as i64;
                 a.bytes_per_token[k] = s.num_bytes_per_token as i64;
                 a.read_bytes[k] = s.read_bytes as i64;
+                a.token_stride[k] = s.num_bytes_per_token as i64;
+                if let TokenLayout::Pieces(p) = s.token {
+                    // Offsets checked to fit an int32 (TokenLayout::check_row); a group larger
+                    // than the token's pieces is the same layout as one of exactly its pieces.
+                    let pieces = (s.num_bytes_per_token / 16).max(1);
+                    a.token_stride[k] = p.token_stride as i64;
+                    a.gather_bytes[k] = p.element_bytes as i64;
+                    a.pieces_per_group[k] = p.per_group.min(pieces) as i64;
+                    a.piece_stride[k] = p.piece_stride as i64;
+                    a.group_stride[k] = p.group_stride as i64;
+                    a.gather_stride[k] = p.element_stride as i64;
+                }
             }
         }
         a

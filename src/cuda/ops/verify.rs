@@ -183,7 +183,9 @@ fn pair_plane_grid(grid: u32, full: u32) -> u32 {
 /// < clamp(num_valid, 0, capacity) only; the canary buffer holds num_slots x stride bytes and
 /// every slot and predecessor is checked against num_slots before it is loaded; the ring holds
 /// ring_capacity rows (rows past it are dropped); real-KV sources hold num_rows rows of
-/// row_stride bytes (validated layout) and every row is checked; the scalars are live. The
+/// row_stride bytes (validated layout) and every row is checked; a gathered source's pieces lie
+/// inside their row and its elements are aligned to their size (`with_token_layout`, checked
+/// once), and only the PARTIAL and grouped ALL kernels read it; the scalars are live. The
 /// staged kernel copies 16-byte pieces: slots at multiples of the stride (a multiple of 16,
 /// checked here) and strips of read_bytes <= 128 (multiples of 16, validated), inside the rows
 /// the same checks allow; its shared memory is the size it is given. The streamed kernel (one
@@ -235,13 +237,17 @@ where
     };
     let fold = kv.fold();
     let config = target.gpu.kernel_tuning();
+    // The staged and streamed kernels copy whole strips: gathered sources fold in the grouped one.
+    let strips = !kv.gathered();
     let staged = fold == Fold::All
+        && strips
         && config.verify_all_staged
         && args.stride % 16 == 0
         && args.kv.read_bytes[..args.kv.num_sources as usize]
             .iter()
             .all(|&b| b <= 128);
     let streamed = fold == Fold::All
+        && strips
         && config.verify_all_streamed
         && args.kv.num_sources == 1
         && args.kv.read_bytes[0] > 128;
