@@ -1,0 +1,306 @@
+//! The serving loop: arrivals, scheduling, copy-on-write copies, the model's forward pass
+//! (guarded by the canary when it is on), greedy sampling, bookkeeping, the sweep; and the
+//! bug flags' hooks where each bug happens in a real engine.
+
+use crate::attention::AttentionInputs;
+use crate::batch::StepArrays;
+use crate::bugs::{Bug, BugState, Made};
+use crate::canary::{EngineCanary, Finding};
+use crate::config::{MAX_BLOCKS, SWEEP_BUDGET, VOCAB};
+use crate::kv_cache::{Half, PagedKvCache};
+use crate::model::{greedy, ForwardInputs, Model};
+use crate::scheduler::Scheduler;
+use crate::workload::Workload;
+use crate::Result;
+use candle_core::Device;
+use std::collections::HashMap;
+
+/// What a run does.
+#[derive(Clone, Copy, Debug)]
+pub struct RunConfig {
+    /// Seeds the weights and the arrivals.
+    pub seed: u64,
+    /// Steps at most.
+    pub steps: u64,
+    /// The bug flag, armed from `bug_step`.
+    pub bug: Option<Bug>,
+    /// The first step the bug may be made in.
+    pub bug_step: u64,
+    /// Whether the canary guards the run.
+    pub canary: bool,
+}
+
+/// Counts of what the run exercised.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Steps run.
+    pub steps: u64,
+    /// Requests that arrived.
+    pub arrivals: u64,
+    /// Requests finished.
+    pub finished: u64,
+    /// Tokens computed (prefill and decode).
+    pub tokens: u64,
+    /// Steps with a prefill chunk and a decode together.
+    pub mixed_steps: u64,
+    /// Padding rows.
+    pub padding_rows: u64,
+    /// Padding tokens.
+    pub padding_tokens: u64,
+    /// Prefix-cache blocks reused.
+    pub prefix_hits: u64,
+    /// Cached blocks evicted.
+    pub evictions: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Forks.
+    pub forks: u64,
+    /// Copies on write.
+    pub copies: u64,
+    /// Verify entries the canary's steps checked (all four launches).
+    pub step_entries: u64,
+    /// Verify entries its sweeps checked.
+    pub sweep_entries: u64,
+}
+
+/// The engine.
+pub struct Engine {
+    model: Model,
+    kv: PagedKvCache,
+    sched: Scheduler,
+    arrays: StepArrays,
+    workload: Workload,
+    canary: Option<EngineCanary>,
+    bugs: BugState,
+    step: u64,
+    stats: Stats,
+    /// Everything the canary reported.
+    pub findings: Vec<Finding>,
+}
+
+/// A run's outcome.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The bug as made, if any.
+    pub made: Option<Made>,
+    /// The canary's findings (the first report's, for a bug run).
+    pub findings: Vec<Finding>,
+    /// What the run exercised.
+    pub stats: Stats,
+}
+
+impl Engine {
+    /// An engine for `config`.
+    pub fn new(config: &RunConfig) -> Result<Self> {
+        Ok(Engine {
+            model: Model::new(config.seed)?,
+            kv: PagedKvCache::new(&Device::Cpu)?,
+            sched: Scheduler::default(),
+            arrays: StepArrays::new(),
+            workload: Workload::new(config.seed),
+            canary: config.canary.then(|| EngineCanary::new(SWEEP_BUDGET)),
+            bugs: BugState::new(config.bug, config.bug_step),
+            step: 0,
+            stats: Stats::default(),
+            findings: Vec::new(),
+        })
+    }
+
+    /// Runs one step.
+    pub fn step(&mut self) -> Result<()> {
+        self.step += 1;
+        let step = self.step;
+        if let Some(r) = self.workload.arrive() {
+            self.sched.add(r);
+            self.stats.arrivals += 1;
+        }
+        self.sched.schedule(&mut self.arrays, &mut self.bugs, step);
+        for &(from, to) in &self.sched.copies {
+            self.kv.copy_block(from, to)?;
+            if let Some(c) = &mut self.canary {
+                c.copy_block(from, to)?;
+            }
+        }
+        if self.bugs.due(Bug::SlotOffByOne, step) {
+            self.misdirect_one_slot(step);
+        }
+        let a = &self.arrays;
+        let inputs = ForwardInputs {
+            input_ids: &a.input_ids[..a.tokens],
+            positions: &a.positions[..a.tokens],
+            slot_mapping: &a.slot_mapping[..a.tokens],
+            attention: AttentionInputs {
+                bs: a.bs,
+                block_tables: &a.block_tables,
+                max_blocks: MAX_BLOCKS,
+                context_lens: &a.context_lens,
+                query_lens: &a.query_lens,
+            },
+        };
+        let (model, kv) = (&self.model, &self.kv);
+        let forward = || -> Result<_> { Ok(model.forward(&inputs, kv, &a.sample)?) };
+        let logits = match &mut self.canary {
+            Some(c) => {
+                let (logits, found) = c.step(step, a, kv, forward)?;
+                self.findings.extend(found);
+                logits
+            }
+            None => forward()?,
+        };
+        let sampled: Vec<(u32, u32)> = logits
+            .iter()
+            .map(|l| (greedy(&l[..VOCAB], 0), greedy(&l[..VOCAB], 1)))
+            .collect();
+        self.count();
+        self.sched.update(&mut self.arrays, &sampled);
+        if self.bugs.due(Bug::TokenSwap, step) {
+            self.swap_tokens(step);
+        }
+        if self.bugs.due(Bug::LiveKvFlip, step) {
+            self.flip_live(step)?;
+        }
+        if self.bugs.due(Bug::IdleKvFlip, step) {
+            self.flip_idle(step)?;
+        }
+        if let Some(c) = &mut self.canary {
+            let found = c.sweep(step, &self.sched.alloc, &self.kv)?;
+            self.findings.extend(found);
+        }
+        Ok(())
+    }
+
+    fn count(&mut self) {
+        let (a, s) = (&self.arrays, &mut self.stats);
+        s.steps += 1;
+        let real: usize = self.sched.scheduled.iter().map(|x| x.query).sum();
+        s.tokens += real as u64;
+        s.padding_rows += (a.bs - self.sched.scheduled.len()) as u64;
+        s.padding_tokens += (a.tokens - real) as u64;
+        let decodes = self.sched.scheduled.iter().filter(|x| x.query == 1).count();
+        s.mixed_steps += u64::from(decodes > 0 && decodes < self.sched.scheduled.len());
+    }
+
+    /// The bug's first report, or the whole run's findings: runs up to `config.steps` steps,
+    /// a bug run stopping at the first report after the bug was made.
+    pub fn run(config: &RunConfig) -> Result<Outcome> {
+        let mut engine = Engine::new(config)?;
+        while engine.step < config.steps {
+            engine.step()?;
+            if config.bug.is_some() && engine.bugs.made.is_some() && !engine.findings.is_empty() {
+                break;
+            }
+        }
+        let s = &mut engine.stats;
+        (s.finished, s.preemptions, s.forks) = (
+            engine.sched.finished,
+            engine.sched.preemptions,
+            engine.sched.forks,
+        );
+        if let Some(c) = &engine.canary {
+            (s.step_entries, s.sweep_entries) = c.checked;
+        }
+        let alloc = &engine.sched.alloc;
+        (s.prefix_hits, s.evictions, s.copies) = (alloc.hits, alloc.evictions, alloc.copies);
+        Ok(Outcome {
+            made: engine.bugs.made.clone(),
+            findings: engine.findings,
+            stats: engine.stats,
+        })
+    }
+
+    /// The batch row of each flat token this step (`None`: padding).
+    fn token_requests(&self) -> Vec<Option<u64>> {
+        let a = &self.arrays;
+        let mut out = Vec::new();
+        for r in 0..a.bs {
+            out.extend((0..a.query_lens[r]).map(|_| a.requests[r]));
+        }
+        out
+    }
+
+    /// Slot mapping off by one: one token's slot moved onto a neighbouring slot that another
+    /// running request has cached (and the writer does not hold).
+    fn misdirect_one_slot(&mut self, step: u64) {
+        let mut owners: HashMap<i64, Vec<u64>> = HashMap::new();
+        for s in &self.sched.running {
+            for p in 0..s.computed {
+                owners.entry(s.slot(p)).or_default().push(s.id);
+            }
+        }
+        let writers = self.token_requests();
+        for (t, writer) in writers.iter().enumerate() {
+            let (Some(w), slot) = (*writer, self.arrays.slot_mapping[t]) else {
+                continue;
+            };
+            for target in [slot + 1, slot - 1] {
+                if let Some(victims) = owners.get(&target).filter(|o| !o.contains(&w)) {
+                    self.arrays.slot_mapping[t] = target;
+                    let mut named = victims.clone();
+                    named.push(w);
+                    let detail = format!("request {w}'s token to slot {target}, not {slot}");
+                    self.bugs.record(step, named, Some(target), detail);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Two requests' sampled tokens swapped on their way to the next step's input ids.
+    fn swap_tokens(&mut self, step: u64) {
+        let a = &mut self.arrays;
+        let live: Vec<(usize, u64)> = (a.sample_rows.iter())
+            .filter_map(|&r| {
+                let s = self.sched.running.iter().find(|s| s.row == Some(r))?;
+                s.fed.then_some((r, s.id))
+            })
+            .collect();
+        for (i, &(r1, id1)) in live.iter().enumerate() {
+            if let Some(&(r2, id2)) = live[i + 1..]
+                .iter()
+                .find(|(r2, _)| a.last_sampled[*r2] != a.last_sampled[r1])
+            {
+                a.last_sampled.swap(r1, r2);
+                let detail = format!("rows {r1} and {r2}' sampled tokens swapped");
+                self.bugs.record(step, vec![id1, id2], None, detail);
+                return;
+            }
+        }
+    }
+
+    /// A K byte of a running request's last cached token flipped (layer 0).
+    fn flip_live(&mut self, step: u64) -> Result<()> {
+        let Some(s) = self.sched.running.iter().find(|s| s.computed > 0) else {
+            return Ok(());
+        };
+        let slot = s.slot(s.computed - 1);
+        self.kv.flip_byte(0, Half::K, slot as usize)?;
+        let holders = (self.sched.running.iter())
+            .filter(|o| (0..o.computed).any(|p| o.slot(p) == slot))
+            .map(|o| o.id)
+            .collect();
+        self.bugs.record(
+            step,
+            holders,
+            Some(slot),
+            format!("K byte of slot {slot} flipped"),
+        );
+        Ok(())
+    }
+
+    /// A K byte of an idle cached block flipped (layer 0): the block freed last, so the one
+    /// evicted last.
+    fn flip_idle(&mut self, step: u64) -> Result<()> {
+        let Some((block, c)) = self.sched.alloc.idle_cached().last() else {
+            return Ok(());
+        };
+        let slot = block as usize * crate::config::BLOCK_SIZE;
+        self.kv.flip_byte(0, Half::K, slot)?;
+        let detail = format!(
+            "K byte of slot {slot} (idle cached block {block}, positions from {}) flipped",
+            c.index * crate::config::BLOCK_SIZE
+        );
+        self.bugs
+            .record(step, Vec::new(), Some(slot as i64), detail);
+        Ok(())
+    }
+}
