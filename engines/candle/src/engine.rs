@@ -10,7 +10,7 @@ use crate::config::{MAX_BLOCKS, SWEEP_BUDGET, VOCAB};
 use crate::kv_cache::{Half, PagedKvCache};
 use crate::model::{greedy, ForwardInputs, Model};
 use crate::scheduler::Scheduler;
-use crate::workload::Workload;
+use crate::workload::{Request, Workload};
 use crate::Result;
 use candle_core::Device;
 use std::collections::HashMap;
@@ -87,6 +87,8 @@ pub struct Outcome {
     pub findings: Vec<Finding>,
     /// What the run exercised.
     pub stats: Stats,
+    /// Finished requests' transcripts.
+    pub transcripts: Vec<(u64, Vec<u32>)>,
 }
 
 impl Engine {
@@ -202,10 +204,47 @@ impl Engine {
         let alloc = &engine.sched.alloc;
         (s.prefix_hits, s.evictions, s.copies) = (alloc.hits, alloc.evictions, alloc.copies);
         Ok(Outcome {
+            transcripts: std::mem::take(&mut engine.sched.transcripts),
             made: engine.bugs.made.clone(),
             findings: engine.findings,
             stats: engine.stats,
         })
+    }
+
+    /// Runs `requests`, all queued at the first step and no arrivals, until they finish (at
+    /// most `steps` steps); the finished requests' transcripts.
+    pub fn run_requests(
+        seed: u64,
+        requests: Vec<Request>,
+        steps: u64,
+    ) -> Result<Vec<(u64, Vec<u32>)>> {
+        let config = RunConfig {
+            seed,
+            steps,
+            bug: None,
+            bug_step: 0,
+            canary: true,
+        };
+        let mut engine = Engine::new(&config)?;
+        engine.workload.arrival = 0.0;
+        for r in requests {
+            engine.sched.add(r);
+        }
+        while engine.step < steps
+            && !(engine.sched.running.is_empty() && engine.sched.waiting.is_empty())
+        {
+            engine.step()?;
+        }
+        if !engine.findings.is_empty() {
+            return Err(format!("the canary reported {:?}", engine.findings).into());
+        }
+        Ok(engine.sched.transcripts)
+    }
+
+    /// The requests `Engine::run` sees arrive with `seed` in `steps` steps, in order.
+    pub fn arrivals(seed: u64, steps: u64) -> Vec<Request> {
+        let mut w = Workload::new(seed);
+        (0..steps).filter_map(|_| w.arrive()).collect()
     }
 
     /// The batch row of each flat token this step (`None`: padding).

@@ -93,6 +93,8 @@ pub struct Scheduler {
     pub preemptions: u64,
     /// Forks.
     pub forks: u64,
+    /// Finished requests' transcripts (id, prompt and output tokens), in finishing order.
+    pub transcripts: Vec<(u64, Vec<u32>)>,
 }
 
 fn free_row(running: &[Sequence]) -> Option<usize> {
@@ -323,6 +325,7 @@ impl Scheduler {
                 let seq = self.running.remove(i);
                 self.alloc.release_all(&seq.blocks);
                 self.finished += 1;
+                self.transcripts.push((seq.id, seq.tokens));
             } else {
                 i += 1;
             }

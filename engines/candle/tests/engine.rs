@@ -152,3 +152,48 @@ fn the_canary_integration_is_small() {
     );
     assert!(lines < 150, "{lines} lines");
 }
+
+/// The engine computes what a model computes: a request's greedy tokens in the busy clean run
+/// (batched with others, chunked, its prompt partly read from the prefix cache, maybe preempted
+/// and recomputed) are the tokens it gets alone.
+#[test]
+fn a_request_gets_the_same_tokens_batched_and_alone() {
+    let (seed, steps) = (7, 300);
+    let busy = run(seed, steps, None, 0).transcripts;
+    let arrivals = Engine::arrivals(seed, steps);
+    let mut compared = 0;
+    for r in arrivals.iter().filter(|r| !r.fork).step_by(9).take(8) {
+        let Some((_, batched)) = busy.iter().find(|(id, _)| *id == r.id) else {
+            continue;
+        };
+        let alone = Engine::run_requests(seed, vec![r.clone()], 400).expect("runs alone");
+        assert_eq!(alone.len(), 1);
+        assert_eq!(&alone[0].1, batched, "request {}", r.id);
+        compared += 1;
+    }
+    assert!(compared >= 6, "{compared}");
+}
+
+/// The engine's K layout and the library's agree on where a token's first byte lies.
+#[test]
+fn the_k_layout_is_vllms() {
+    use kv_canary::{PagedShape, RealKvSource, TokenLayout};
+    use kv_canary_candle_engine::config::{BLOCK_SIZE, HEAD_DIM, KV_HEADS, NUM_BLOCKS, NUM_SLOTS};
+    use kv_canary_candle_engine::kv_cache::{element_index, Half, BLOCK_ELEMENTS};
+    let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 4, BLOCK_SIZE);
+    let bytes = vec![0u8; NUM_BLOCKS * BLOCK_ELEMENTS * 4];
+    for (half, layout) in [
+        (Half::K, TokenLayout::vllm_k(shape).unwrap()),
+        (Half::V, TokenLayout::vllm_v(shape).unwrap()),
+    ] {
+        let source = RealKvSource::paged(&bytes, NUM_BLOCKS, layout, shape, 16).unwrap();
+        for slot in [1, 17, 300, NUM_SLOTS - 1] {
+            let ours = element_index(half, slot, 0, 0) * 4;
+            assert_eq!(
+                source.first_byte(slot as i64),
+                Some(ours),
+                "{half:?} slot {slot}"
+            );
+        }
+    }
+}
