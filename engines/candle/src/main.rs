@@ -90,7 +90,6 @@ fn main() -> kv_canary_candle_engine::Result<()> {
         let config = RunConfig {
             bug: Some(bug),
             bug_step: 60,
-            steps: 400,
             ..clean
         };
         let o = Engine::run(&config)?;
