@@ -25,8 +25,11 @@ pub fn run(w: &Workload, mode: Mode) -> Result<CpuCheck, String> {
     let (layout, params) = w.kv_layout();
     let k = vec![0x5Au8; w.kv_pool_bytes()];
     let v = vec![0xA5u8; w.kv_pool_bytes()];
-    let source = |bytes| -> Result<RealKv<'_>, String> {
-        let s = RealKvSource::new(bytes, layout.row_bytes, params).map_err(err("source"))?;
+    let (k_token, v_token) = w.token_layouts();
+    let source = |bytes, token| -> Result<RealKv<'_>, String> {
+        let s = RealKvSource::strided(bytes, layout, params)
+            .and_then(|s| s.with_token_layout(token))
+            .map_err(err("source"))?;
         Ok(RealKv::new(
             mode.hash_mode(),
             RealKvSources::from_array([s]),
@@ -35,11 +38,11 @@ pub fn run(w: &Workload, mode: Mode) -> Result<CpuCheck, String> {
     let report = if mode == Mode::KOnlyPartial {
         let mut canary: Canary<Uc, Uc, Uc, Uc, Uc, KOnly<Full>> =
             Canary::try_k_only(w.shape, slots, ring).map_err(err("canary"))?;
-        steps(w, mode, &mut canary, || source(&k))?
+        steps(w, mode, &mut canary, || source(&k, k_token))?
     } else {
         let mut canary = Canary::try_full(w.shape, slots, ring).map_err(err("canary"))?;
         steps(w, mode, &mut canary, || {
-            Ok(TailKv::new(source(&k)?, source(&v)?))
+            Ok(TailKv::new(source(&k, k_token)?, source(&v, v_token)?))
         })?
     };
     let want_checked = (Workload::verify_launches(mode) * w.verify_entries) as u64;

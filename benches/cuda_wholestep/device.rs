@@ -11,7 +11,7 @@
 
 use crate::host_sched::{SchedMark, TimedCall};
 use crate::timing::{self, Lead, Stats};
-use crate::workload::{cap, Mode, Workload, RING_ROWS};
+use crate::workload::{cap, Mode, Workload, KV_ROW_BYTES, RING_ROWS};
 use crate::Options;
 use cust::memory::DeviceBuffer;
 use kv_canary::cuda::{
@@ -313,14 +313,17 @@ fn tail_kv<'a>(
     v: &'a DeviceBuffer<u8>,
 ) -> Result<TailKvOnDevice<'a>, String> {
     let (layout, params) = w.kv_layout();
-    let one = |pool| -> Result<DeviceRealKv<'a>, String> {
-        let s = DeviceRealKvSource::new(pool, layout, params).map_err(ctx("real-KV source"))?;
+    let (k_token, v_token) = w.token_layouts();
+    let one = |pool, token| -> Result<DeviceRealKv<'a>, String> {
+        let s = DeviceRealKvSource::new(pool, layout, params)
+            .and_then(|s| s.with_token_layout(token))
+            .map_err(ctx("real-KV source"))?;
         Ok(DeviceRealKv::new(mode.hash_mode(), [s]))
     };
     Ok(KvPair {
-        k: one(k)?,
+        k: one(k, k_token)?,
         v: if mode.halves() == 2 {
-            one(v)?
+            one(v, v_token)?
         } else {
             DeviceRealKv::NONE
         },
@@ -629,6 +632,7 @@ fn step_graph_run<G: BenchGroup>(
         check_report(w, &r, "setup")?;
     }
     let (layout, params) = w.kv_layout();
+    let (k_token, v_token) = w.token_layouts();
     let inputs = GraphInputs {
         table,
         batch,
@@ -637,14 +641,14 @@ fn step_graph_run<G: BenchGroup>(
         v_pool,
     };
     let mut graph = StepGraph::new(canary, inputs, move |c, k: &GraphInputs| {
-        let one = |pool| -> Result<DeviceRealKv<'_>, Error> {
-            let s = DeviceRealKvSource::new(pool, layout, params)?;
+        let one = |pool, token| -> Result<DeviceRealKv<'_>, Error> {
+            let s = DeviceRealKvSource::new(pool, layout, params)?.with_token_layout(token)?;
             Ok(DeviceRealKv::new(mode.hash_mode(), [s]))
         };
         let kv = KvPair {
-            k: one(&k.k_pool)?,
+            k: one(&k.k_pool, k_token)?,
             v: if mode.halves() == 2 {
-                one(&k.v_pool)?
+                one(&k.v_pool, v_token)?
             } else {
                 DeviceRealKv::NONE
             },
@@ -1204,7 +1208,8 @@ fn measure_floor(
                 kv: with_kv.then_some(pools[h]),
             })
             .collect();
-        let (layout, _) = w.kv_layout();
+        // The floor reads one random 16-byte sector an entry at strip strides (within the
+        // pool in every layout: a paged pool holds at least `slots` tokens of 2 KB).
         let floor = StageFloor::new(
             &kit.floors,
             &slots,
@@ -1212,7 +1217,7 @@ fn measure_floor(
             n,
             &list,
             32,
-            layout.row_stride_bytes,
+            KV_ROW_BYTES,
             &sink,
         )
         .map_err(ctx("stage floor"))?;

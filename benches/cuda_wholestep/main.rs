@@ -7,8 +7,13 @@
 //! ```text
 //! cargo bench --features cuda --bench cuda_wholestep -- [--out DIR] [--reps N] [--quick]
 //!     [--devices N] [--filter TEXT] [--stall-us US] [--no-pairs] [--no-overlap]
-//!     [--no-plan-fusion] [--no-defer-head-writes] [--elide I,J] [--dry-run]
+//!     [--no-plan-fusion] [--no-defer-head-writes] [--elide I,J] [--kv-layout L] [--dry-run]
 //! ```
+//!
+//! `--kv-layout vllm|hnd` lays the K and V pools out as a paged engine does (blocks of 16 tokens
+//! of 8 heads x 128 bf16, vLLM's K and V layouts or FlashInfer's HND; `workload::KvLayout`)
+//! instead of token-major strips (`strip`, the default): the same steps and fingerprints, the
+//! real-KV folds gathering each token's pieces (issue 32's row per layout).
 //!
 //! `--no-pairs` turns the K+V pair launches off (`KernelTuning::pair_launches`): every half
 //! its own launch, 9 launches a K+V step instead of 5, in the graphs and the step API alike.
@@ -50,7 +55,7 @@ use kv_canary::Error;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::{Barrier, Mutex};
-use workload::{Mode, Workload, FLOOR_FORMULA, STEPS};
+use workload::{KvLayout, Mode, Workload, FLOOR_FORMULA, STEPS};
 
 /// Command-line options.
 pub struct Options {
@@ -85,6 +90,8 @@ pub struct Options {
     /// Launches left out of the raw graph and the raw steps (`--elide 1,2`: indices in queue
     /// order), a measurement of what each launch costs: the timings are then bounds, not steps.
     pub elide: Vec<usize>,
+    /// Where the tokens' K and V bytes lie in the pools (`--kv-layout strip|vllm|hnd`).
+    pub kv_layout: KvLayout,
 }
 
 fn options() -> Result<Options, String> {
@@ -104,6 +111,7 @@ fn options() -> Result<Options, String> {
         no_plan_fusion: false,
         no_defer_head_writes: false,
         elide: Vec::new(),
+        kv_layout: KvLayout::Strip,
     };
     let mut args = std::env::args().skip(1);
     let number = |v: Option<String>, what: &str| -> Result<usize, String> {
@@ -118,6 +126,13 @@ fn options() -> Result<Options, String> {
             "--devices" => o.devices = number(args.next(), "--devices")?,
             "--stall-us" => o.stall_us = number(args.next(), "--stall-us")? as f64,
             "--filter" => o.filter = args.next(),
+            "--kv-layout" => {
+                let v = args.next().unwrap_or_default();
+                o.kv_layout = KvLayout::ALL
+                    .into_iter()
+                    .find(|l| l.name() == v)
+                    .ok_or(format!("--kv-layout {v:?}: strip, vllm or hnd"))?;
+            }
             "--quick" => o.quick = true,
             "--dry-run" => o.dry_run = true,
             "--no-pairs" => o.no_pairs = true,
@@ -172,8 +187,17 @@ fn run(o: Options) -> Result<(), String> {
         .collect();
     let workloads = steps
         .iter()
-        .map(|&k| Workload::build(k).map_err(|e| format!("{}: {e}", k.name)))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|&k| {
+            let mut w = Workload::build(k).map_err(|e| format!("{}: {e}", k.name))?;
+            w.kv = o.kv_layout;
+            Ok(w)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    println!(
+        "KV layout: {} ({})",
+        o.kv_layout.name(),
+        o.kv_layout.describe()
+    );
     let gpu = if o.dry_run {
         Err("--dry-run".to_owned())
     } else {

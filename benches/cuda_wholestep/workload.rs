@@ -4,8 +4,8 @@
 
 use kv_canary::hash::splitmix64;
 use kv_canary::{
-    Batch, BatchRow, Error, RealKvHashMode, RealKvParams, ReqToToken, RowLayout, UncheckedCapacity,
-    UncheckedShape, WriteInputs,
+    Batch, BatchRow, Error, PagedShape, RealKvHashMode, RealKvParams, ReqToToken, RowLayout,
+    TokenLayout, UncheckedCapacity, UncheckedShape, WriteInputs,
 };
 
 /// Bytes of one token's KV row in one half: layer 0, 8 KV heads x 128 dims x 2 bytes.
@@ -57,6 +57,64 @@ pub const STEPS: [StepKind; 4] = [
         sglang_us: [15212.0, 288276.0, 7617.0],
     },
 ];
+
+/// Where a token's K and V bytes lie in the two pools (`--kv-layout`): SGLang's token-major
+/// strips (2 KB a slot), or a paged engine's blocks of [`PAGED_SHAPE`] (16 tokens of 8 heads x
+/// 128 bf16) in vLLM's K and V layouts or FlashInfer's HND. Slot `s` is token `s % 16` of block
+/// `s / 16`; the fingerprints are the same in every layout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvLayout {
+    /// `[slots, 8, 128]` bf16, page size 1.
+    #[default]
+    Strip,
+    /// K `[blocks, 8, 128 / 8, 16, 8]`, V `[blocks, 8, 128, 16]` bf16.
+    Vllm,
+    /// K and V `[blocks, 8, 16, 128]` bf16.
+    Hnd,
+}
+
+/// The paged layouts' shape: 8 KV heads of 128 bf16, blocks of 16 tokens (one 2 KB token).
+pub const PAGED_SHAPE: PagedShape = PagedShape::new(8, 128, 2, 16);
+
+impl KvLayout {
+    /// The option's values.
+    pub const ALL: [KvLayout; 3] = [KvLayout::Strip, KvLayout::Vllm, KvLayout::Hnd];
+
+    /// The `--kv-layout` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvLayout::Strip => "strip",
+            KvLayout::Vllm => "vllm",
+            KvLayout::Hnd => "hnd",
+        }
+    }
+
+    /// What the layout is, for the output.
+    pub fn describe(self) -> &'static str {
+        match self {
+            KvLayout::Strip => "token-major strips (SGLang's pools), 2 KB a slot",
+            KvLayout::Vllm => {
+                "vLLM's paged K [blocks, 8, 16, 16, 8] and V [blocks, 8, 128, 16] (bf16, blocks of 16)"
+            }
+            KvLayout::Hnd => "FlashInfer's HND [blocks, 8, 16, 128] for K and V (bf16, blocks of 16)",
+        }
+    }
+
+    /// The token layouts of the K and V halves.
+    pub fn token_layouts(self) -> Result<(TokenLayout, TokenLayout), Error> {
+        Ok(match self {
+            KvLayout::Strip => (TokenLayout::Strip, TokenLayout::Strip),
+            KvLayout::Vllm => (
+                TokenLayout::vllm_k(PAGED_SHAPE)?,
+                TokenLayout::vllm_v(PAGED_SHAPE)?,
+            ),
+            KvLayout::Hnd => (
+                TokenLayout::hnd(PAGED_SHAPE)?,
+                TokenLayout::hnd(PAGED_SHAPE)?,
+            ),
+        })
+    }
+}
 
 /// The fold of the tail launches, and which halves run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +178,8 @@ impl Mode {
 pub struct Workload {
     /// Which step.
     pub kind: StepKind,
+    /// Where the tokens' K and V bytes lie in the pools.
+    pub kv: KvLayout,
     /// Slots of the KV pool and of the canary buffers (slot 0 is the padding slot).
     pub slots: usize,
     /// Row r (1..=bs), position p: a distinct slot, scattered over the pool.
@@ -243,6 +303,7 @@ impl Workload {
         let step = tokens_of(&shape, &table, &rows)?;
         Ok(Workload {
             kind,
+            kv: KvLayout::Strip,
             slots,
             table,
             shape,
@@ -254,21 +315,38 @@ impl Workload {
         })
     }
 
-    /// The layout of one half's KV pool: one 2 KB row per slot, page size 1.
+    /// The rows of one half's KV pool: one 2 KB row per slot, page size 1 (strips), or blocks
+    /// of 16 tokens (the paged layouts; [`token_layouts`](Self::token_layouts) says where each
+    /// token's bytes are).
     pub fn kv_layout(&self) -> (RowLayout, RealKvParams) {
-        (
-            RowLayout {
-                num_rows: self.slots,
-                row_bytes: KV_ROW_BYTES,
-                row_stride_bytes: KV_ROW_BYTES,
-            },
-            RealKvParams::new(1, KV_ROW_BYTES as i64, KV_ROW_BYTES as i64),
-        )
+        match self.kv {
+            KvLayout::Strip => (
+                RowLayout {
+                    num_rows: self.slots,
+                    row_bytes: KV_ROW_BYTES,
+                    row_stride_bytes: KV_ROW_BYTES,
+                },
+                RealKvParams::new(1, KV_ROW_BYTES as i64, KV_ROW_BYTES as i64),
+            ),
+            KvLayout::Vllm | KvLayout::Hnd => (
+                RowLayout::dense(
+                    self.slots.div_ceil(PAGED_SHAPE.block_size),
+                    PAGED_SHAPE.block_bytes(),
+                ),
+                RealKvParams::from_sizes(PAGED_SHAPE.block_size, KV_ROW_BYTES, KV_ROW_BYTES),
+            ),
+        }
+    }
+
+    /// Where a token's bytes lie in the K and the V pool's rows.
+    pub fn token_layouts(&self) -> (TokenLayout, TokenLayout) {
+        self.kv.token_layouts().expect("the paged shape is valid")
     }
 
     /// Bytes of one half's KV pool.
     pub fn kv_pool_bytes(&self) -> usize {
-        self.slots * KV_ROW_BYTES
+        let (rows, _) = self.kv_layout();
+        rows.num_rows * rows.row_stride_bytes
     }
 
     /// The bytes the step must move besides the verify gathers ([`FLOOR_FORMULA`]).
