@@ -415,6 +415,51 @@ fn rows_without_entries_never_read_their_blocks() {
     assert_eq!(&w.seed_slot_indices()[..2], &[23, -1]);
 }
 
+/// The expected-token pool's valid lengths: vLLM's columns take an engine's bucketed
+/// `context_lens` (longer than the batch; the rest is never read), SGLang's exactly one a row.
+#[test]
+fn valid_lens_of_a_bucketed_batch() {
+    use kv_canary::{Batch, ExpectedTokenTableView, ReqToToken};
+    let blocks = [5u32, 6, 7, 8];
+    let table = ReqToTokenView::block_table(2, 2, 4, &blocks).unwrap();
+    let tokens: Vec<i64> = (0..16).map(|t| 100 + t).collect();
+    let pool = ExpectedTokenTableView::new(2, 8, &tokens).unwrap();
+    // One real row (context 6, 1 new token) in a bucket of 4 rows.
+    let (lens, q) = ([6u32, 0, 0, 0], [1u32, 0, 0, 0]);
+    let plan = |n: usize| {
+        let shape = Spec::new();
+        let (mut v, mut w) = (shape.verify_plan(), shape.write_plan());
+        let batch = BatchView::from_query_lens(1, &lens, &q).unwrap();
+        let inputs =
+            PlanInputs::from_views(batch, table).with_expected(pool.with_valid_lens(&lens[..n]));
+        cpu::plan(&shape, &inputs, &mut v, &mut w).map(|_| v)
+    };
+    let whole = plan(4).unwrap();
+    assert_eq!(
+        whole,
+        plan(1).unwrap(),
+        "the bucket's other lengths are never read"
+    );
+    assert_eq!(&whole.expected_tokens()[..5], &[100, 101, 102, 103, 104]);
+    assert!(matches!(plan(0), Err(Error::LengthMismatch { .. })));
+    // SGLang's columns: exactly one valid length a row.
+    let batch = Batch::from_columns([1], [3], [1]);
+    let sg_table = ReqToToken::from_vec(2, 8, (0..16).collect()).unwrap();
+    let sg_tokens = kv_canary::ExpectedTokenTable::from_vec(2, 8, (0..16).collect()).unwrap();
+    let shape = Spec::new();
+    let (mut v, mut w) = (shape.verify_plan(), shape.write_plan());
+    let inputs =
+        PlanInputs::full(&batch, &sg_table).with_expected(sg_tokens.with_valid_lens(&[4i64, 4]));
+    assert!(matches!(
+        cpu::plan(&shape, &inputs, &mut v, &mut w),
+        Err(Error::LengthMismatch {
+            expected: 1,
+            found: 2,
+            ..
+        })
+    ));
+}
+
 /// A sweep of a block-table row walks the slots the plan reads: the same entries as the row of
 /// the expanded token table; a bad block is the plan's error.
 #[test]

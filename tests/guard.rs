@@ -420,6 +420,63 @@ fn a_sweep_cadence_covers_every_idle_slot_within_its_bound() {
     assert!(!found.is_empty() && found.len() <= 2, "{found:?}");
 }
 
+/// A sweep's finding: no request holds an idle cached slot, so `judge_sweep` gives no verdict
+/// (not even to the slot's last writer, whose records still name it) and lists the slot as
+/// lost; a step's verify violations list their slots as lost too, once each.
+#[test]
+fn a_swept_slot_is_lost_not_judged_on_a_request() {
+    use kv_canary::{CanarySlot, LaunchTag, VerifyEntry};
+    let policy = Policy {
+        violations: Action::PerRequest,
+        ..Policy::default()
+    };
+    let judgements: Vec<_> = stray_write(policy)
+        .into_iter()
+        .map(|j| j.unwrap())
+        .collect();
+    assert!(judgements[..3].iter().all(|j| j.lost_slots.is_empty()));
+    // Slot 2 was overwritten; slot 3's chain continues from slot 2's record, so it fails too.
+    assert_eq!(judgements[3].lost_slots, [2, 3], "{:?}", judgements[3]);
+
+    let mut canary = canary();
+    let mut guard: Guard<&str> = Guard::new(policy);
+    step(&mut canary, &mut guard, &[(1, 0, 3, "a")], &[1, 2, 3]).unwrap();
+    // "a" finished; its slots 1..=3 stay cached. Slot 3's tail V record is corrupted.
+    let tail = canary.buffer_mut(LaunchTag::TailVFull).unwrap();
+    let record = tail.slot(3).unwrap();
+    tail.set_slot(
+        3,
+        CanarySlot {
+            position: 9,
+            ..record
+        },
+    )
+    .unwrap();
+    let entries: Vec<VerifyEntry> = (1..=3)
+        .map(|s| VerifyEntry {
+            slot: s,
+            expected_token: -1,
+            expected_position: s - 1,
+            prev_slot: if s == 1 { -1 } else { s - 1 },
+        })
+        .collect();
+    let report = canary.sweep(&entries, TailKv::NONE).unwrap();
+    let j = guard.judge_sweep(&report).unwrap();
+    assert!(!j.new_violations.is_empty(), "{report}");
+    assert!(j.verdicts.is_empty(), "{:?}", j.verdicts);
+    assert_eq!(j.lost_slots, [3]);
+    assert!(
+        j.records.iter().any(|r| format!("{r}").contains('a')),
+        "the record names the last writer: {:?}",
+        j.records
+    );
+    // Judged once: the next sweep of the same slots finds it again and judges nothing new.
+    let again = guard
+        .judge_sweep(&canary.sweep(&entries, TailKv::NONE).unwrap())
+        .unwrap();
+    assert!(again.new_violations.is_empty() && again.lost_slots.is_empty());
+}
+
 /// A report of one verify row at slot 2 (as a tail verify's real-KV fingerprint reports a slot
 /// whose bytes another request's forward pass overwrote in the same step).
 struct OneRow(kv_canary::Violation);

@@ -210,6 +210,23 @@ fn a_request_moves_to_another_canary() {
     );
 }
 
+/// Copy-on-write inside the pool: `copy_records` moves block 1's records (slots 16..20) to block
+/// 5 (slots 80..84) in every buffer, as export then import would; a bad slot list changes
+/// nothing.
+#[test]
+fn copy_records_is_export_then_import() {
+    let mut inst = Instance::new();
+    inst.step(&[1, 2], 20, 20);
+    let (from, to): (Vec<i64>, Vec<i64>) = ((16..20).collect(), (80..84).collect());
+    let expected = inst.canary.export_records(&from).unwrap();
+    inst.canary.copy_records(&from, &to).unwrap();
+    assert_eq!(inst.canary.export_records(&to).unwrap(), expected);
+    let before = inst.canary.export_records(&to).unwrap();
+    assert!(inst.canary.copy_records(&from, &[0, 81, 82, 83]).is_err());
+    assert!(inst.canary.copy_records(&from, &to[..3]).is_err());
+    assert_eq!(inst.canary.export_records(&to).unwrap(), before);
+}
+
 #[test]
 fn digests_of_other_layouts_and_bad_imports_are_refused() {
     let inst = Instance::new();

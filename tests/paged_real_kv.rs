@@ -97,7 +97,8 @@ fn strip_source(bytes: &[u8], slots: usize, token: usize, read: usize) -> RealKv
     .expect("the token-major copy")
 }
 
-/// All-mode fingerprints of paged vLLM K and V caches of `blocks` blocks.
+/// All-mode fingerprints of paged vLLM K and V caches of `blocks` blocks: `TailKv::vllm_paged`,
+/// which must be the sources an engine would build by hand.
 fn tail_kv<'a>(k: &'a [u8], v: &'a [u8], s: PagedShape, blocks: usize) -> TailKv<'a> {
     let kv = |bytes, layout| {
         RealKv::new(
@@ -105,10 +106,13 @@ fn tail_kv<'a>(k: &'a [u8], v: &'a [u8], s: PagedShape, blocks: usize) -> TailKv
             RealKvSources::from_array([paged_source(bytes, blocks, layout, s, s.token_bytes())]),
         )
     };
-    TailKv::new(
+    let by_hand = TailKv::new(
         kv(k, TokenLayout::vllm_k(s).unwrap()),
         kv(v, TokenLayout::vllm_v(s).unwrap()),
-    )
+    );
+    let tail = TailKv::vllm_paged(RealKvHashMode::All, k, v, blocks, s).unwrap();
+    assert_eq!(tail, by_hand);
+    tail
 }
 
 fn hashes(src: RealKvSource<'_>, mode: RealKvHashMode, slots: usize) -> Vec<i64> {

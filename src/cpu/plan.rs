@@ -60,7 +60,8 @@ struct RowPlan {
 ///   prefix exceeds the row width is [`Error::PrefixBeyondRow`]; an expected-token read outside
 ///   the pool is [`Error::ExpectedTokenReadOutOfRange`]. Padding rows are never read, whatever
 ///   their values.
-/// * **`valid_lens` length**: must equal `bs` ([`Error::LengthMismatch`]).
+/// * **`valid_lens` length**: must equal `bs` with SGLang's columns, be at least `bs` with
+///   vLLM's (the rest is never read) ([`Error::LengthMismatch`]).
 ///
 /// # Views of the engine's element types
 ///
@@ -151,7 +152,10 @@ fn validate<G: Group, X: ExpectedTokens, B: BatchColumns, T: IndexElement>(
         });
     }
     if let Some(pool) = pool {
-        if pool.valid_lens().len() != bs {
+        // SGLang's columns: one valid length a row, exactly. vLLM's (bucketed batches): at
+        // least one a row (an engine passes its `context_lens`), the rest never read.
+        let len = pool.valid_lens().len();
+        if if B::POOL_ROWS { len != bs } else { len < bs } {
             return Err(Error::LengthMismatch {
                 what: "req_to_verify_expected_tokens_valid_lens",
                 expected: bs,

@@ -75,9 +75,10 @@
 //!   this on a raw stream of its own.
 
 use super::device::plan_inputs::{DeviceExpectedTokens, DeviceGroup, PlanInputs};
-use super::device::settings::{ChainAssert, DeviceRealKv, DeviceSettings};
+use super::device::settings::{ChainAssert, DeviceRealKv, DeviceRealKvSource, DeviceSettings};
 use super::device::stream::Stream;
 use super::device::write_inputs::DeviceInputAssert;
+use super::driver::array::ViewableSlice;
 use super::ops;
 use super::report::{self, PendingDeviceReport};
 use crate::backend::{
@@ -91,6 +92,7 @@ use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteEntryCapacity, Same
 use crate::input::{InputAssertOff, WriteInputs};
 use crate::memory::Device;
 use crate::plan::{VerifyPlan, WritePlan};
+use crate::real_kv::{PagedShape, RealKvHashMode, TokenLayout};
 use crate::shape::Shape;
 use crate::step::{FinishedStep, KvPair, PlanInputsOf, Reports, SwaGroup};
 use crate::Error;
@@ -104,6 +106,30 @@ impl KvPair<DeviceRealKv<'static>> {
         k: DeviceRealKv::NONE,
         v: DeviceRealKv::NONE,
     };
+}
+
+impl<'a> KvPair<DeviceRealKv<'a>> {
+    /// The tail fingerprints of a paged engine's K and V caches in device memory, `num_blocks`
+    /// blocks of `shape` in vLLM's layouts, hashed under `mode` (ALL: a token's whole vector):
+    /// the twin of the host's [`TailKv::vllm_paged`](crate::step::TailKv::vllm_paged), with
+    /// the errors of [`DeviceRealKvSource::paged`].
+    pub fn vllm_paged<B: ViewableSlice<u8> + ?Sized>(
+        mode: RealKvHashMode,
+        k: &'a B,
+        v: &'a B,
+        num_blocks: usize,
+        shape: PagedShape,
+    ) -> Result<Self, Error> {
+        let one = |bytes: &'a B, layout| -> Result<DeviceRealKv<'a>, Error> {
+            let source =
+                DeviceRealKvSource::paged(bytes, num_blocks, layout, shape, shape.token_bytes())?;
+            Ok(DeviceRealKv::new(mode, [source]))
+        };
+        Ok(KvPair {
+            k: one(k, TokenLayout::vllm_k(shape)?)?,
+            v: one(v, TokenLayout::vllm_v(shape)?)?,
+        })
+    }
 }
 
 // A device canary can be built on one thread and driven from another (one canary per device,

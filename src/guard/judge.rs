@@ -49,6 +49,11 @@ pub struct Judgement<Id> {
     /// The operator records of this step: one a new violation, and the statistics every
     /// `stats_every` judged steps ([`Guard::with_stats_every`]).
     pub records: Vec<Record<Id>>,
+    /// The slots whose cached KV failed a verify (the new verify violations' slots, each once,
+    /// in order): whatever the verdicts, an engine drops them from its prefix cache (a cache
+    /// miss: their tokens are recomputed). A sweep's findings arrive here, since no request
+    /// holds a swept slot ([`Guard::judge_sweep`]).
+    pub lost_slots: Vec<i64>,
 }
 
 impl<Id: PartialEq> Judgement<Id> {
@@ -123,6 +128,16 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
         self.policy
     }
 
+    /// Judges a sweep's report ([`Canary::sweep`](crate::step::Canary::sweep), idle cached
+    /// slots no request holds): the same history, records and policy as [`judge`](Self::judge),
+    /// but no verdicts (a swept slot's last writer may be long finished; its records still name
+    /// it). What failed is in [`Judgement::lost_slots`]: the engine evicts those cache entries.
+    pub fn judge_sweep(&mut self, report: &impl Findings) -> Result<Judgement<Id>, Error> {
+        let mut judgement = self.judge(report, &SlotRows::default(), &[])?;
+        judgement.verdicts.clear();
+        Ok(judgement)
+    }
+
     /// Judges `report` of the step whose batch rows are `rows` (from the inputs the step was
     /// planned from: [`SlotRows::new`]) and whose batch row `r` served `requests[r]` (`None`
     /// for a padding row), then records the slots the step wrote as its requests' (the culprits
@@ -144,6 +159,7 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
             verdicts: Vec::new(),
             unverified: None,
             records: Vec::new(),
+            lost_slots: Vec::new(),
         };
         self.stats.step += 1;
         if self.policy.violations != Action::Off {
@@ -180,6 +196,9 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
             _ => (Verdict::Keep, Verdict::Keep),
         };
         for v in &judgement.new_violations {
+            if !v.is_write() && !judgement.lost_slots.contains(&v.slot) {
+                judgement.lost_slots.push(v.slot);
+            }
             let mut concerned = Vec::new();
             if v.is_write() {
                 for &r in rows.written_by(v.slot) {

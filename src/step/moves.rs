@@ -126,6 +126,15 @@ where
         })
     }
 
+    /// Copies the records of slots `from` into slots `to` (one to one, in order) in every
+    /// buffer of this canary: KV copied inside the pool (a copy-on-write of a shared block, a
+    /// defragmentation) keeps its canary. [`export_records`](Self::export_records) then
+    /// [`import_records`](Self::import_records), with their errors; nothing is written on one.
+    pub fn copy_records(&mut self, from: &[i64], to: &[i64]) -> Result<(), Error> {
+        let records = self.export_records(from)?;
+        self.import_records(&records, to)
+    }
+
     /// Writes `records` into `slots` (one slot a record, in order) of every buffer of this
     /// canary: the new home of KV moved back from host memory, or moved in from another
     /// instance. Records of a canary of other halves (K only into K+V), a slot count other

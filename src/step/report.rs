@@ -8,7 +8,9 @@ use super::status::{Counted, PlanOverflow, Unverified};
 use crate::canary::{HealthCounters, Violation};
 use crate::cpu::{PlanSummary, VerifySummary, WriteSummary};
 use crate::error::Error;
-use crate::real_kv::{RealKv, RealKvHashMode};
+use crate::real_kv::{
+    PagedShape, RealKv, RealKvHashMode, RealKvSource, RealKvSources, TokenLayout,
+};
 use core::fmt;
 
 /// One value per half of a KV pool: `k` for the K half, `v` for the V half.
@@ -105,6 +107,40 @@ impl<'a> KvPair<RealKv<'a>> {
         Ok(KvPair {
             k: RealKv::dense(mode, k, bytes_per_token)?,
             v: RealKv::dense(mode, v, bytes_per_token)?,
+        })
+    }
+
+    /// The tail fingerprints of a paged engine's K and V caches of `num_blocks` blocks of
+    /// `shape` in vLLM's layouts (mistral.rs, candle-vllm: K `[blocks, kv_heads, head_dim / x,
+    /// block_size, x]`, V `[blocks, kv_heads, head_dim, block_size]`), hashed under `mode`;
+    /// ALL folds a token's whole vector. Slot `s` is token `s % block_size` of block
+    /// `s / block_size`. The errors of [`RealKvSource::paged`](crate::RealKvSource::paged);
+    /// other layouts (HND, a shorter ALL read, several sources a half) are built from
+    /// `RealKvSource::paged` and [`RealKv::new`].
+    ///
+    /// ```
+    /// use kv_canary::step::TailKv;
+    /// use kv_canary::{PagedShape, RealKvHashMode};
+    /// let shape = PagedShape::new(2, 64, 2, 16); // 2 KV heads of 64 bf16, blocks of 16
+    /// let (k, v) = (vec![0u8; 8 * shape.block_bytes()], vec![0u8; 8 * shape.block_bytes()]);
+    /// let tail = TailKv::vllm_paged(RealKvHashMode::All, &k, &v, 8, shape)?;
+    /// # Ok::<(), kv_canary::Error>(())
+    /// ```
+    pub fn vllm_paged(
+        mode: RealKvHashMode,
+        k: &'a [u8],
+        v: &'a [u8],
+        num_blocks: usize,
+        shape: PagedShape,
+    ) -> Result<Self, Error> {
+        let one = |bytes, layout| -> Result<RealKv<'a>, Error> {
+            let source =
+                RealKvSource::paged(bytes, num_blocks, layout, shape, shape.token_bytes())?;
+            Ok(RealKv::new(mode, RealKvSources::from_array([source])))
+        };
+        Ok(KvPair {
+            k: one(k, TokenLayout::vllm_k(shape)?)?,
+            v: one(v, TokenLayout::vllm_v(shape)?)?,
         })
     }
 }
