@@ -8,15 +8,15 @@ use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
 use crate::config::{
     BLOCK_SIZE, HEAD_DIM, KV_HEADS, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS,
-    NUM_SLOTS, TOKEN_BYTES,
+    NUM_SLOTS,
 };
 use crate::kv_cache::PagedKvCache;
 use crate::Result;
 use kv_canary::guard::{Action, CachedPrefixes, CachedRun, Guard, Judgement, Policy, SweepCadence};
 use kv_canary::step::{Canary, SlotRows, TailKv};
 use kv_canary::{
-    BatchView, Cap, ExpectedTokenTableView, PagedShape, PlanInputs, RealKv, RealKvHashMode,
-    RealKvSource, RealKvSources, ReqToTokenView, Shape, TokenLayout, WriteInputsView,
+    BatchView, Cap, ExpectedTokenTableView, PagedShape, PlanInputs, RealKvHashMode, ReqToTokenView,
+    Shape, WriteInputsView,
 };
 
 /// Verify entries a step may need: every row's whole context.
@@ -33,6 +33,8 @@ pub struct Finding {
     pub slot: i64,
     /// The requests it concerns: (id, verdict, role), as the guard judged them.
     pub requests: Vec<(u64, String)>,
+    /// The slot's cached KV failed a verify: the prefix cache drops it (every sweep finding).
+    pub evict: bool,
 }
 
 /// The engine's canary: the CPU canary, its guard and the sweep cadence.
@@ -44,18 +46,17 @@ pub struct EngineCanary {
     pub checked: (u64, u64),
 }
 
-/// Layer 0's K and V caches as paged real-KV sources (all of a token's bytes folded).
+/// Layer 0's K and V caches as paged real-KV sources (vLLM's layouts, all of a token's bytes
+/// folded).
 fn tail_kv<'a>(k: &'a [u8], v: &'a [u8]) -> Result<TailKv<'a>> {
     let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 4, BLOCK_SIZE);
-    let kv = |bytes, layout| -> Result<RealKv<'a>> {
-        let source = RealKvSource::paged(bytes, NUM_BLOCKS, layout, shape, TOKEN_BYTES)?;
-        Ok(RealKv::new(
-            RealKvHashMode::All,
-            RealKvSources::from_array([source]),
-        ))
-    };
-    let (k_layout, v_layout) = (TokenLayout::vllm_k(shape)?, TokenLayout::vllm_v(shape)?);
-    Ok(TailKv::new(kv(k, k_layout)?, kv(v, v_layout)?))
+    Ok(TailKv::vllm_paged(
+        RealKvHashMode::All,
+        k,
+        v,
+        NUM_BLOCKS,
+        shape,
+    )?)
 }
 
 fn findings(step: u64, j: &Judgement<u64>) -> Vec<Finding> {
@@ -67,6 +68,7 @@ fn findings(step: u64, j: &Judgement<u64>) -> Vec<Finding> {
         launch: format!("UNVERIFIED ({u})"),
         slot: -1,
         requests: Vec::new(),
+        evict: false,
     });
     (j.new_violations.iter())
         .map(|v| Finding {
@@ -76,6 +78,7 @@ fn findings(step: u64, j: &Judgement<u64>) -> Vec<Finding> {
             requests: (verdicts.iter().filter(|x| x.0 == v.slot))
                 .map(|x| (x.1, x.2.clone()))
                 .collect(),
+            evict: j.lost_slots.contains(&v.slot),
         })
         .chain(unverified)
         .collect()
@@ -136,7 +139,7 @@ impl EngineCanary {
         let batch = BatchView::from_query_lens(a.bs, &a.context_lens, &a.query_lens)?;
         let tokens = ExpectedTokenTableView::new(MAX_ROWS, MAX_CONTEXT, &a.token_table)?;
         let inputs = PlanInputs::from_views(batch, table)
-            .with_expected(tokens.with_valid_lens(&a.context_lens[..a.bs]));
+            .with_expected(tokens.with_valid_lens(&a.context_lens));
         let write = WriteInputsView::new(
             Cap::<MAX_TOKENS>,
             &a.input_ids,
@@ -157,8 +160,9 @@ impl EngineCanary {
 
     /// Copy-on-write moved block `from`'s KV to block `to`: its records move with it.
     pub fn copy_block(&mut self, from: u32, to: u32) -> Result<()> {
-        let records = self.canary.export_records(&block_slots(from))?;
-        Ok(self.canary.import_records(&records, &block_slots(to))?)
+        Ok(self
+            .canary
+            .copy_records(&block_slots(from), &block_slots(to))?)
     }
 
     /// Between steps: sweeps the next idle cached slots of the prefix cache.
@@ -174,7 +178,7 @@ impl EngineCanary {
             Ok(canary.sweep(entries.as_slice(), tail_kv(k, v)?)?)
         })??;
         self.checked.1 += report.entries_checked();
-        let judgement = self.guard.judge(&report, &SlotRows::default(), &[])?;
+        let judgement = self.guard.judge_sweep(&report)?;
         Ok(findings(step, &judgement))
     }
 }

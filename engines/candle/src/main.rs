@@ -20,13 +20,18 @@ fn line(name: &str, o: &Outcome) -> String {
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
+            let evicted = (o.findings.iter())
+                .filter(|g| g.step == f.step && g.evict)
+                .map(|g| g.slot)
+                .collect::<std::collections::BTreeSet<_>>();
             format!(
-                "reported at step {} by {} (slot {}, {} violation(s)): requests [{}]",
+                "reported at step {} by {} (slot {}, {} violation(s)): requests [{}], cached slots evicted {:?}",
                 f.step,
                 f.launch,
                 f.slot,
                 o.findings.iter().filter(|g| g.step == f.step).count(),
-                requests.join(", ")
+                requests.join(", "),
+                evicted
             )
         }
     };

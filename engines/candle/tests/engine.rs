@@ -120,7 +120,16 @@ fn a_flipped_byte_of_an_idle_cached_block_is_caught_by_a_sweep() {
             "SWEEP_K_FULL" | "TAIL_K_FULL"
         ));
         assert_eq!(Some(found[0].slot), made.slot);
-        assert!(!found[0].requests.is_empty(), "the block's writer is named");
+        if found[0].launch == "SWEEP_K_FULL" {
+            // No request holds an idle block: the guard's judge_sweep evicts it, no verdict.
+            assert!(
+                found[0].evict && found[0].requests.is_empty(),
+                "{:?}",
+                found[0]
+            );
+        } else {
+            assert!(!found[0].requests.is_empty(), "the block's reader is named");
+        }
     }
 }
 
@@ -151,6 +160,7 @@ fn the_canary_integration_is_small() {
         names.len()
     );
     assert!(lines < 150, "{lines} lines");
+    assert!(names.len() < 20, "{} names: {names:?}", names.len());
 }
 
 /// The engine computes what a model computes: a request's greedy tokens in the busy clean run
