@@ -61,7 +61,7 @@ impl CanarySlot {
     }
 
     #[inline]
-    fn from_bytes(b: &[u8]) -> CanarySlot {
+    pub(crate) fn from_bytes(b: &[u8]) -> CanarySlot {
         let field = |i: usize| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&b[8 * i..8 * i + 8]);
@@ -76,7 +76,7 @@ impl CanarySlot {
     }
 
     #[inline]
-    fn to_bytes(self, b: &mut [u8]) {
+    pub(crate) fn to_bytes(self, b: &mut [u8]) {
         let fields = [self.token, self.position, self.prev_hash, self.real_kv_hash];
         for (i, v) in fields.into_iter().enumerate() {
             b[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());

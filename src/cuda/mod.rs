@@ -193,6 +193,7 @@ mod backend;
 mod device;
 mod driver;
 mod head_findings;
+mod moves;
 mod ops;
 mod pending;
 mod report;

@@ -195,7 +195,7 @@
 mod findings;
 mod group;
 mod head_findings;
-mod moves;
+pub(crate) mod moves;
 pub(crate) mod report;
 mod slot_rows;
 mod stage;

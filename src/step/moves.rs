@@ -29,6 +29,16 @@ pub struct MovedRecords {
 }
 
 impl MovedRecords {
+    /// Records of `slots` slots, one list a buffer (the device canary's export).
+    pub(crate) fn from_buffers(buffers: Vec<Vec<CanarySlot>>, slots: usize) -> Self {
+        MovedRecords { buffers, slots }
+    }
+
+    /// Per buffer, the records (the device canary's import).
+    pub(crate) fn buffers(&self) -> &[Vec<CanarySlot>] {
+        &self.buffers
+    }
+
     /// How many slots the records are of.
     pub fn len(&self) -> usize {
         self.slots
@@ -42,7 +52,11 @@ impl MovedRecords {
 
 /// The slots as buffer indices, each checked against a buffer of `num_slots` slots: slot 0
 /// (reserved) and any slot outside are [`Error::SlotOutOfRange`] naming it.
-fn checked_slots(what: &'static str, slots: &[i64], num_slots: usize) -> Result<Vec<usize>, Error> {
+pub(crate) fn checked_slots(
+    what: &'static str,
+    slots: &[i64],
+    num_slots: usize,
+) -> Result<Vec<usize>, Error> {
     slots
         .iter()
         .enumerate()

@@ -16,6 +16,7 @@ mod block_tables;
 mod canary;
 mod graph;
 mod hostile;
+mod moves;
 mod nothing_lost;
 mod plan;
 mod plan_verify;
@@ -63,6 +64,7 @@ const TESTS: &[(&str, TestFn)] = &[
     ("write_differential_vs_cpu", canary::write_differential),
     ("verify_differential_vs_cpu", canary::verify_differential),
     ("paged_real_kv_match_cpu", canary::paged_real_kv),
+    ("moves_match_cpu", moves::moves_match_cpu),
     (
         "verify_pair_differential_vs_cpu",
         canary::verify_pair_differential,
