@@ -28,6 +28,8 @@ pub mod canary;
 pub mod config;
 pub mod engine;
 pub mod footprint;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod kv_cache;
 pub mod model;
 pub mod rng;
