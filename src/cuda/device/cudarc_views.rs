@@ -486,14 +486,20 @@ impl<'a> CudarcKvSource<'a> {
     /// # Safety
     ///
     /// `bytes` stays allocated while the source, or any launch or graph that used it, can run.
-    unsafe fn over<S: DevicePtr<u8>>(
+    unsafe fn over<T, S: DevicePtr<T>>(
         gpu: &Gpu,
         bytes: &S,
         byte_offset: usize,
         layout: RowLayout,
         params: RealKvParams,
     ) -> Result<(DeviceRealKvSource<'static>, Arc<CudaContext>), Error> {
-        let (addr, len, context) = parts(bytes);
+        let (addr, elements, context) = parts(bytes);
+        let len = elements
+            .checked_mul(core::mem::size_of::<T>())
+            .ok_or(Error::RealKvShape {
+                shape: vec![elements, core::mem::size_of::<T>()],
+                detail: "the slice's bytes overflow usize".to_owned(),
+            })?;
         let Some(rest) = len.checked_sub(byte_offset) else {
             return Err(Error::RealKvShape {
                 shape: vec![len],
@@ -508,10 +514,11 @@ impl<'a> CudarcKvSource<'a> {
         Ok((source, context))
     }
 
-    /// The source whose row 0 starts `byte_offset` bytes into the cudarc byte slice `bytes`,
+    /// The source whose row 0 starts `byte_offset` bytes into the cudarc slice `bytes` (of any
+    /// element type: a `u8` pool, or an engine's `bf16` / `f16` KV cache read as its bytes),
     /// checked as [`DeviceRealKvSource::at`] (and the slice's range as
     /// [`DeviceRealKvSource::from_raw`]).
-    pub fn new<S: DevicePtr<u8>>(
+    pub fn new<T, S: DevicePtr<T>>(
         gpu: &Gpu,
         bytes: &'a S,
         byte_offset: usize,
@@ -531,7 +538,7 @@ impl<'a> CudarcKvSource<'a> {
 
     /// The source that `new` gives, over a slice this value keeps alive (an `Arc` of the
     /// engine's cudarc KV pool): it borrows nothing.
-    pub fn shared<S>(
+    pub fn shared<T, S>(
         gpu: &Gpu,
         bytes: Arc<S>,
         byte_offset: usize,
@@ -539,7 +546,7 @@ impl<'a> CudarcKvSource<'a> {
         params: RealKvParams,
     ) -> Result<CudarcKvSource<'static>, Error>
     where
-        S: DevicePtr<u8> + Send + Sync + 'static,
+        S: DevicePtr<T> + Send + Sync + 'static,
     {
         // SAFETY: the value keeps `bytes` alive; its drop waits for every launch that read
         // them before releasing them.
@@ -550,6 +557,13 @@ impl<'a> CudarcKvSource<'a> {
             kept: Some(kept(&bytes)),
             bytes: PhantomData,
         })
+    }
+
+    /// The same source with its tokens' bytes where `layout` says: a paged engine's cache in
+    /// vLLM's K or V layout or HND ([`DeviceRealKvSource::with_token_layout`], its errors).
+    pub fn with_token_layout(mut self, layout: crate::real_kv::TokenLayout) -> Result<Self, Error> {
+        self.source = self.source.with_token_layout(layout)?;
+        Ok(self)
     }
 
     /// The source, for launches borrowing this value.
