@@ -30,11 +30,13 @@ pub struct MovedRecords {
 
 impl MovedRecords {
     /// Records of `slots` slots, one list a buffer (the device canary's export).
+    #[cfg(feature = "cuda")]
     pub(crate) fn from_buffers(buffers: Vec<Vec<CanarySlot>>, slots: usize) -> Self {
         MovedRecords { buffers, slots }
     }
 
     /// Per buffer, the records (the device canary's import).
+    #[cfg(feature = "cuda")]
     pub(crate) fn buffers(&self) -> &[Vec<CanarySlot>] {
         &self.buffers
     }
