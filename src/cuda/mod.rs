@@ -199,6 +199,7 @@ mod pending;
 mod report;
 mod step_graph;
 mod sweep;
+mod watchdog;
 
 pub use backend::{DeviceGroupTokens, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).

@@ -135,8 +135,7 @@ impl Watchdog {
         G: GroupKind,
         B: Backend<Memory = Host>,
     {
-        self.steps += 1;
-        if self.steps < self.warmup || !(self.steps - self.warmup).is_multiple_of(self.interval) {
+        if !self.count_step() {
             return None;
         }
         let counters: Vec<(LaunchTag, i64)> = canary
@@ -144,12 +143,33 @@ impl Watchdog {
             .into_iter()
             .filter_map(|tag| Some((tag, canary.counters(tag)?.kernel_run_counter())))
             .collect();
-        let now = (canary.steps(), counters);
+        self.check(
+            canary.steps(),
+            canary.chain_position_assert().is_on(),
+            counters,
+        )
+    }
+
+    /// Counts one engine step; whether this step is a check.
+    pub(crate) fn count_step(&mut self) -> bool {
+        self.steps += 1;
+        self.steps >= self.warmup && (self.steps - self.warmup).is_multiple_of(self.interval)
+    }
+
+    /// The check of a canary that completed `canary_steps` steps, with its chain-position
+    /// assert `assert_on` and its launches' kernel-run `counters` (both backends' watchdogs).
+    pub(crate) fn check(
+        &mut self,
+        canary_steps: u64,
+        assert_on: bool,
+        counters: Vec<(LaunchTag, i64)>,
+    ) -> Option<Stall> {
+        let now = (canary_steps, counters);
         let last = self.last.replace(now.clone());
         if !self.initialised {
             return Some(Stall::NeverInitialised { steps: self.steps });
         }
-        if !canary.chain_position_assert().is_on() {
+        if !assert_on {
             return Some(Stall::AssertOff { steps: self.steps });
         }
         let (then_steps, then_counters) = last?;

@@ -32,6 +32,7 @@ mod sweep;
 mod threads;
 mod views;
 mod views_graph;
+mod watchdog;
 mod write_ends;
 
 use kv_canary::cuda::Gpu;
@@ -65,6 +66,7 @@ const TESTS: &[(&str, TestFn)] = &[
     ("verify_differential_vs_cpu", canary::verify_differential),
     ("paged_real_kv_match_cpu", canary::paged_real_kv),
     ("moves_match_cpu", moves::moves_match_cpu),
+    ("watchdog_matches_cpu", watchdog::watchdog_matches_cpu),
     (
         "verify_pair_differential_vs_cpu",
         canary::verify_pair_differential,
