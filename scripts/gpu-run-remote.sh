@@ -101,7 +101,7 @@ if want_only racecheck-write; then
   # requests and the probe of the named barrier, full case counts, every hazard printed
   # (~1-2 minutes).
   echo "=== compute-sanitizer --tool racecheck (write kernel tests) ===" >>"$OUT/sanitizer.log"
-  KV_CANARY_UNDER_SANITIZER=1 run_part "racecheck write tests" "$OUT/sanitizer.log" \
+  KV_CANARY_RACECHECK_PROBE_NAMED=1 KV_CANARY_UNDER_SANITIZER=1 run_part "racecheck write tests" "$OUT/sanitizer.log" \
     compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 97 --print-limit 200 \
     "$here/cuda_gpu" write_differential hostile_write nothing_lost racecheck_probe
   grep -E "RACECHECK SUMMARY|Race reported|Hazard" "$OUT/sanitizer.log" | sort | uniq -c | tee -a "$summary"
