@@ -374,3 +374,154 @@ pub fn hostile_block_tables(gpu: &Gpu) -> Result<(), String> {
     println!("    negative block: CPU {cpu_err}; GPU {gpu_err}");
     Ok(())
 }
+
+/// mistral.rs's arrays as cudarc slices (feature `cudarc`): random `u32` block tables and `u32`
+/// / `i32` columns uploaded with cudarc, viewed through `block_table_from_cudarc` and
+/// `from_cudarc_query_lens` / `_starts` (borrowed) or their `_shared` twins (kept by the view,
+/// as an engine's struct holds them), planned on the device: every plan equal to the CPU's.
+#[cfg(feature = "cudarc")]
+pub fn block_tables_over_cudarc_match_cpu(gpu: &Gpu) -> Result<(), String> {
+    use cudarc::driver::CudaContext;
+    use std::sync::Arc;
+    let cudarc_err = |e: cudarc::driver::DriverError| format!("cudarc: {e:?}");
+    let engine = CudaContext::new(gpu.ordinal() as usize)
+        .map_err(cudarc_err)?
+        .default_stream();
+    let shape = S::new();
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let device = (
+        shape.device_verify_plan(gpu).map_err(fail("verify plan"))?,
+        shape.device_write_plan(gpu).map_err(fail("write plan"))?,
+    );
+    let mut plans = (
+        device.0.to_host().map_err(fail("download"))?,
+        device.1.to_host().map_err(fail("download"))?,
+    );
+    let mut rng = Rng::new(0xC0DA_7AB1);
+    let rounds = scaled(60).max(8);
+    let mut entries = 0u64;
+    for round in 0..rounds {
+        let block_size = rng.pick(&[1usize, 16, 32]);
+        let blocks_per_row = rng.range(1, 4) as usize;
+        let columns = random_columns(&mut rng, (blocks_per_row * block_size) as i64);
+        let starts = round % 4 >= 2;
+        let shared = round % 2 == 1;
+        let cells: Vec<u32> = (0..ROWS * blocks_per_row)
+            .map(|_| rng.range(1, 47) as u32)
+            .collect();
+        let host_table = ReqToTokenView::block_table(ROWS, blocks_per_row, block_size, &cells)
+            .map_err(fail("host table"))?;
+        let cpu = if starts {
+            let b = BatchView::from_query_starts(
+                columns.bs,
+                &columns.context_lens,
+                &columns.query_starts,
+            )
+            .map_err(fail("host batch"))?;
+            cpu_plan(b, host_table, None, &mut plans)
+        } else {
+            let b =
+                BatchView::from_query_lens(columns.bs, &columns.context_lens, &columns.query_lens)
+                    .map_err(fail("host batch"))?;
+            cpu_plan(b, host_table, None, &mut plans)
+        };
+        cpu.map_err(fail("cpu plan"))?;
+        let d_cells = Arc::new(engine.clone_htod(&cells).map_err(cudarc_err)?);
+        let d_ctx = Arc::new(
+            engine
+                .clone_htod(&columns.context_lens)
+                .map_err(cudarc_err)?,
+        );
+        let d_q = Arc::new(engine.clone_htod(&columns.query_lens).map_err(cudarc_err)?);
+        let d_qs = Arc::new(
+            engine
+                .clone_htod(&columns.query_starts)
+                .map_err(cudarc_err)?,
+        );
+        let d_bs = Arc::new(
+            engine
+                .clone_htod(&[columns.bs as i32])
+                .map_err(cudarc_err)?,
+        );
+        engine.synchronize().map_err(cudarc_err)?;
+        let dims = (ROWS, blocks_per_row, block_size);
+        let queued = if shared {
+            let table = DeviceReqToToken::block_table_from_cudarc_shared::<u32, _>(
+                gpu,
+                Arc::clone(&d_cells),
+                dims.0,
+                dims.1,
+                dims.2,
+            )
+            .map_err(fail("shared table"))?;
+            let batch = if starts {
+                DeviceBatch::from_cudarc_query_starts_shared(
+                    gpu,
+                    Cap::<ROWS>,
+                    Arc::clone(&d_ctx),
+                    Arc::clone(&d_qs),
+                    Some(Arc::clone(&d_bs)),
+                )
+            } else {
+                DeviceBatch::from_cudarc_query_lens_shared(
+                    gpu,
+                    Cap::<ROWS>,
+                    Arc::clone(&d_ctx),
+                    Arc::clone(&d_q),
+                    Some(Arc::clone(&d_bs)),
+                )
+            }
+            .map_err(fail("shared batch"))?;
+            cuda::plan(
+                &stream,
+                &shape,
+                &cuda::PlanInputs::full(&batch, &table),
+                &device.0,
+                &device.1,
+            )
+        } else {
+            let table = DeviceReqToToken::block_table_from_cudarc::<u32, _>(
+                gpu, &*d_cells, dims.0, dims.1, dims.2,
+            )
+            .map_err(fail("table"))?;
+            let batch = if starts {
+                DeviceBatch::from_cudarc_query_starts(
+                    gpu,
+                    Cap::<ROWS>,
+                    &*d_ctx,
+                    &*d_qs,
+                    Some(&*d_bs),
+                )
+            } else {
+                DeviceBatch::from_cudarc_query_lens(gpu, Cap::<ROWS>, &*d_ctx, &*d_q, Some(&*d_bs))
+            }
+            .map_err(fail("batch"))?;
+            cuda::plan(
+                &stream,
+                &shape,
+                &cuda::PlanInputs::full(&batch, &table),
+                &device.0,
+                &device.1,
+            )
+        };
+        queued
+            .and_then(|()| stream.status())
+            .map_err(|e| format!("round {round}: {e}"))?;
+        let v = device.0.to_host().map_err(fail("download"))?;
+        let w = device.1.to_host().map_err(fail("download"))?;
+        ensure!(
+            v == plans.0,
+            "round {round} (shared {shared}): verify plans differ"
+        );
+        ensure!(
+            w == plans.1,
+            "round {round} (shared {shared}): write plans differ"
+        );
+        entries += v.num_valid() as u64;
+    }
+    println!(
+        "    {rounds} random block-table batches over cudarc slices (borrowed and shared views, \
+         both vLLM layouts): {entries} verify entries, every plan equal to the CPU's"
+    );
+    Ok(())
+}

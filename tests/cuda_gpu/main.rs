@@ -181,6 +181,11 @@ const TESTS: &[(&str, TestFn)] = &[
     ),
     #[cfg(feature = "cudarc")]
     ("views_cudarc_slices_plan", views::cudarc_views_plan),
+    #[cfg(feature = "cudarc")]
+    (
+        "block_tables_over_cudarc_match_cpu",
+        block_tables::block_tables_over_cudarc_match_cpu,
+    ),
     (
         "views_step_over_sub_slices_matches_cpu",
         sub_slices::step_over_sub_slices_matches_cpu,

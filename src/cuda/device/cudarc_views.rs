@@ -330,6 +330,71 @@ impl<W: Capacity> DeviceBatch<W> {
         };
         Ok(Borrowed::new(batch, Fence::Cudarc(context)))
     }
+
+    /// [`from_cudarc_query_lens`](Self::from_cudarc_query_lens) over slices the view keeps
+    /// alive: it borrows nothing, so an engine's struct or a stored graph's inputs hold it.
+    pub fn from_cudarc_query_lens_shared<C, Q, SC, SQ, B>(
+        gpu: &Gpu,
+        capacity: W,
+        context_lens: Arc<SC>,
+        query_lens: Arc<SQ>,
+        bs: Option<Arc<B>>,
+    ) -> Result<Shared<Self>, Error>
+    where
+        C: DeviceIndex,
+        Q: DeviceIndex,
+        SC: DevicePtr<C> + Send + Sync + 'static,
+        SQ: DevicePtr<Q> + Send + Sync + 'static,
+        B: DevicePtr<i32> + Send + Sync + 'static,
+    {
+        // SAFETY: the view keeps every slice alive, and its drop waits for every launch that
+        // read them before releasing them.
+        let (batch, context) = unsafe {
+            Self::over_cudarc_columns::<QueryLens<C, Q>, C, Q, SC, SQ, B>(
+                gpu,
+                capacity,
+                &*context_lens,
+                &*query_lens,
+                bs.as_deref(),
+            )?
+        };
+        let slices = [kept(&context_lens), kept(&query_lens)]
+            .into_iter()
+            .chain(bs.as_ref().map(kept));
+        Ok(shared(batch, context, slices))
+    }
+
+    /// [`from_cudarc_query_starts`](Self::from_cudarc_query_starts) over slices the view keeps
+    /// alive.
+    pub fn from_cudarc_query_starts_shared<C, Q, SC, SQ, B>(
+        gpu: &Gpu,
+        capacity: W,
+        context_lens: Arc<SC>,
+        query_starts: Arc<SQ>,
+        bs: Option<Arc<B>>,
+    ) -> Result<Shared<Self>, Error>
+    where
+        C: DeviceIndex,
+        Q: DeviceIndex,
+        SC: DevicePtr<C> + Send + Sync + 'static,
+        SQ: DevicePtr<Q> + Send + Sync + 'static,
+        B: DevicePtr<i32> + Send + Sync + 'static,
+    {
+        // SAFETY: as `from_cudarc_query_lens_shared`.
+        let (batch, context) = unsafe {
+            Self::over_cudarc_columns::<QueryStarts<C, Q>, C, Q, SC, SQ, B>(
+                gpu,
+                capacity,
+                &*context_lens,
+                &*query_starts,
+                bs.as_deref(),
+            )?
+        };
+        let slices = [kept(&context_lens), kept(&query_starts)]
+            .into_iter()
+            .chain(bs.as_ref().map(kept));
+        Ok(shared(batch, context, slices))
+    }
 }
 
 impl DeviceReqToToken {
@@ -351,6 +416,29 @@ impl DeviceReqToToken {
             Self::block_table_from_raw::<T>(gpu, addr, rows, blocks_per_row, block_size)?
         };
         Ok(Borrowed::new(table, Fence::Cudarc(context)))
+    }
+
+    /// [`block_table_from_cudarc`](Self::block_table_from_cudarc) over a slice the view keeps
+    /// alive (an `Arc` of the engine's block table): it borrows nothing.
+    pub fn block_table_from_cudarc_shared<T, S>(
+        gpu: &Gpu,
+        cells: Arc<S>,
+        rows: usize,
+        blocks_per_row: usize,
+        block_size: usize,
+    ) -> Result<Shared<Self>, Error>
+    where
+        T: DeviceTableCell,
+        S: DevicePtr<T> + Send + Sync + 'static,
+    {
+        let (addr, len, context) = parts(&*cells);
+        at_least("req_to_token", len, rows.saturating_mul(blocks_per_row))?;
+        // SAFETY: the view keeps `cells` alive, which hold the table's cells (checked), and its
+        // drop waits for every launch that read them before releasing them.
+        let table = unsafe {
+            Self::block_table_from_raw::<T>(gpu, addr, rows, blocks_per_row, block_size)?
+        };
+        Ok(shared(table, context, [kept(&cells)]))
     }
 }
 
