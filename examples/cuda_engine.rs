@@ -25,8 +25,11 @@
 //!   replay reports both requests' chains, and the engine aborts them.
 //!
 //! A report names slots; the engine keeps the host copies of each step's batch and write
-//! inputs until its report is taken, and `step::SlotRows` maps the violation rows back to the
-//! requests that verified or wrote those slots (the ones it aborts).
+//! inputs until its report is taken, and the library's `guard::Guard` judges it under the
+//! engine's policy (per request): `step::SlotRows` maps the violation rows back to the requests
+//! that verified the slots (victims: recompute) or wrote them (culprits: abort); this engine
+//! aborts both. A `guard::Watchdog` checks the device canary's counters every 8 steps after 8
+//! (`after_device_step`).
 //!
 //! Run on a machine with a CUDA GPU: `cargo run --release --features cuda --example cuda_engine`
 //! (or the binary staged by `scripts/gpu-build.sh`). Without a device it says so and exits.
@@ -36,6 +39,7 @@ use kv_canary::cuda::{
     self, DeviceBatch, DeviceRealKv, DeviceRealKvSource, Gpu, Landed, PendingDeviceReport,
     PendingReadback, Shared, StepGraph, Stream,
 };
+use kv_canary::guard::{Action, Guard, Policy, Watchdog};
 use kv_canary::step::{Canary, Findings, KvPair, SlotRows};
 use kv_canary::{
     Batch, BatchRow, Cap, Device, Error, Full, InputAssertOff, LaunchTag, PlanInputs,
@@ -188,6 +192,10 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
     let inputs = WriteInputs::from_buffers(gpu, Cap::<ENTRIES>, [ids, pos, loc])?;
 
     let mut scheduler = Scheduler::new();
+    let mut guard = engine_guard();
+    // Every 8 steps after 8: the counters advance, no step dropped, the assert on once the
+    // warm-up is over (the engine marks the canary initialised after its first step).
+    let mut watchdog = Watchdog::new(8, 8);
     let (mut k_host, mut v_host) = (
         vec![0u8; SLOTS * TOKEN_BYTES],
         vec![0u8; SLOTS * TOKEN_BYTES],
@@ -267,7 +275,7 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
         // Step N-1's report, taken now that step N is queued. A request whose KV is found
         // corrupted is aborted (an engine would recompute it).
         if let Some((n, report, planned)) = late.take() {
-            clean += take(&mut scheduler, n, report, &planned, host_table)?;
+            clean += take(&mut scheduler, n, report, &planned, host_table, &mut guard)?;
         }
         late = Some((
             step,
@@ -277,6 +285,15 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
                 inputs: host_inputs,
             },
         ));
+        if step == 0 {
+            // Warm-up over (one step here): the chain-position assert stays on from now on.
+            watchdog.mark_initialised(&mut canary);
+        }
+        // At each check (every 8 steps) the watchdog waits for the stream and reads the
+        // counters back: an engine that stopped launching the canary is told so.
+        if let Some(stall) = watchdog.after_device_step(&canary)? {
+            return Err(format!("step {step}: the canary's watchdog: {stall}").into());
+        }
 
         if step == 24 {
             // Request 4 is idle, its KV cached: swept between steps by naming its table row
@@ -285,7 +302,7 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
             // This step's report first, only to print in order: its copies are queued ahead of
             // the sweep, which empties the ring after them.
             if let Some((n, report, planned)) = late.take() {
-                clean += take(&mut scheduler, n, report, &planned, host_table)?;
+                clean += take(&mut scheduler, n, report, &planned, host_table, &mut guard)?;
             }
             let idle = Batch::from_columns([4], [scheduler.cached[4] as i64], [0]);
             batch.upload_on(canary.backend(), &idle)?;
@@ -312,7 +329,7 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
         }
     }
     if let Some((n, report, planned)) = late.take() {
-        clean += take(&mut scheduler, n, report, &planned, host_table)?;
+        clean += take(&mut scheduler, n, report, &planned, host_table, &mut guard)?;
     }
     println!(
         "\neager loop: {STEPS} steps, {clean} clean, {} violation rows in all; copies the canary \
@@ -338,8 +355,9 @@ fn take(
     report: PendingDeviceReport,
     planned: &Planned,
     host_table: &ReqToToken,
+    guard: &mut Guard<usize>,
 ) -> Result<u32, Error> {
-    let Some(rows) = take_report(n, report, planned, host_table)? else {
+    let Some(rows) = take_report(n, report, planned, host_table, guard)? else {
         return Ok(1);
     };
     for row in rows {
@@ -370,8 +388,15 @@ fn take_report(
     report: PendingDeviceReport,
     planned: &Planned,
     host_table: &ReqToToken,
+    guard: &mut Guard<usize>,
 ) -> Result<Option<Vec<usize>>, Error> {
-    findings(&format!("step {n}"), &landed(report)?, planned, host_table)
+    findings(
+        &format!("step {n}"),
+        &landed(report)?,
+        planned,
+        host_table,
+        guard,
+    )
 }
 
 /// Any pending readback's report (a step's, a sweep's, head findings): taken at once when its
@@ -391,19 +416,29 @@ fn print_rows(report: &impl Findings) {
     }
 }
 
-/// Prints what `report` found; the request rows its violations belong to (`SlotRows`: the
-/// batch rows that verified or wrote each violation's slot, as the step was planned), none
-/// for an unverified step, `None` for a clean step.
+/// Judges `report` with the engine's `guard` and prints what it found; the requests its new
+/// violations concern (the guard's verdicts: victims and culprits, each violation judged once),
+/// none for an unverified step, `None` for a clean step.
 fn findings(
     what: &str,
     report: &impl Findings,
     planned: &Planned,
     host_table: &ReqToToken,
+    guard: &mut Guard<usize>,
 ) -> Result<Option<Vec<usize>>, Error> {
-    let unverified = report.unverified();
-    if unverified.any() {
-        // The plan's entries and the verify capacity, or the steps abandoned before this one.
-        println!("{what}: UNVERIFIED ({unverified})");
+    let plan_inputs = PlanInputs::full(&planned.batch, host_table);
+    let rows = SlotRows::new(&plan_inputs, planned.inputs.out_cache_loc())?;
+    // Batch row r served the request in pool row `req_pool_indices[r]` (0: a padding row).
+    let requests: Vec<Option<usize>> = (planned.batch.req_pool_indices().iter())
+        .map(|&r| (r > 0).then_some(r as usize))
+        .collect();
+    let judgement = guard.judge(report, &rows, &requests)?;
+    if report.unverified().any() {
+        // The plan's entries and the verify capacity, or the steps abandoned before this one
+        // (printed once per run of such steps).
+        if let Some(u) = judgement.unverified {
+            println!("{what}: UNVERIFIED ({u})");
+        }
         return Ok(Some(Vec::new()));
     }
     if report.violations().is_empty() {
@@ -414,18 +449,19 @@ fn findings(
         report.violations().len()
     );
     print_rows(report);
-    let plan_inputs = PlanInputs::full(&planned.batch, host_table);
-    let rows = SlotRows::new(&plan_inputs, planned.inputs.out_cache_loc())?;
-    let pool_rows = planned.batch.req_pool_indices();
-    let mut requests: Vec<usize> = report
-        .violations()
-        .iter()
-        .flat_map(|v| rows.rows_of(v))
-        .map(|&batch_row| pool_rows[batch_row] as usize)
-        .collect();
-    requests.sort_unstable();
-    requests.dedup();
-    Ok(Some(requests))
+    for v in &judgement.verdicts {
+        println!("    request {}: {:?} ({:?})", v.request, v.verdict, v.role);
+    }
+    Ok(Some(judgement.verdicts.iter().map(|v| v.request).collect()))
+}
+
+/// The engine's policy: a verdict per request for violations, unverified steps logged.
+fn engine_guard() -> Guard<usize> {
+    Guard::new(Policy {
+        violations: Action::PerRequest,
+        unverified: Action::Log,
+        ..Policy::default()
+    })
 }
 
 /// What a stored step graph replays over: the engine's buffers behind the canary's views of
@@ -497,6 +533,7 @@ fn graph_loop(gpu: &Gpu, host_table: &ReqToToken) -> Outcome {
         ),
     };
     engine.graph.capture()?;
+    let mut guard = engine_guard();
     let mut active = vec![1usize, 2, 3];
     let mut cached = [0usize; ROWS];
     let (mut replays, mut clean, mut aborted) = (0u64, 0u64, Vec::new());
@@ -510,7 +547,13 @@ fn graph_loop(gpu: &Gpu, host_table: &ReqToToken) -> Outcome {
         let inputs = planned.remove(&n).ok_or(Error::Malformed {
             detail: format!("no host inputs kept for replay {n}"),
         })?;
-        match findings(&format!("replay {n}"), &report, &inputs, host_table)? {
+        match findings(
+            &format!("replay {n}"),
+            &report,
+            &inputs,
+            host_table,
+            &mut guard,
+        )? {
             None => clean += 1,
             Some(rows) => {
                 for row in rows {
