@@ -2,7 +2,9 @@
 //! 512 cached tokens each (32 Ki verify entries a launch) through the step API, alone
 //! (`step`, clean chains), with the guard judging its report (`step_guarded`: `SlotRows::new` and
 //! `Guard::judge`, per-request verdicts), and a sweep on a cadence of 256 entries a step over an
-//! idle cache of 64 Ki slots (`sweep_256`). Without a `Guard` or a `SweepCadence` an engine runs
+//! idle cache of 64 Ki slots (`sweep_256`), and the judgement of a report with 64 new
+//! violations (`judge_64_violations`: the records' cost, with or without the `serde`, `tracing`
+//! and `metrics` features). Without a `Guard` or a `SweepCadence` an engine runs
 //! none of it: the canary's step is the same code either way.
 //!
 //! Run with `cargo bench --bench guard`; see docs/benchmarks.md.
@@ -130,7 +132,53 @@ fn benches(c: &mut Criterion) {
             black_box(canary.sweep(entries, TailKv::NONE).expect("sweep"));
         })
     });
+    // A step whose report has 64 new verify violations (one a request, at its first cached
+    // slot): the guard builds the slot-to-row map, judges each, and makes a record each
+    // (traced and counted when the `tracing` / `metrics` features are on: run the bench with
+    // and without `--features serde,tracing,metrics` to see what they add).
+    let mut rows_report = Rows(Vec::new());
+    for r in 0..BS {
+        let mut fields = [0i64; 8];
+        (fields[0], fields[1], fields[7]) = (
+            kv_canary::LaunchTag::TailKFull as i64,
+            ((r + 1) * width) as i64,
+            kv_canary::FailReason::VERIFY_REAL_KV_HASH_MISMATCH.bits(),
+        );
+        rows_report.0.push(kv_canary::Violation::from_row(fields));
+    }
+    let template = guard.clone();
+    group.bench_function("judge_64_violations", |b| {
+        b.iter_batched(
+            || template.clone(),
+            |mut g| {
+                let rows = SlotRows::new(&plan_inputs, inputs.out_cache_loc()).expect("rows");
+                black_box(g.judge(&rows_report, &rows, &requests).expect("judged"))
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
     group.finish();
+}
+
+/// A report of given violation rows (what a step with violations hands the guard).
+struct Rows(Vec<kv_canary::Violation>);
+
+impl std::fmt::Display for Rows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} violation rows", self.0.len())
+    }
+}
+
+impl kv_canary::step::Findings for Rows {
+    fn violations(&self) -> &[kv_canary::Violation] {
+        &self.0
+    }
+    fn dropped(&self) -> u64 {
+        0
+    }
+    fn unverified(&self) -> kv_canary::step::Unverified {
+        kv_canary::step::Unverified::default()
+    }
 }
 
 criterion_group!(guard, benches);
