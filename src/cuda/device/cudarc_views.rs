@@ -271,6 +271,38 @@ impl<W: Capacity> DeviceBatch<W> {
         Ok((batch, context))
     }
 
+    /// vLLM's two columns of layout `L` over cudarc slices the view keeps alive (the
+    /// `from_cudarc_query_*_shared` views).
+    fn shared_columns<L, C, Q, SC, SQ, B>(
+        gpu: &Gpu,
+        capacity: W,
+        first: Arc<SC>,
+        second: Arc<SQ>,
+        bs: Option<Arc<B>>,
+    ) -> Result<Shared<Self>, Error>
+    where
+        L: DeviceColumns,
+        SC: DevicePtr<C> + Send + Sync + 'static,
+        SQ: DevicePtr<Q> + Send + Sync + 'static,
+        B: DevicePtr<i32> + Send + Sync + 'static,
+    {
+        // SAFETY: the view keeps every slice alive, and its drop waits for every launch that
+        // read them before releasing them.
+        let (batch, context) = unsafe {
+            Self::over_cudarc_columns::<L, C, Q, SC, SQ, B>(
+                gpu,
+                capacity,
+                &*first,
+                &*second,
+                bs.as_deref(),
+            )?
+        };
+        let slices = [kept(&first), kept(&second)]
+            .into_iter()
+            .chain(bs.as_ref().map(kept));
+        Ok(shared(batch, context, slices))
+    }
+
     /// vLLM's columns over cudarc slices, as candle and mistral.rs hold them: `context_lens`
     /// and `query_lens` (at least `capacity` elements each; `u32`, `i32` or `i64`) and
     /// optionally the engine's `bs`; the table is indexed by batch row. Checked as
@@ -347,21 +379,13 @@ impl<W: Capacity> DeviceBatch<W> {
         SQ: DevicePtr<Q> + Send + Sync + 'static,
         B: DevicePtr<i32> + Send + Sync + 'static,
     {
-        // SAFETY: the view keeps every slice alive, and its drop waits for every launch that
-        // read them before releasing them.
-        let (batch, context) = unsafe {
-            Self::over_cudarc_columns::<QueryLens<C, Q>, C, Q, SC, SQ, B>(
-                gpu,
-                capacity,
-                &*context_lens,
-                &*query_lens,
-                bs.as_deref(),
-            )?
-        };
-        let slices = [kept(&context_lens), kept(&query_lens)]
-            .into_iter()
-            .chain(bs.as_ref().map(kept));
-        Ok(shared(batch, context, slices))
+        Self::shared_columns::<QueryLens<C, Q>, C, Q, SC, SQ, B>(
+            gpu,
+            capacity,
+            context_lens,
+            query_lens,
+            bs,
+        )
     }
 
     /// [`from_cudarc_query_starts`](Self::from_cudarc_query_starts) over slices the view keeps
@@ -380,24 +404,40 @@ impl<W: Capacity> DeviceBatch<W> {
         SQ: DevicePtr<Q> + Send + Sync + 'static,
         B: DevicePtr<i32> + Send + Sync + 'static,
     {
-        // SAFETY: as `from_cudarc_query_lens_shared`.
-        let (batch, context) = unsafe {
-            Self::over_cudarc_columns::<QueryStarts<C, Q>, C, Q, SC, SQ, B>(
-                gpu,
-                capacity,
-                &*context_lens,
-                &*query_starts,
-                bs.as_deref(),
-            )?
-        };
-        let slices = [kept(&context_lens), kept(&query_starts)]
-            .into_iter()
-            .chain(bs.as_ref().map(kept));
-        Ok(shared(batch, context, slices))
+        Self::shared_columns::<QueryStarts<C, Q>, C, Q, SC, SQ, B>(
+            gpu,
+            capacity,
+            context_lens,
+            query_starts,
+            bs,
+        )
     }
 }
 
 impl DeviceReqToToken {
+    /// The block table over `cells` (at least `rows x blocks_per_row` of them, checked), with
+    /// the slice's context.
+    ///
+    /// # Safety
+    ///
+    /// As `DeviceTable::over_cudarc`.
+    unsafe fn over_cudarc_blocks<T: DeviceTableCell, S: DevicePtr<T>>(
+        gpu: &Gpu,
+        cells: &S,
+        rows: usize,
+        blocks_per_row: usize,
+        block_size: usize,
+    ) -> Result<(Self, Arc<CudaContext>), Error> {
+        let (addr, len, context) = parts(cells);
+        at_least("req_to_token", len, rows.saturating_mul(blocks_per_row))?;
+        // SAFETY: `cells` is a live cudarc allocation holding the table's cells (checked),
+        // kept by the caller.
+        let table = unsafe {
+            Self::block_table_from_raw::<T>(gpu, addr, rows, blocks_per_row, block_size)?
+        };
+        Ok((table, context))
+    }
+
     /// A view of the engine's block table in a cudarc slice of at least
     /// `rows x blocks_per_row` cells of `T` (`u32` or `i32`), blocks of `block_size` slots,
     /// checked as [`block_table_from_raw`](Self::block_table_from_raw).
@@ -408,12 +448,10 @@ impl DeviceReqToToken {
         blocks_per_row: usize,
         block_size: usize,
     ) -> Result<Borrowed<'a, Self>, Error> {
-        let (addr, len, context) = parts(cells);
-        at_least("req_to_token", len, rows.saturating_mul(blocks_per_row))?;
-        // SAFETY: `cells` is borrowed for 'a, which the view cannot outlive, and holds the
-        // table's cells (checked); the view's drop waits for every launch that read it.
-        let table = unsafe {
-            Self::block_table_from_raw::<T>(gpu, addr, rows, blocks_per_row, block_size)?
+        // SAFETY: `cells` is borrowed for 'a, which the view cannot outlive; the view's drop
+        // waits for every launch that read it.
+        let (table, context) = unsafe {
+            Self::over_cudarc_blocks::<T, S>(gpu, cells, rows, blocks_per_row, block_size)?
         };
         Ok(Borrowed::new(table, Fence::Cudarc(context)))
     }
@@ -431,12 +469,10 @@ impl DeviceReqToToken {
         T: DeviceTableCell,
         S: DevicePtr<T> + Send + Sync + 'static,
     {
-        let (addr, len, context) = parts(&*cells);
-        at_least("req_to_token", len, rows.saturating_mul(blocks_per_row))?;
-        // SAFETY: the view keeps `cells` alive, which hold the table's cells (checked), and its
-        // drop waits for every launch that read them before releasing them.
-        let table = unsafe {
-            Self::block_table_from_raw::<T>(gpu, addr, rows, blocks_per_row, block_size)?
+        // SAFETY: the view keeps `cells` alive, and its drop waits for every launch that read
+        // them before releasing them.
+        let (table, context) = unsafe {
+            Self::over_cudarc_blocks::<T, S>(gpu, &*cells, rows, blocks_per_row, block_size)?
         };
         Ok(shared(table, context, [kept(&cells)]))
     }
