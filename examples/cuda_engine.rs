@@ -189,7 +189,7 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
     let batch =
         DeviceBatch::from_buffers(gpu, Cap::<ROWS>, [rpi, prefix, extend], Some(&memory.bs))?;
     let [ids, pos, loc] = &memory.write;
-    let inputs = WriteInputs::from_buffers(gpu, Cap::<ENTRIES>, [ids, pos, loc])?;
+    let inputs = WriteInputs::from_buffers(gpu, Cap::<ENTRIES>, ids, pos, loc)?;
 
     let mut scheduler = Scheduler::new();
     let mut guard = engine_guard();
@@ -489,7 +489,7 @@ impl GraphInputs {
         Ok(GraphInputs {
             batch: DeviceBatch::from_shared(gpu, Cap, [column()?, column()?, column()?], Some(bs))?,
             table: cuda::DeviceReqToToken::from_shared(gpu, table, ROWS, WIDTH)?,
-            write: WriteInputs::from_shared(gpu, Cap, [column()?, column()?, column()?])?,
+            write: WriteInputs::from_shared(gpu, Cap, column()?, column()?, column()?)?,
             kv_pool: Arc::new(DeviceBuffer::from_slice(&vec![0u8; 2 * V_AT])?),
         })
     }

@@ -31,6 +31,16 @@ __device__ __forceinline__ u64 mix3(u64 a, u64 b, u64 c) {
     return splitmix64(splitmix64(splitmix64(a) ^ b) ^ c);
 }
 
+// Element i of an engine's index array (batch columns, valid lengths, per-token write inputs)
+// of element kind `kind`: 0 i64, 1 i32 (sign-extended), 2 u32 (zero-extended). Arguments pass
+// such arrays as `const i64*` with their kinds packed one a byte (PlanArgs::kinds,
+// WriteArgs::kinds); the kind is uniform across a launch, so the branch never diverges.
+__device__ __forceinline__ i64 load_index(const i64* p, i64 kind, i64 i) {
+    if (kind == 1) return static_cast<i64>(__ldg(reinterpret_cast<const i32*>(p) + i));
+    if (kind == 2) return static_cast<i64>(__ldg(reinterpret_cast<const u32*>(p) + i));
+    return __ldg(p + i);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Status word: i64[STATUS_WORDS] in device memory, sticky. The first error since the host last
 // cleared it wins (atomicCAS on the code); later errors leave it alone. Codes and fields are

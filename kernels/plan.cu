@@ -121,17 +121,18 @@ struct PlanArgs {
     i64 table_tokens;    // tokens a row places: table_width * block (< 2^31, host check)
     i64 table_unsigned;  // 1: u32 cells (zero-extended), 0: i32 cells
     i64 layout;          // 0: SGLang's columns; 1: context_lens + query lengths; 2: + starts
-    i64 kinds;           // column k's element type in byte k: 0 i64, 1 i32, 2 u32
+    i64 kinds;           // column k's element type in byte k (0 i64, 1 i32, 2 u32); byte 3: valid_lens'
 };
 
 // Batch layouts (PlanArgs::layout).
 enum BatchLayout { POOL_ROWS = 0, QUERY_LENS = 1, QUERY_STARTS = 2 };
 
-// Element r of a batch column of element kind `kind` (0 i64, 1 i32, 2 u32).
-__device__ __forceinline__ i64 load_col(const i64* p, i64 kind, i64 r) {
-    if (kind == 1) return static_cast<i64>(__ldg(reinterpret_cast<const i32*>(p) + r));
-    if (kind == 2) return static_cast<i64>(__ldg(reinterpret_cast<const u32*>(p) + r));
-    return __ldg(p + r);
+// Element r of a batch column of element kind `kind` (load_index).
+__device__ __forceinline__ i64 load_col(const i64* p, i64 kind, i64 r) { return load_index(p, kind, r); }
+
+// Row r's valid length (its element kind in byte 3 of `kinds`).
+__device__ __forceinline__ i64 valid_len(const PlanArgs& a, i64 r) {
+    return load_index(a.valid_lens, (a.kinds >> 24) & 0xff, r);
 }
 
 // x - y saturated to [INT64_MIN, INT64_MAX] (the CPU's `saturating_sub`).
@@ -383,7 +384,7 @@ __device__ __forceinline__ Row make_row(const PlanArgs& a, const Cols& c, i64 vl
 // Loads and checks row r (r < smem_rows: inside every column).
 template <bool HAS_POOL>
 __device__ __forceinline__ Row load_row(const PlanArgs& a, i64 r) {
-    return make_row<HAS_POOL>(a, load_cols(a, r), HAS_POOL ? __ldg(a.valid_lens + r) : 0);
+    return make_row<HAS_POOL>(a, load_cols(a, r), HAS_POOL ? valid_len(a, r) : 0);
 }
 
 // Entry chunking: the T entries in `blocks` chunks of whole THREADS-entry rows of threads;
@@ -665,7 +666,7 @@ __device__ __forceinline__ void check_rows(const PlanArgs& a, const Smem& sm, in
         const i64 r = static_cast<i64>(tid) * rpt + g + k;
         const bool in = g + k < rpt && r < R;
         cols[k] = in ? load_cols(a, r) : Cols{};
-        col_vl[k] = (HAS_POOL && in) ? __ldg(a.valid_lens + r) : 0;
+        col_vl[k] = (HAS_POOL && in) ? valid_len(a, r) : 0;
     }
     i32 seed_x[G];
 #pragma unroll

@@ -73,7 +73,26 @@ struct WriteArgs {
     i64* status;
     RealKv kv;
     i64 early_fold;  // 1: the grid ahead is a crate verify (fold before grid_prologue)
+    i64 kinds;       // element kinds (load_index), a byte each: input_ids, positions,
+                     // out_cache_loc, exp_tokens, exp_positions
 };
+
+// Entry i of the per-token input arrays, each read in its own element kind.
+__device__ __forceinline__ i64 token_at(const WriteArgs& a, i64 i) {
+    return load_index(a.input_ids, a.kinds & 0xff, i);
+}
+__device__ __forceinline__ i64 position_at(const WriteArgs& a, i64 i) {
+    return load_index(a.positions, (a.kinds >> 8) & 0xff, i);
+}
+__device__ __forceinline__ i64 slot_at(const WriteArgs& a, i64 i) {
+    return load_index(a.out_cache_loc, (a.kinds >> 16) & 0xff, i);
+}
+__device__ __forceinline__ i64 expected_token_at(const WriteArgs& a, i64 i) {
+    return load_index(a.exp_tokens, (a.kinds >> 24) & 0xff, i);
+}
+__device__ __forceinline__ i64 expected_position_at(const WriteArgs& a, i64 i) {
+    return load_index(a.exp_positions, (a.kinds >> 32) & 0xff, i);
+}
 
 // One tile: entries in entry order (workers), and the list of the kept ones (chain warp).
 struct Tile {
@@ -110,9 +129,9 @@ struct Entry {
 template <int KV, bool INPUT_ASSERT, bool FOLD, bool QUIET = false>
 __device__ __forceinline__ Entry load_entry(const WriteArgs& a, i64 i) {
     Entry e;
-    e.tk = __ldg(a.input_ids + i);
-    e.ps = __ldg(a.positions + i);
-    e.sl = __ldg(a.out_cache_loc + i);
+    e.tk = token_at(a, i);
+    e.ps = position_at(a, i);
+    e.sl = slot_at(a, i);
     e.f = 0;
     e.rk = 0;
     if (e.sl < 0) {
@@ -126,8 +145,8 @@ __device__ __forceinline__ Entry load_entry(const WriteArgs& a, i64 i) {
     } else {
         if (FOLD && KV != 0) e.rk = static_cast<i64>(real_kv_hash<KV == 1>(a.kv, e.sl));
         if (INPUT_ASSERT) {
-            if (e.tk != __ldg(a.exp_tokens + i)) e.f |= F_TOK;
-            if (e.ps != __ldg(a.exp_positions + i)) e.f |= F_POS;
+            if (e.tk != expected_token_at(a, i)) e.f |= F_TOK;
+            if (e.ps != expected_position_at(a, i)) e.f |= F_POS;
         }
     }
     return e;
@@ -162,8 +181,8 @@ __device__ __forceinline__ void store_kept(const WriteArgs& a, const Ring& ring,
     if (input_row) {
         const i64 i = i0 + e;
         const i64 bits = ((f & F_TOK) ? WRITE_TOKEN_MISMATCH : 0) | ((f & F_POS) ? WRITE_POSITION_MISMATCH : 0);
-        store_violation(ring, seq++, a.tag, t.slot[e], t.pos[e], t.tok[e], __ldg(a.exp_tokens + i),
-                        t.hash[j], __ldg(a.exp_positions + i), bits);
+        store_violation(ring, seq++, a.tag, t.slot[e], t.pos[e], t.tok[e], expected_token_at(a, i),
+                        t.hash[j], expected_position_at(a, i), bits);
     }
     if (chain_row) {
         store_violation(ring, seq, a.tag, t.slot[e], t.pos[e], t.tok[e], t.tok[e], t.hash[j], t.cexp[j],
@@ -184,7 +203,7 @@ __device__ __forceinline__ void stage_small_strips(const WriteArgs& a, i64 start
     for (int q = threadIdx.x; q < total; q += blockDim.x) {
         const int i = q / pieces_per_entry;
         int r = q - i * pieces_per_entry;
-        const i64 sl = __ldg(a.out_cache_loc + start + i);
+        const i64 sl = slot_at(a, start + i);
         if (sl < 0 || sl >= a.num_slots) continue;
         int k = 0;
         while (k + 1 < a.kv.num_sources && r >= static_cast<int>(a.kv.read_bytes[k] >> 4)) {
@@ -264,7 +283,7 @@ __device__ __forceinline__ bool stage_and_fold_small(const WriteArgs& a, const S
     stage_small_strips(a, q.start, q.count, pieces, smem);
     __syncthreads();
     const int tid = threadIdx.x;
-    if (tid < q.count && strips_servable(a.kv, __ldg(a.out_cache_loc + q.start + tid), a.num_slots)) {
+    if (tid < q.count && strips_servable(a.kv, slot_at(a, q.start + tid), a.num_slots)) {
         fold = fold_staged(a.kv, smem + tid * pieces);
     }
     return true;
@@ -367,8 +386,8 @@ __device__ __forceinline__ void store_small(const WriteArgs& a, const Ring& ring
     const i64 i = q.start + lane;
     if (input_row) {
         const i64 bits = ((e.f & F_TOK) ? WRITE_TOKEN_MISMATCH : 0) | ((e.f & F_POS) ? WRITE_POSITION_MISMATCH : 0);
-        store_violation(ring, seq++, a.tag, e.sl, e.ps, e.tk, __ldg(a.exp_tokens + i), l.hash,
-                        __ldg(a.exp_positions + i), bits);
+        store_violation(ring, seq++, a.tag, e.sl, e.ps, e.tk, expected_token_at(a, i), l.hash,
+                        expected_position_at(a, i), bits);
     }
     if (chain_row) {
         store_violation(ring, seq, a.tag, e.sl, e.ps, e.tk, e.tk, l.hash, l.cexp, WRITE_POSITION_MISMATCH);

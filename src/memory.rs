@@ -40,6 +40,10 @@ pub trait Memory: sealed::Sealed + 'static {
     type Array<T: Element>;
     /// One `T` in this memory (a plan's `verify_num_valid`, `enable`, ...).
     type Scalar<T: Element>;
+    /// An array of index values (token ids, positions, slots, lengths): `i64`s in host
+    /// memory; in device memory a view keeps the engine's element type (`i64`, `i32` or
+    /// `u32`), which the kernels read it in.
+    type IndexArray;
 }
 
 /// Ordinary host memory: arrays are boxed slices, scalars plain values.
@@ -50,6 +54,7 @@ impl sealed::Sealed for Host {}
 impl Memory for Host {
     type Array<T: Element> = Box<[T]>;
     type Scalar<T: Element> = T;
+    type IndexArray = Box<[i64]>;
 }
 
 /// CUDA device memory (feature `cuda`): arrays are [`DeviceArray`](crate::cuda::DeviceArray)s,

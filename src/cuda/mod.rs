@@ -213,8 +213,6 @@ pub use device::borrowed::{Borrowed, Shared};
 pub use device::cudarc_views::CudarcKvSource;
 pub use device::custom_module::{CustomKernel, CustomModule};
 pub use device::gpu::Gpu;
-#[doc(hidden)]
-pub use device::plan_inputs::DeviceColumn;
 pub use device::plan_inputs::{
     DeviceBatch, DeviceColumns, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens,
     DeviceGroup, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable, DeviceTableCell,
@@ -228,6 +226,8 @@ pub use device::stream::{Capture, Event, Graph, Queue, Stream};
 pub use device::sub_slice::{SharedSubSlice, SubSlice};
 pub use device::tuning::{KernelTuning, PlanKernel};
 pub use device::write_inputs::{DeviceInputAssert, RawWriteInputs};
+#[doc(hidden)]
+pub use driver::array::DeviceColumn;
 pub use driver::array::{DeviceArray, DeviceScalar, ViewableSlice};
 pub use driver::error::CudaErrorCode;
 pub use driver::launch::launches_queued;

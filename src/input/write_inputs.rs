@@ -76,10 +76,10 @@ impl WriteInputAssert for InputAssertOn {
 
 /// `expected_input_tokens` and `expected_input_positions`: what an independent oracle says the
 /// model was fed, one per flat token.
-#[derive_where(Clone, PartialEq; M::Array<i64>)]
+#[derive_where(Clone, PartialEq; M::IndexArray)]
 pub struct ExpectedWriteInputs<M: Memory = Host> {
-    pub(crate) tokens: M::Array<i64>,
-    pub(crate) positions: M::Array<i64>,
+    pub(crate) tokens: M::IndexArray,
+    pub(crate) positions: M::IndexArray,
 }
 
 // Written out, not derived: it prints SGLang's tensor names (`expected_input_tokens`, ...),
@@ -106,13 +106,13 @@ impl fmt::Debug for ExpectedWriteInputs {
 ///
 /// `Clone`, `PartialEq` and `Debug` hold for host inputs; equality compares the arrays (the
 /// capacity follows from their lengths).
-#[derive_where(Clone, PartialEq, Debug; M::Array<i64>, A::Expected<M>)]
+#[derive_where(Clone, PartialEq, Debug; M::IndexArray, A::Expected<M>)]
 pub struct WriteInputs<E: Capacity, A: WriteInputAssert = InputAssertOff, M: Memory = Host> {
     #[derive_where(skip(EqHashOrd))]
     pub(crate) capacity: E,
-    pub(crate) input_ids: M::Array<i64>,
-    pub(crate) positions: M::Array<i64>,
-    pub(crate) out_cache_loc: M::Array<i64>,
+    pub(crate) input_ids: M::IndexArray,
+    pub(crate) positions: M::IndexArray,
+    pub(crate) out_cache_loc: M::IndexArray,
     pub(crate) expected: A::Expected<M>,
 }
 

@@ -30,6 +30,7 @@ mod streams;
 mod sub_slices;
 mod sweep;
 mod threads;
+mod typed_inputs;
 mod views;
 mod views_graph;
 mod watchdog;
@@ -191,6 +192,10 @@ const TESTS: &[(&str, TestFn)] = &[
         sub_slices::step_over_sub_slices_matches_cpu,
     ),
     ("step_graph_over_views", views_graph::step_graph_over_views),
+    (
+        "typed_write_inputs_match_cpu",
+        typed_inputs::typed_write_inputs_match_cpu,
+    ),
     ("racecheck_probe_named_barrier", probe::named_barrier),
 ];
 

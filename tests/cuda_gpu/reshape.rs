@@ -129,9 +129,14 @@ pub fn reshape_keeps_state_and_views_rebind(gpu: &Gpu) -> Result<(), String> {
         Some(Arc::clone(&memory.bs)),
     )
     .map_err(fail("batch view"))?;
-    let mut inputs: Shared<WriteInputs<Caps, InputAssertOff, Device>> =
-        WriteInputs::from_shared(gpu, first.write_entry_capacity(), memory.write.clone())
-            .map_err(fail("inputs view"))?;
+    let mut inputs: Shared<WriteInputs<Caps, InputAssertOff, Device>> = WriteInputs::from_shared(
+        gpu,
+        first.write_entry_capacity(),
+        Arc::clone(&memory.write[0]),
+        Arc::clone(&memory.write[1]),
+        Arc::clone(&memory.write[2]),
+    )
+    .map_err(fail("inputs view"))?;
     let (mut k, mut v) = (vec![0u8; SLOTS * STRIP], vec![0u8; SLOTS * STRIP]);
     let params = RealKvParams::new(1, STRIP as i64, STRIP as i64);
     let layout = RowLayout::dense(SLOTS, STRIP);

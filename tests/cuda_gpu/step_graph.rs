@@ -257,7 +257,10 @@ fn device_inputs(gpu: &Gpu, twin: &Twin) -> Result<Inputs, String> {
         table: cuda::DeviceReqToToken::from_shared(gpu, Arc::clone(&table), ROWS, WIDTH)
             .map_err(fail("table view"))?,
         table_buffer: table,
-        write: WriteInputs::from_shared(gpu, Cap::<64>, write).map_err(fail("inputs view"))?,
+        write: {
+            let [ids, pos, loc] = write;
+            WriteInputs::from_shared(gpu, Cap::<64>, ids, pos, loc).map_err(fail("inputs view"))?
+        },
         k: Arc::new(DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?),
         v: Arc::new(DeviceBuffer::from_slice(&zeros).map_err(cuda_err)?),
     })

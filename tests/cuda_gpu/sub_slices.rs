@@ -120,7 +120,7 @@ pub fn step_over_sub_slices_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     )
     .map_err(fail("batch view"))?;
     let borrowed_inputs =
-        WriteInputs::from_buffers(gpu, Cap::<ENTRIES>, [&arrays[0], &arrays[1], &arrays[2]])
+        WriteInputs::from_buffers(gpu, Cap::<ENTRIES>, &arrays[0], &arrays[1], &arrays[2])
             .map_err(fail("inputs view"))?;
     let shared = |at: usize, n: usize| -> Result<_, String> {
         Ok(Arc::new(
@@ -141,11 +141,9 @@ pub fn step_over_sub_slices_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     let shared_inputs = WriteInputs::from_shared(
         gpu,
         Cap::<ENTRIES>,
-        [
-            shared(ARRAY_AT[0], ENTRIES)?,
-            shared(ARRAY_AT[1], ENTRIES)?,
-            shared(ARRAY_AT[2], ENTRIES)?,
-        ],
+        shared(ARRAY_AT[0], ENTRIES)?,
+        shared(ARRAY_AT[1], ENTRIES)?,
+        shared(ARRAY_AT[2], ENTRIES)?,
     )
     .map_err(fail("shared inputs view"))?;
 

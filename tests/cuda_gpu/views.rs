@@ -321,6 +321,65 @@ fn engine_table<K: kv_canary::TableKind>(
     DeviceBuffer::from_slice(host.as_slice()).map_err(|e| format!("engine: {e}"))
 }
 
+/// Valid lengths in an engine allocation of the engine's element type.
+enum EngineLens {
+    I64(DeviceBuffer<i64>),
+    I32(DeviceBuffer<i32>),
+    U32(DeviceBuffer<u32>),
+}
+
+impl EngineLens {
+    /// `lens` padded to `len`: `i32` when `seed % 3 == 1` and `u32` when `seed % 3 == 2` if every
+    /// length fits, else `i64`.
+    fn new(lens: &[i64], len: usize, seed: u64) -> Result<Self, String> {
+        let engine = |e: cust::error::CudaError| format!("engine: {e}");
+        let mut v = lens.to_vec();
+        v.resize(len.max(lens.len()).max(1), 0);
+        let fits = |lo: i64, hi: i64| v.iter().all(|&x| (lo..=hi).contains(&x));
+        Ok(match seed % 3 {
+            1 if fits(i64::from(i32::MIN), i64::from(i32::MAX)) => EngineLens::I32(
+                DeviceBuffer::from_slice(&v.iter().map(|&x| x as i32).collect::<Vec<_>>())
+                    .map_err(engine)?,
+            ),
+            2 if fits(0, i64::from(u32::MAX)) => EngineLens::U32(
+                DeviceBuffer::from_slice(&v.iter().map(|&x| x as u32).collect::<Vec<_>>())
+                    .map_err(engine)?,
+            ),
+            _ => EngineLens::I64(DeviceBuffer::from_slice(&v).map_err(engine)?),
+        })
+    }
+
+    /// 0 `i64`, 1 `i32`, 2 `u32`.
+    fn kind(&self) -> usize {
+        match self {
+            EngineLens::I64(_) => 0,
+            EngineLens::I32(_) => 1,
+            EngineLens::U32(_) => 2,
+        }
+    }
+
+    /// The device view of the lengths and their count.
+    fn view<'a, W: kv_canary::Capacity>(
+        &'a self,
+        gpu: &Gpu,
+        capacity: W,
+        count: &'a DeviceBuffer<i32>,
+    ) -> Result<kv_canary::cuda::Borrowed<'a, cuda::DeviceValidLens<W>>, String> {
+        match self {
+            EngineLens::I64(b) => {
+                cuda::DeviceValidLens::from_buffers(gpu, capacity, b, Some(count))
+            }
+            EngineLens::I32(b) => {
+                cuda::DeviceValidLens::from_buffers(gpu, capacity, b, Some(count))
+            }
+            EngineLens::U32(b) => {
+                cuda::DeviceValidLens::from_buffers(gpu, capacity, b, Some(count))
+            }
+        }
+        .map_err(fail("valid lens view"))
+    }
+}
+
 /// `values` padded with zeros to `len` in a new engine allocation.
 fn padded(values: &[i64], len: usize) -> Result<DeviceBuffer<i64>, String> {
     let mut v = values.to_vec();
@@ -341,6 +400,7 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     let unchecked = |what, n: usize| kv_canary::UncheckedCapacity::new(what, n).map_err(fail(what));
     let cases = crate::scaled(600);
     let (mut compared, mut errors, mut swa, mut pools) = (0, 0, 0, 0);
+    let mut lens_kinds = [0usize; 3];
     for seed in 0..cases {
         let mut rng = Rng::new(0x71E3_0000 + seed);
         let case = random_case(&mut rng, 200, 48);
@@ -369,17 +429,22 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             .as_deref()
             .map(|l| padded(l, l.len()))
             .transpose()?;
+        // The valid lengths in the engine's element type: `i64`, or `i32` / `u32` (by seed)
+        // when every length fits it.
         let e_lens = case
             .pool
             .as_ref()
             .map(|(_, l)| {
                 Ok::<_, String>((
-                    padded(l, w)?,
+                    EngineLens::new(l, w, seed)?,
                     DeviceBuffer::from_slice(&[l.len() as i32])
                         .map_err(|e| format!("engine: {e}"))?,
                 ))
             })
             .transpose()?;
+        if let Some((l, _)) = &e_lens {
+            lens_kinds[l.kind()] += 1;
+        }
         let dv = case.verify.to_device(gpu).map_err(fail("verify"))?;
         let dw = case.write.to_device(gpu).map_err(fail("write"))?;
         let shape = kv_canary::UncheckedShape::from_capacities(
@@ -409,8 +474,7 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
                     let dpool =
                         cuda::DeviceTable::from_buffer(gpu, e_pool, table.rows(), table.width())
                             .map_err(fail("pool view"))?;
-                    let dlens = cuda::DeviceValidLens::from_buffers(gpu, wcap, lens, Some(count))
-                        .map_err(fail("valid lens view"))?;
+                    let dlens = lens.view(gpu, wcap, count)?;
                     Some(((), dpool, dlens))
                 }
                 _ => None,
@@ -478,11 +542,12 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     }
     println!(
         "    {compared} random plan cases over engine views equal to the CPU ({errors} errors, \
-         {swa} with an SWA LUT view, {pools} with expected-pool and valid-length views)"
+         {swa} with an SWA LUT view, {pools} with expected-pool and valid-length views; valid \
+         lengths i64 / i32 / u32: {lens_kinds:?})"
     );
     ensure!(
-        compared > cases / 2 && swa > 0 && pools > 0,
-        "weak coverage: {compared} compared, {swa} SWA, {pools} pools"
+        compared > cases / 2 && swa > 0 && pools > 0 && lens_kinds[1] + lens_kinds[2] > 0,
+        "weak coverage: {compared} compared, {swa} SWA, {pools} pools, lens kinds {lens_kinds:?}"
     );
     Ok(())
 }

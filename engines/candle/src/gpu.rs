@@ -622,7 +622,7 @@ impl<'a> StepViews<'a> {
             Some(&views.bs),
         )?;
         let [ids, pos, slots] = &views.write;
-        let write = WriteInputs::from_cudarc(gpu, Cap::<TOKENS>, [ids, pos, slots])?;
+        let write = WriteInputs::from_cudarc(gpu, Cap::<TOKENS>, ids, pos, slots)?;
         Ok(StepViews {
             table,
             batch,

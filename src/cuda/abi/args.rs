@@ -262,6 +262,9 @@ kernel_args! {
         /// launches of the same stage, which write nothing that half reads
         /// (`DeviceSettings::following_verify`); 0: wait first.
         early_fold: i64,
+        /// The element kinds of `input_ids`, `positions`, `out_cache_loc`, `exp_tokens` and
+        /// `exp_positions`, a byte each (0 `i64`, 1 `i32`, 2 `u32`).
+        kinds: i64,
     }
 }
 

@@ -29,7 +29,7 @@ static_assertions::const_assert_eq!(core::mem::size_of::<args::ScatterArgs>(), 8
 static_assertions::const_assert_eq!(core::mem::size_of::<args::RealKv>(), 50 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<args::PlanArgs>(), 37 * 8);
 static_assertions::const_assert_eq!(core::mem::size_of::<args::VerifyArgs>(), (18 + 50) * 8);
-static_assertions::const_assert_eq!(core::mem::size_of::<args::WriteArgs>(), (23 + 50) * 8);
+static_assertions::const_assert_eq!(core::mem::size_of::<args::WriteArgs>(), (24 + 50) * 8);
 
 // FailReason bits and RealKvHashMode values of the host types are the ABI's.
 static_assertions::const_assert_eq!(

@@ -315,9 +315,15 @@ impl<W: Capacity> DeviceValidLens<W> {
     /// # Safety
     ///
     /// As [`DeviceTable::over`], for both buffers.
-    unsafe fn over<B, C>(gpu: &Gpu, capacity: W, lens: &B, count: Option<&C>) -> Result<Self, Error>
+    unsafe fn over<T, B, C>(
+        gpu: &Gpu,
+        capacity: W,
+        lens: &B,
+        count: Option<&C>,
+    ) -> Result<Self, Error>
     where
-        B: ViewableSlice<i64> + ?Sized,
+        T: DeviceIndex,
+        B: ViewableSlice<T> + ?Sized,
         C: ViewableSlice<i32> + ?Sized,
     {
         let addr = addr_of(
@@ -329,95 +335,137 @@ impl<W: Capacity> DeviceValidLens<W> {
             .map(|c| addr_of("valid_lens count", c, 1))
             .transpose()?;
         // SAFETY: both buffers hold what their views claim (checked); the caller keeps them.
-        let mut view = unsafe { Self::from_raw(gpu, capacity, addr, count)? };
+        let mut view = unsafe { Self::from_raw_of::<T>(gpu, capacity, addr, count)? };
         view.record_room(lens.len());
         Ok(view)
     }
 
-    /// Views of a device buffer of at least `capacity` `i64` lengths and optionally of their
+    /// Views of a device buffer of at least `capacity` lengths (`i64`, `i32` or `u32`) and optionally of their
     /// count (an `i32` buffer; `None`: [`set_len_on`](Self::set_len_on)), checked as
     /// [`from_raw`](Self::from_raw). Dropping the view synchronises the context: make it once
     /// and keep it.
-    pub fn from_buffers<'a, B, C>(
+    pub fn from_buffers<'a, T, B, C>(
         gpu: &Gpu,
         capacity: W,
         lens: &'a B,
         count: Option<&'a C>,
     ) -> Result<Borrowed<'a, Self>, Error>
     where
-        B: ViewableSlice<i64> + ?Sized,
+        T: DeviceIndex,
+        B: ViewableSlice<T> + ?Sized,
         C: ViewableSlice<i32> + ?Sized,
     {
         // SAFETY: as `DeviceTable::from_buffer`, for both buffers.
-        let view = unsafe { Self::over(gpu, capacity, lens, count)? };
+        let view = unsafe { Self::over::<T, B, C>(gpu, capacity, lens, count)? };
         Ok(Borrowed::new(view, Fence::Gpu(gpu.clone())))
     }
 
     /// [`from_buffers`](Self::from_buffers) over buffers the view keeps alive.
-    pub fn from_shared<B, C>(
+    pub fn from_shared<T, B, C>(
         gpu: &Gpu,
         capacity: W,
         lens: Arc<B>,
         count: Option<Arc<C>>,
     ) -> Result<Shared<Self>, Error>
     where
-        B: ViewableSlice<i64> + Send + Sync + 'static,
+        T: DeviceIndex,
+        B: ViewableSlice<T> + Send + Sync + 'static,
         C: ViewableSlice<i32> + Send + Sync + 'static,
     {
         // SAFETY: as `DeviceTable::from_shared`, for both buffers.
-        let view = unsafe { Self::over(gpu, capacity, &*lens, count.as_deref())? };
+        let view = unsafe { Self::over::<T, B, C>(gpu, capacity, &*lens, count.as_deref())? };
         Ok(shared_view(gpu, view, [lens], count))
     }
 }
 
 impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
-    /// The inputs over `arrays`, checked as [`from_raw`](Self::from_raw) and for their lengths.
+    /// The inputs over three buffers (`input_ids` of `T`, `positions` of `P`, `out_cache_loc`
+    /// of `L`), checked as [`from_raw`](Self::from_raw) and for their lengths.
     ///
     /// # Safety
     ///
     /// As [`DeviceTable::over`], for every buffer.
-    unsafe fn over<B: ViewableSlice<i64> + ?Sized>(
+    unsafe fn over<T, P, L, BT, BP, BL>(
         gpu: &Gpu,
         capacity: E,
-        arrays: [&B; 3],
-    ) -> Result<Self, Error> {
+        input_ids: &BT,
+        positions: &BP,
+        out_cache_loc: &BL,
+    ) -> Result<Self, Error>
+    where
+        T: DeviceIndex,
+        P: DeviceIndex,
+        L: DeviceIndex,
+        BT: ViewableSlice<T> + ?Sized,
+        BP: ViewableSlice<P> + ?Sized,
+        BL: ViewableSlice<L> + ?Sized,
+    {
         let n = capacity.get();
         let raw = RawWriteInputs {
-            input_ids: addr_of("input_ids", arrays[0], n)?,
-            positions: addr_of("positions", arrays[1], n)?,
-            out_cache_loc: addr_of("out_cache_loc", arrays[2], n)?,
+            input_ids: addr_of("input_ids", input_ids, n)?,
+            positions: addr_of("positions", positions, n)?,
+            out_cache_loc: addr_of("out_cache_loc", out_cache_loc, n)?,
         };
         // SAFETY: every buffer holds what its view claims (checked); the caller keeps them.
-        let mut inputs = unsafe { Self::from_raw(gpu, capacity, raw)? };
-        inputs.record_rooms(arrays.map(|a| a.len()));
+        let mut inputs = unsafe { Self::from_raw_of::<T, P, L>(gpu, capacity, raw)? };
+        inputs.record_rooms([input_ids.len(), positions.len(), out_cache_loc.len()]);
         Ok(inputs)
     }
 
-    /// Views of three device buffers of at least `capacity` `i64`s (`input_ids`, `positions`,
-    /// `out_cache_loc`), checked as [`from_raw`](Self::from_raw). Dropping the view
-    /// synchronises the context: make it once and keep it.
-    pub fn from_buffers<'a, B: ViewableSlice<i64> + ?Sized>(
+    /// Views of three device buffers of at least `capacity` elements each: `input_ids`,
+    /// `positions` and `out_cache_loc`, each of its own element type (`i64`, `i32` or `u32`;
+    /// mistral.rs: `u32` token ids, `i64` positions and slot mapping), checked as
+    /// [`from_raw`](Self::from_raw). The write launch reads them in place, in their types.
+    /// Dropping the view synchronises the context: make it once and keep it.
+    pub fn from_buffers<'a, T, P, L, BT, BP, BL>(
         gpu: &Gpu,
         capacity: E,
-        arrays: [&'a B; 3],
-    ) -> Result<Borrowed<'a, Self>, Error> {
+        input_ids: &'a BT,
+        positions: &'a BP,
+        out_cache_loc: &'a BL,
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        T: DeviceIndex,
+        P: DeviceIndex,
+        L: DeviceIndex,
+        BT: ViewableSlice<T> + ?Sized,
+        BP: ViewableSlice<P> + ?Sized,
+        BL: ViewableSlice<L> + ?Sized,
+    {
         // SAFETY: as `DeviceTable::from_buffer`, for every buffer.
-        let inputs = unsafe { Self::over(gpu, capacity, arrays)? };
+        let inputs = unsafe {
+            Self::over::<T, P, L, BT, BP, BL>(gpu, capacity, input_ids, positions, out_cache_loc)?
+        };
         Ok(Borrowed::new(inputs, Fence::Gpu(gpu.clone())))
     }
 
     /// [`from_buffers`](Self::from_buffers) over buffers the view keeps alive.
-    pub fn from_shared<B>(
+    pub fn from_shared<T, P, L, BT, BP, BL>(
         gpu: &Gpu,
         capacity: E,
-        arrays: [Arc<B>; 3],
+        input_ids: Arc<BT>,
+        positions: Arc<BP>,
+        out_cache_loc: Arc<BL>,
     ) -> Result<Shared<Self>, Error>
     where
-        B: ViewableSlice<i64> + Send + Sync + 'static,
+        T: DeviceIndex,
+        P: DeviceIndex,
+        L: DeviceIndex,
+        BT: ViewableSlice<T> + Send + Sync + 'static,
+        BP: ViewableSlice<P> + Send + Sync + 'static,
+        BL: ViewableSlice<L> + Send + Sync + 'static,
     {
-        let [a, b, c] = &arrays;
         // SAFETY: as `DeviceTable::from_shared`, for every buffer.
-        let inputs = unsafe { Self::over(gpu, capacity, [&**a, &**b, &**c])? };
-        Ok(shared_view(gpu, inputs, arrays, None::<Arc<B>>))
+        let inputs = unsafe {
+            Self::over::<T, P, L, BT, BP, BL>(
+                gpu,
+                capacity,
+                &*input_ids,
+                &*positions,
+                &*out_cache_loc,
+            )?
+        };
+        let kept: Vec<Arc<dyn Send + Sync>> = vec![input_ids, positions, out_cache_loc];
+        Ok(Shared::new(inputs, Fence::Gpu(gpu.clone()), kept))
     }
 }

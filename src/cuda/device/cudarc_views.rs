@@ -484,7 +484,7 @@ impl<W: Capacity> DeviceValidLens<W> {
     /// # Safety
     ///
     /// As `DeviceTable::over_cudarc`, for both slices.
-    unsafe fn over_cudarc<S: DevicePtr<i64>, C: DevicePtr<i32>>(
+    unsafe fn over_cudarc<T: DeviceIndex, S: DevicePtr<T>, C: DevicePtr<i32>>(
         gpu: &Gpu,
         capacity: W,
         lens: &S,
@@ -498,96 +498,145 @@ impl<W: Capacity> DeviceValidLens<W> {
         let count = count_of("valid_lens count", count)?;
         // SAFETY: both slices are live cudarc allocations holding what the view reads
         // (checked), kept by the caller.
-        let mut view = unsafe { Self::from_raw(gpu, capacity, addr, count)? };
+        let mut view = unsafe { Self::from_raw_of::<T>(gpu, capacity, addr, count)? };
         let (_, len, context) = parts(lens);
         view.record_room(len);
         Ok((view, context))
     }
 
-    /// Views of a cudarc slice of at least `capacity` `i64` lengths and optionally of their
-    /// count (an `i32` slice; `None`: [`set_len_on`](Self::set_len_on)), checked as
-    /// [`from_raw`](Self::from_raw).
-    pub fn from_cudarc<'a, S: DevicePtr<i64>, C: DevicePtr<i32>>(
+    /// Views of a cudarc slice of at least `capacity` lengths (`i64`, `i32` or `u32`; the plan
+    /// reads them in their type) and optionally of their count (an `i32` slice; `None`:
+    /// [`set_len_on`](Self::set_len_on)), checked as [`from_raw`](Self::from_raw).
+    pub fn from_cudarc<'a, T: DeviceIndex, S: DevicePtr<T>, C: DevicePtr<i32>>(
         gpu: &Gpu,
         capacity: W,
         lens: &'a S,
         count: Option<&'a C>,
     ) -> Result<Borrowed<'a, Self>, Error> {
         // SAFETY: as `DeviceTable::from_cudarc`, for both slices.
-        let (view, context) = unsafe { Self::over_cudarc(gpu, capacity, lens, count)? };
+        let (view, context) = unsafe { Self::over_cudarc::<T, S, C>(gpu, capacity, lens, count)? };
         Ok(Borrowed::new(view, Fence::Cudarc(context)))
     }
 
     /// [`from_cudarc`](Self::from_cudarc) over slices the view keeps alive.
-    pub fn from_cudarc_shared<S, C>(
+    pub fn from_cudarc_shared<T, S, C>(
         gpu: &Gpu,
         capacity: W,
         lens: Arc<S>,
         count: Option<Arc<C>>,
     ) -> Result<Shared<Self>, Error>
     where
-        S: DevicePtr<i64> + Send + Sync + 'static,
+        T: DeviceIndex,
+        S: DevicePtr<T> + Send + Sync + 'static,
         C: DevicePtr<i32> + Send + Sync + 'static,
     {
         // SAFETY: as `DeviceTable::from_cudarc_shared`, for both slices.
         let (view, context) =
-            unsafe { Self::over_cudarc(gpu, capacity, &*lens, count.as_deref())? };
+            unsafe { Self::over_cudarc::<T, S, C>(gpu, capacity, &*lens, count.as_deref())? };
         let slices = [kept(&lens)].into_iter().chain(count.as_ref().map(kept));
         Ok(shared(view, context, slices))
     }
 }
 
 impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
-    /// The write inputs over `arrays`, with their context.
+    /// The write inputs over three slices (`input_ids` of `T`, `positions` of `P`,
+    /// `out_cache_loc` of `L`), with the context of `input_ids`.
     ///
     /// # Safety
     ///
     /// As `DeviceTable::over_cudarc`, for every slice.
-    unsafe fn over_cudarc<S: DevicePtr<i64>>(
+    unsafe fn over_cudarc<T, P, L, ST, SP, SL>(
         gpu: &Gpu,
         capacity: E,
-        arrays: [&S; 3],
-    ) -> Result<(Self, Arc<CudaContext>), Error> {
-        let names = ["input_ids", "positions", "out_cache_loc"];
-        let addrs = addrs_of(arrays, names, capacity.get())?;
+        input_ids: &ST,
+        positions: &SP,
+        out_cache_loc: &SL,
+    ) -> Result<(Self, Arc<CudaContext>), Error>
+    where
+        T: DeviceIndex,
+        P: DeviceIndex,
+        L: DeviceIndex,
+        ST: DevicePtr<T>,
+        SP: DevicePtr<P>,
+        SL: DevicePtr<L>,
+    {
+        let n = capacity.get();
+        let [ids] = addrs_of([input_ids], ["input_ids"], n)?;
+        let [pos] = addrs_of([positions], ["positions"], n)?;
+        let [loc] = addrs_of([out_cache_loc], ["out_cache_loc"], n)?;
         let raw = RawWriteInputs {
-            input_ids: addrs[0],
-            positions: addrs[1],
-            out_cache_loc: addrs[2],
+            input_ids: ids,
+            positions: pos,
+            out_cache_loc: loc,
         };
-        // SAFETY: every slice is a live cudarc allocation of at least `capacity` elements
-        // (checked), kept by the caller.
-        let mut inputs = unsafe { Self::from_raw(gpu, capacity, raw)? };
-        inputs.record_rooms(arrays.map(|a| parts(a).1));
-        let (_, _, context) = parts(arrays[0]);
+        // SAFETY: every slice is a live cudarc allocation of at least `capacity` elements of
+        // its type (checked), kept by the caller.
+        let mut inputs = unsafe { Self::from_raw_of::<T, P, L>(gpu, capacity, raw)? };
+        let (_, ids_len, context) = parts(input_ids);
+        inputs.record_rooms([ids_len, parts(positions).1, parts(out_cache_loc).1]);
         Ok((inputs, context))
     }
 
-    /// Views of three cudarc slices of at least `capacity` `i64`s (`input_ids`, `positions`,
-    /// `out_cache_loc`), checked as [`from_raw`](Self::from_raw).
-    pub fn from_cudarc<'a, S: DevicePtr<i64>>(
+    /// Views of three cudarc slices of at least `capacity` elements each: `input_ids`,
+    /// `positions` and `out_cache_loc`, each of its own element type (`i64`, `i32` or `u32`;
+    /// mistral.rs and candle-vllm: `u32` token ids, `i64` positions and slot mapping), checked
+    /// as [`from_raw`](Self::from_raw). The write launch reads them in place, in their types.
+    pub fn from_cudarc<'a, T, P, L, ST, SP, SL>(
         gpu: &Gpu,
         capacity: E,
-        arrays: [&'a S; 3],
-    ) -> Result<Borrowed<'a, Self>, Error> {
+        input_ids: &'a ST,
+        positions: &'a SP,
+        out_cache_loc: &'a SL,
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        T: DeviceIndex,
+        P: DeviceIndex,
+        L: DeviceIndex,
+        ST: DevicePtr<T>,
+        SP: DevicePtr<P>,
+        SL: DevicePtr<L>,
+    {
         // SAFETY: as `DeviceTable::from_cudarc`, for every slice.
-        let (inputs, context) = unsafe { Self::over_cudarc(gpu, capacity, arrays)? };
+        let (inputs, context) = unsafe {
+            Self::over_cudarc::<T, P, L, ST, SP, SL>(
+                gpu,
+                capacity,
+                input_ids,
+                positions,
+                out_cache_loc,
+            )?
+        };
         Ok(Borrowed::new(inputs, Fence::Cudarc(context)))
     }
 
     /// [`from_cudarc`](Self::from_cudarc) over slices the view keeps alive.
-    pub fn from_cudarc_shared<S>(
+    pub fn from_cudarc_shared<T, P, L, ST, SP, SL>(
         gpu: &Gpu,
         capacity: E,
-        arrays: [Arc<S>; 3],
+        input_ids: Arc<ST>,
+        positions: Arc<SP>,
+        out_cache_loc: Arc<SL>,
     ) -> Result<Shared<Self>, Error>
     where
-        S: DevicePtr<i64> + Send + Sync + 'static,
+        T: DeviceIndex,
+        P: DeviceIndex,
+        L: DeviceIndex,
+        ST: DevicePtr<T> + Send + Sync + 'static,
+        SP: DevicePtr<P> + Send + Sync + 'static,
+        SL: DevicePtr<L> + Send + Sync + 'static,
     {
-        let refs = [&*arrays[0], &*arrays[1], &*arrays[2]];
         // SAFETY: as `DeviceTable::from_cudarc_shared`, for every slice.
-        let (inputs, context) = unsafe { Self::over_cudarc(gpu, capacity, refs)? };
-        Ok(shared(inputs, context, arrays.iter().map(kept)))
+        let (inputs, context) = unsafe {
+            Self::over_cudarc::<T, P, L, ST, SP, SL>(
+                gpu,
+                capacity,
+                &*input_ids,
+                &*positions,
+                &*out_cache_loc,
+            )?
+        };
+        let slices = [kept(&input_ids), kept(&positions), kept(&out_cache_loc)];
+        Ok(shared(inputs, context, slices))
     }
 }
 

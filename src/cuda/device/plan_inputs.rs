@@ -7,7 +7,9 @@ use super::gpu::Gpu;
 use super::stream::Stream;
 use crate::capacity::{Capacity, SameWriteReqCapacity};
 use crate::cuda::abi::ptr::DevPtr;
-use crate::cuda::driver::array::{checked_scalar_view, checked_view, DeviceArray, DeviceScalar};
+use crate::cuda::driver::array::{
+    checked_scalar_view, checked_view, DeviceArray, DeviceColumn, DeviceScalar,
+};
 use crate::cuda::driver::memory as driver;
 use crate::input::{
     Batch, BatchColumns, Full, IndexElement, NoExpectedTokens, PoolRows, PositionOffset, QueryLens,
@@ -55,88 +57,26 @@ mod index_sealed {
 /// Element types the device reads batch columns and block tables in: `i64`, `i32` and `u32`
 /// (the host views also take `u64` and `usize`). Sealed.
 pub trait DeviceIndex: IndexElement + Element + index_sealed::Sealed {
-    /// The kernels' code of the type (`PlanArgs::kinds`).
-    #[doc(hidden)]
-    const KIND: i64;
     /// A column over `array`.
     #[doc(hidden)]
     fn column(array: DeviceArray<Self>) -> DeviceColumn;
 }
 impl index_sealed::Sealed for i64 {}
 impl DeviceIndex for i64 {
-    const KIND: i64 = 0;
     fn column(array: DeviceArray<i64>) -> DeviceColumn {
         DeviceColumn::I64(array)
     }
 }
 impl index_sealed::Sealed for i32 {}
 impl DeviceIndex for i32 {
-    const KIND: i64 = 1;
     fn column(array: DeviceArray<i32>) -> DeviceColumn {
         DeviceColumn::I32(array)
     }
 }
 impl index_sealed::Sealed for u32 {}
 impl DeviceIndex for u32 {
-    const KIND: i64 = 2;
     fn column(array: DeviceArray<u32>) -> DeviceColumn {
         DeviceColumn::U32(array)
-    }
-}
-
-/// One device batch column of the engine's element type.
-#[doc(hidden)]
-#[derive(Debug)]
-pub enum DeviceColumn {
-    /// `i64` elements.
-    I64(DeviceArray<i64>),
-    /// `i32` elements.
-    I32(DeviceArray<i32>),
-    /// `u32` elements.
-    U32(DeviceArray<u32>),
-}
-
-impl DeviceColumn {
-    /// The device address.
-    pub(crate) fn addr(&self) -> u64 {
-        match self {
-            DeviceColumn::I64(a) => a.as_raw(),
-            DeviceColumn::I32(a) => a.as_raw(),
-            DeviceColumn::U32(a) => a.as_raw(),
-        }
-    }
-    /// The kernels' code of the element type.
-    pub(crate) fn kind(&self) -> i64 {
-        match self {
-            DeviceColumn::I64(_) => i64::KIND,
-            DeviceColumn::I32(_) => i32::KIND,
-            DeviceColumn::U32(_) => u32::KIND,
-        }
-    }
-    fn record_room(&mut self, room: usize) {
-        match self {
-            DeviceColumn::I64(a) => a.record_room(room),
-            DeviceColumn::I32(a) => a.record_room(room),
-            DeviceColumn::U32(a) => a.record_room(room),
-        }
-    }
-    fn rebound(&self, what: &'static str, len: usize) -> Result<Self, Error> {
-        Ok(match self {
-            DeviceColumn::I64(a) => DeviceColumn::I64(a.rebound(what, len)?),
-            DeviceColumn::I32(a) => DeviceColumn::I32(a.rebound(what, len)?),
-            DeviceColumn::U32(a) => DeviceColumn::U32(a.rebound(what, len)?),
-        })
-    }
-    /// The `i64` array of an SGLang column the crate uploads into.
-    fn sglang(&self) -> Result<&DeviceArray<i64>, Error> {
-        match self {
-            DeviceColumn::I64(a) => Ok(a),
-            _ => Err(Error::Malformed {
-                detail: "a device batch of the engine's own vLLM or 32-bit columns is filled by \
-                         the engine (set_len_on), not uploaded from a Batch"
-                    .to_owned(),
-            }),
-        }
     }
 }
 
@@ -169,7 +109,7 @@ pub trait DeviceColumns: BatchColumns {
 /// # Safety
 ///
 /// As [`DeviceBatch::from_raw_columns`].
-unsafe fn column_view<T: DeviceIndex>(
+pub(crate) unsafe fn column_view<T: DeviceIndex>(
     gpu: &Gpu,
     name: &'static str,
     addr: u64,
@@ -391,9 +331,9 @@ impl<W: Capacity> DeviceBatch<W> {
             });
         }
         Ok([
-            self.columns[0].sglang()?,
-            self.columns[1].sglang()?,
-            self.columns[2].sglang()?,
+            self.columns[0].i64s("req_pool_indices")?,
+            self.columns[1].i64s("prefix_lens")?,
+            self.columns[2].i64s("extend_seq_lens")?,
         ])
     }
 
@@ -824,10 +764,11 @@ impl DeviceLut {
 }
 
 /// `req_to_verify_expected_tokens_valid_lens` on the device: up to `W` lengths, one per batch
-/// row, with their count in device memory (the plan launch checks it equals `bs`).
+/// row, with their count in device memory (the plan launch checks it equals `bs`). The crate's
+/// own lengths are `i64`s; a view keeps the engine's element type (`i64`, `i32` or `u32`).
 pub struct DeviceValidLens<W: Capacity> {
     capacity: W,
-    pub(crate) lens: DeviceArray<i64>,
+    pub(crate) lens: DeviceColumn,
     pub(crate) len: DeviceScalar<i32>,
 }
 
@@ -837,7 +778,7 @@ impl<W: Capacity> DeviceValidLens<W> {
         gpu.make_current()?;
         Ok(DeviceValidLens {
             capacity,
-            lens: driver::zeroed(capacity.get())?,
+            lens: DeviceColumn::I64(driver::zeroed(capacity.get())?),
             len: driver::scalar(0)?,
         })
     }
@@ -858,12 +799,27 @@ impl<W: Capacity> DeviceValidLens<W> {
         lens: u64,
         count: Option<u64>,
     ) -> Result<Self, Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe { Self::from_raw_of::<i64>(gpu, capacity, lens, count) }
+    }
+
+    /// [`from_raw`](Self::from_raw) over lengths of element type `T` (the typed views').
+    ///
+    /// # Safety
+    ///
+    /// As [`from_raw`](Self::from_raw), for `capacity` aligned `T`s at `lens`.
+    pub(crate) unsafe fn from_raw_of<T: DeviceIndex>(
+        gpu: &Gpu,
+        capacity: W,
+        lens: u64,
+        count: Option<u64>,
+    ) -> Result<Self, Error> {
         let ctx = gpu.context();
         // SAFETY: forwarded to the caller; `checked_view` checks the rest.
         unsafe {
             Ok(DeviceValidLens {
                 capacity,
-                lens: checked_view(ctx, VALID_LENS, lens, capacity.get())?,
+                lens: column_view::<T>(gpu, VALID_LENS, lens, capacity.get())?,
                 len: match count {
                     Some(addr) => checked_scalar_view(ctx, "valid_lens count", addr)?,
                     None => {
@@ -913,7 +869,7 @@ impl<W: Capacity> DeviceValidLens<W> {
     /// Replaces the lengths (synchronous); more than the capacity is an error, nothing copied.
     pub fn upload(&self, valid_lens: &[i64]) -> Result<(), Error> {
         let n = self.checked_len(valid_lens.len())?;
-        driver::upload(&self.lens, 0, valid_lens)?;
+        driver::upload(self.lens.i64s(VALID_LENS)?, 0, valid_lens)?;
         driver::set_scalar(&self.len, n)
     }
 
@@ -921,7 +877,7 @@ impl<W: Capacity> DeviceValidLens<W> {
     /// host synchronisation).
     pub fn upload_on(&self, stream: &Stream, valid_lens: &[i64]) -> Result<(), Error> {
         let n = self.checked_len(valid_lens.len())?;
-        driver::upload_async(&self.lens, 0, valid_lens, stream.as_raw())?;
+        driver::upload_async(self.lens.i64s(VALID_LENS)?, 0, valid_lens, stream.as_raw())?;
         driver::set_i32_async(&self.len, n, stream.as_raw())
     }
 
@@ -1045,7 +1001,7 @@ impl<'a, 'l: 'a> DeviceGroup<'a> for Swa<'l> {
 
 /// A device expected-token pool as the plan launch passes it: the table, the valid lengths and
 /// their count.
-pub type ExpectedPoolPtrs<'a> = (&'a DeviceExpectedTable, DevPtr<i64>, DevPtr<i32>);
+pub type ExpectedPoolPtrs<'a> = (&'a DeviceExpectedTable, DevPtr<i64>, i64, DevPtr<i32>);
 
 /// Where the device plan takes expected tokens from: [`NoExpectedTokens`] or a
 /// [`DeviceExpectedPool`] whose lengths have the write-request capacity `W` and whose buffers
@@ -1072,7 +1028,8 @@ where
         w.check(self.valid_lens.capacity)?;
         Ok(Some((
             self.table,
-            driver::ptr(&self.valid_lens.lens),
+            DevPtr::from_addr(self.valid_lens.lens.addr()),
+            self.valid_lens.lens.kind(),
             driver::box_ptr(&self.valid_lens.len),
         )))
     }

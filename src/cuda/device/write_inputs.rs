@@ -3,10 +3,11 @@
 //! arrays, filled synchronously (`upload`) or stream-ordered (`upload_on`).
 
 use super::gpu::Gpu;
+use super::plan_inputs::{column_view, DeviceIndex};
 use super::stream::Stream;
 use crate::capacity::Capacity;
 use crate::cuda::abi::ptr::DevPtr;
-use crate::cuda::driver::array::{checked_view, DeviceArray};
+use crate::cuda::driver::array::{checked_view, DeviceArray, DeviceColumn};
 use crate::cuda::driver::memory as driver;
 use crate::input::{
     ExpectedWriteInputs, InputAssertOff, InputAssertOn, WriteInputAssert, WriteInputs,
@@ -41,9 +42,10 @@ pub trait DeviceInputAssert: WriteInputAssert + sealed::Sealed {
         host: &mut Self::Expected<Host>,
         device: &Self::Expected<Device>,
     ) -> Result<(), Error>;
-    /// Device addresses of the expected tokens and positions (null when off).
+    /// Device addresses of the expected tokens and positions (null when off), and their
+    /// element kinds as bytes 3 and 4 of `WriteArgs::kinds`.
     #[doc(hidden)]
-    fn addrs(device: &Self::Expected<Device>) -> (DevPtr<i64>, DevPtr<i64>);
+    fn addrs(device: &Self::Expected<Device>) -> (DevPtr<i64>, DevPtr<i64>, i64);
 }
 
 impl sealed::Sealed for InputAssertOff {}
@@ -63,8 +65,8 @@ impl DeviceInputAssert for InputAssertOff {
     fn download(_: &mut (), _: &()) -> Result<(), Error> {
         Ok(())
     }
-    fn addrs(_: &()) -> (DevPtr<i64>, DevPtr<i64>) {
-        (DevPtr::NULL, DevPtr::NULL)
+    fn addrs(_: &()) -> (DevPtr<i64>, DevPtr<i64>, i64) {
+        (DevPtr::NULL, DevPtr::NULL, 0)
     }
 }
 
@@ -72,24 +74,34 @@ impl sealed::Sealed for InputAssertOn {}
 impl DeviceInputAssert for InputAssertOn {
     fn alloc(n: usize) -> Result<ExpectedWriteInputs<Device>, Error> {
         Ok(ExpectedWriteInputs {
-            tokens: driver::zeroed(n)?,
-            positions: driver::zeroed(n)?,
+            tokens: DeviceColumn::I64(driver::zeroed(n)?),
+            positions: DeviceColumn::I64(driver::zeroed(n)?),
         })
     }
     fn upload(
         device: &ExpectedWriteInputs<Device>,
         host: &ExpectedWriteInputs,
     ) -> Result<(), Error> {
-        driver::upload(&device.tokens, 0, &host.tokens)?;
-        driver::upload(&device.positions, 0, &host.positions)
+        driver::upload(device.tokens.i64s(EXPECTED_TOKENS)?, 0, &host.tokens)?;
+        driver::upload(
+            device.positions.i64s(EXPECTED_POSITIONS)?,
+            0,
+            &host.positions,
+        )
     }
     fn upload_async(
         device: &ExpectedWriteInputs<Device>,
         host: &ExpectedWriteInputs,
         stream: CUstream,
     ) -> Result<(), Error> {
-        driver::upload_async(&device.tokens, 0, &host.tokens, stream)?;
-        driver::upload_async(&device.positions, 0, &host.positions, stream)
+        driver::upload_async(
+            device.tokens.i64s(EXPECTED_TOKENS)?,
+            0,
+            &host.tokens,
+            stream,
+        )?;
+        let positions = device.positions.i64s(EXPECTED_POSITIONS)?;
+        driver::upload_async(positions, 0, &host.positions, stream)
     }
     fn host_inputs<E: Capacity>(capacity: E) -> WriteInputs<E, Self> {
         WriteInputs::with_capacity(capacity).expect_input_assert()
@@ -98,11 +110,19 @@ impl DeviceInputAssert for InputAssertOn {
         host: &mut ExpectedWriteInputs,
         device: &ExpectedWriteInputs<Device>,
     ) -> Result<(), Error> {
-        driver::download(&mut host.tokens, &device.tokens, 0)?;
-        driver::download(&mut host.positions, &device.positions, 0)
+        driver::download(&mut host.tokens, device.tokens.i64s(EXPECTED_TOKENS)?, 0)?;
+        driver::download(
+            &mut host.positions,
+            device.positions.i64s(EXPECTED_POSITIONS)?,
+            0,
+        )
     }
-    fn addrs(device: &ExpectedWriteInputs<Device>) -> (DevPtr<i64>, DevPtr<i64>) {
-        (driver::ptr(&device.tokens), driver::ptr(&device.positions))
+    fn addrs(device: &ExpectedWriteInputs<Device>) -> (DevPtr<i64>, DevPtr<i64>, i64) {
+        (
+            DevPtr::from_addr(device.tokens.addr()),
+            DevPtr::from_addr(device.positions.addr()),
+            (device.tokens.kind() << 24) | (device.positions.kind() << 32),
+        )
     }
 }
 
@@ -116,28 +136,49 @@ impl<E: Capacity, A: DeviceInputAssert> WriteInputs<E, A, Device> {
         driver::upload(&out_cache_loc, 0, &vec![-1; n])?;
         Ok(WriteInputs {
             capacity,
-            input_ids: driver::zeroed(n)?,
-            positions: driver::zeroed(n)?,
-            out_cache_loc,
+            input_ids: DeviceColumn::I64(driver::zeroed(n)?),
+            positions: DeviceColumn::I64(driver::zeroed(n)?),
+            out_cache_loc: DeviceColumn::I64(out_cache_loc),
             expected: A::alloc(n)?,
         })
     }
 
     /// Overwrites every array with `host`'s (synchronous; same capacity type, same lengths).
     pub fn upload(&self, host: &WriteInputs<E, A>) -> Result<(), Error> {
-        driver::upload(&self.input_ids, 0, &host.input_ids)?;
-        driver::upload(&self.positions, 0, &host.positions)?;
-        driver::upload(&self.out_cache_loc, 0, &host.out_cache_loc)?;
+        let [ids, pos, loc] = self.i64_arrays()?;
+        driver::upload(ids, 0, &host.input_ids)?;
+        driver::upload(pos, 0, &host.positions)?;
+        driver::upload(loc, 0, &host.out_cache_loc)?;
         A::upload(&self.expected, &host.expected)
+    }
+
+    /// The three per-token arrays as the crate's transfers copy them (`i64`), or the error of
+    /// a view of the engine's 32-bit arrays.
+    fn i64_arrays(&self) -> Result<[&DeviceArray<i64>; 3], Error> {
+        Ok([
+            self.input_ids.i64s("input_ids")?,
+            self.positions.i64s("positions")?,
+            self.out_cache_loc.i64s("out_cache_loc")?,
+        ])
+    }
+
+    /// The kernels' codes of every array's element type (`WriteArgs::kinds`).
+    pub(crate) fn kinds(&self) -> i64 {
+        let (_, _, expected) = A::addrs(&self.expected);
+        self.input_ids.kind()
+            | (self.positions.kind() << 8)
+            | (self.out_cache_loc.kind() << 16)
+            | expected
     }
 
     /// [`upload`](Self::upload) queued on `stream` (`cuMemcpyHtoDAsync`, no host
     /// synchronisation); `host` may be dropped as soon as this returns.
     pub fn upload_on(&self, stream: &Stream, host: &WriteInputs<E, A>) -> Result<(), Error> {
         let raw = stream.as_raw();
-        driver::upload_async(&self.input_ids, 0, &host.input_ids, raw)?;
-        driver::upload_async(&self.positions, 0, &host.positions, raw)?;
-        driver::upload_async(&self.out_cache_loc, 0, &host.out_cache_loc, raw)?;
+        let [ids, pos, loc] = self.i64_arrays()?;
+        driver::upload_async(ids, 0, &host.input_ids, raw)?;
+        driver::upload_async(pos, 0, &host.positions, raw)?;
+        driver::upload_async(loc, 0, &host.out_cache_loc, raw)?;
         A::upload_async(&self.expected, &host.expected, raw)
     }
 
@@ -150,9 +191,10 @@ impl<E: Capacity, A: DeviceInputAssert> WriteInputs<E, A, Device> {
         out_cache_loc: &[i64],
     ) -> Result<(), Error> {
         same_lengths(input_ids, positions, out_cache_loc)?;
-        driver::upload(&self.input_ids, 0, input_ids)?;
-        driver::upload(&self.positions, 0, positions)?;
-        driver::upload(&self.out_cache_loc, 0, out_cache_loc)
+        let [ids, pos, loc] = self.i64_arrays()?;
+        driver::upload(ids, 0, input_ids)?;
+        driver::upload(pos, 0, positions)?;
+        driver::upload(loc, 0, out_cache_loc)
     }
 
     /// [`upload_prefix`](Self::upload_prefix) queued on `stream` (no host synchronisation).
@@ -165,9 +207,10 @@ impl<E: Capacity, A: DeviceInputAssert> WriteInputs<E, A, Device> {
     ) -> Result<(), Error> {
         same_lengths(input_ids, positions, out_cache_loc)?;
         let raw = stream.as_raw();
-        driver::upload_async(&self.input_ids, 0, input_ids, raw)?;
-        driver::upload_async(&self.positions, 0, positions, raw)?;
-        driver::upload_async(&self.out_cache_loc, 0, out_cache_loc, raw)
+        let [ids, pos, loc] = self.i64_arrays()?;
+        driver::upload_async(ids, 0, input_ids, raw)?;
+        driver::upload_async(pos, 0, positions, raw)?;
+        driver::upload_async(loc, 0, out_cache_loc, raw)
     }
 
     /// Whether the per-token arrays are the engine's (views).
@@ -178,9 +221,10 @@ impl<E: Capacity, A: DeviceInputAssert> WriteInputs<E, A, Device> {
     /// A host copy (synchronous).
     pub fn to_host(&self) -> Result<WriteInputs<E, A>, Error> {
         let mut host = A::host_inputs(self.capacity);
-        driver::download(&mut host.input_ids, &self.input_ids, 0)?;
-        driver::download(&mut host.positions, &self.positions, 0)?;
-        driver::download(&mut host.out_cache_loc, &self.out_cache_loc, 0)?;
+        let [ids, pos, loc] = self.i64_arrays()?;
+        driver::download(&mut host.input_ids, ids, 0)?;
+        driver::download(&mut host.positions, pos, 0)?;
+        driver::download(&mut host.out_cache_loc, loc, 0)?;
         A::download(&mut host.expected, &self.expected)?;
         Ok(host)
     }
@@ -199,23 +243,22 @@ pub struct RawWriteInputs {
     pub out_cache_loc: u64,
 }
 
-/// Views of `capacity` `i64`s at each of `raw`'s addresses.
+/// Views of `n` elements at each of `raw`'s addresses: `T`s, `P`s and `L`s.
 ///
 /// # Safety
 ///
-/// As [`WriteInputs::from_raw`].
-unsafe fn raw_views(
+/// As [`WriteInputs::from_raw`], for the three element types.
+unsafe fn raw_views<T: DeviceIndex, P: DeviceIndex, L: DeviceIndex>(
     gpu: &Gpu,
     n: usize,
     raw: RawWriteInputs,
-) -> Result<[DeviceArray<i64>; 3], Error> {
-    let ctx = gpu.context();
-    // SAFETY: forwarded to the caller; `checked_view` checks the rest.
+) -> Result<[DeviceColumn; 3], Error> {
+    // SAFETY: forwarded to the caller; `column_view` checks the rest.
     unsafe {
         Ok([
-            checked_view(ctx, "input_ids", raw.input_ids, n)?,
-            checked_view(ctx, "positions", raw.positions, n)?,
-            checked_view(ctx, "out_cache_loc", raw.out_cache_loc, n)?,
+            column_view::<T>(gpu, "input_ids", raw.input_ids, n)?,
+            column_view::<P>(gpu, "positions", raw.positions, n)?,
+            column_view::<L>(gpu, "out_cache_loc", raw.out_cache_loc, n)?,
         ])
     }
 }
@@ -233,7 +276,23 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
     /// them only in stream order with those launches.
     pub unsafe fn from_raw(gpu: &Gpu, capacity: E, raw: RawWriteInputs) -> Result<Self, Error> {
         // SAFETY: forwarded to the caller.
-        let [input_ids, positions, out_cache_loc] = unsafe { raw_views(gpu, capacity.get(), raw)? };
+        unsafe { Self::from_raw_of::<i64, i64, i64>(gpu, capacity, raw) }
+    }
+
+    /// [`from_raw`](Self::from_raw) over arrays of `T` (`input_ids`), `P` (`positions`) and
+    /// `L` (`out_cache_loc`) (the typed views').
+    ///
+    /// # Safety
+    ///
+    /// As [`from_raw`](Self::from_raw), for `capacity` aligned elements of each array's type.
+    pub(crate) unsafe fn from_raw_of<T: DeviceIndex, P: DeviceIndex, L: DeviceIndex>(
+        gpu: &Gpu,
+        capacity: E,
+        raw: RawWriteInputs,
+    ) -> Result<Self, Error> {
+        // SAFETY: forwarded to the caller.
+        let [input_ids, positions, out_cache_loc] =
+            unsafe { raw_views::<T, P, L>(gpu, capacity.get(), raw)? };
         Ok(WriteInputs {
             capacity,
             input_ids,
@@ -286,9 +345,9 @@ impl<E: Capacity> WriteInputs<E, InputAssertOn, Device> {
         // SAFETY: forwarded to the caller; `checked_view` checks the rest.
         let ([input_ids, positions, out_cache_loc], tokens, exp_positions) = unsafe {
             (
-                raw_views(gpu, n, raw)?,
-                checked_view(ctx, "expected input_ids", expected_tokens, n)?,
-                checked_view(ctx, "expected positions", expected_positions, n)?,
+                raw_views::<i64, i64, i64>(gpu, n, raw)?,
+                checked_view(ctx, EXPECTED_TOKENS, expected_tokens, n)?,
+                checked_view(ctx, EXPECTED_POSITIONS, expected_positions, n)?,
             )
         };
         Ok(WriteInputs {
@@ -297,12 +356,17 @@ impl<E: Capacity> WriteInputs<E, InputAssertOn, Device> {
             positions,
             out_cache_loc,
             expected: ExpectedWriteInputs {
-                tokens,
-                positions: exp_positions,
+                tokens: DeviceColumn::I64(tokens),
+                positions: DeviceColumn::I64(exp_positions),
             },
         })
     }
 }
+
+/// What the expected tensors' errors name.
+const EXPECTED_TOKENS: &str = "expected input_ids";
+/// What the expected tensors' errors name.
+const EXPECTED_POSITIONS: &str = "expected positions";
 
 /// `Ok` when `positions` and `out_cache_loc` have `input_ids`' length.
 fn same_lengths(input_ids: &[i64], positions: &[i64], out_cache_loc: &[i64]) -> Result<(), Error> {

@@ -193,10 +193,103 @@ impl<T: Element> core::fmt::Debug for DeviceScalar<T> {
     }
 }
 
+/// An array of index values in device memory (batch columns, per-token write inputs, valid
+/// lengths) of the element type the engine keeps them in: `i64`, `i32` or `u32`. Arrays the
+/// crate allocates are `i64`; a view keeps its buffer's type, and the kernels read each array
+/// by its [`kind`](Self::kind). The [`Device`] counterpart of a host `Box<[i64]>`
+/// ([`Memory::IndexArray`]).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum DeviceColumn {
+    /// `i64` elements.
+    I64(DeviceArray<i64>),
+    /// `i32` elements.
+    I32(DeviceArray<i32>),
+    /// `u32` elements.
+    U32(DeviceArray<u32>),
+}
+
+/// The kernels' codes of the index element types (`PlanArgs::kinds`, `WriteArgs::kinds`).
+pub(crate) mod index_kind {
+    /// `i64`.
+    pub(crate) const I64: i64 = 0;
+    /// `i32`.
+    pub(crate) const I32: i64 = 1;
+    /// `u32`.
+    pub(crate) const U32: i64 = 2;
+}
+
+impl DeviceColumn {
+    /// The device address.
+    pub(crate) fn addr(&self) -> u64 {
+        match self {
+            DeviceColumn::I64(a) => a.as_raw(),
+            DeviceColumn::I32(a) => a.as_raw(),
+            DeviceColumn::U32(a) => a.as_raw(),
+        }
+    }
+    /// The kernels' code of the element type ([`index_kind`]).
+    pub(crate) fn kind(&self) -> i64 {
+        match self {
+            DeviceColumn::I64(_) => index_kind::I64,
+            DeviceColumn::I32(_) => index_kind::I32,
+            DeviceColumn::U32(_) => index_kind::U32,
+        }
+    }
+    /// The element type's name.
+    fn element(&self) -> &'static str {
+        match self {
+            DeviceColumn::I64(_) => "i64",
+            DeviceColumn::I32(_) => "i32",
+            DeviceColumn::U32(_) => "u32",
+        }
+    }
+    /// Whether the array is a view of the engine's memory.
+    pub(crate) fn is_view(&self) -> bool {
+        match self {
+            DeviceColumn::I64(a) => a.is_view(),
+            DeviceColumn::I32(a) => a.is_view(),
+            DeviceColumn::U32(a) => a.is_view(),
+        }
+    }
+    /// Records the length of the buffer a view lies in (see [`DeviceArray::record_room`]).
+    pub(crate) fn record_room(&mut self, room: usize) {
+        match self {
+            DeviceColumn::I64(a) => a.record_room(room),
+            DeviceColumn::I32(a) => a.record_room(room),
+            DeviceColumn::U32(a) => a.record_room(room),
+        }
+    }
+    /// The same view with `len` elements (see [`DeviceArray::rebound`]).
+    pub(crate) fn rebound(&self, what: &'static str, len: usize) -> Result<Self, Error> {
+        Ok(match self {
+            DeviceColumn::I64(a) => DeviceColumn::I64(a.rebound(what, len)?),
+            DeviceColumn::I32(a) => DeviceColumn::I32(a.rebound(what, len)?),
+            DeviceColumn::U32(a) => DeviceColumn::U32(a.rebound(what, len)?),
+        })
+    }
+    /// The `i64` array the crate's transfers (uploads from, downloads to host `i64`s) use, or
+    /// the error naming `what` of a view of the engine's 32-bit array, which the engine fills
+    /// on the device.
+    pub(crate) fn i64s(&self, what: &'static str) -> Result<&DeviceArray<i64>, Error> {
+        match self {
+            DeviceColumn::I64(a) => Ok(a),
+            other => Err(Error::Malformed {
+                detail: format!(
+                    "{what} is a view of the engine's {} array: the crate copies i64 arrays \
+                     only, the engine fills its own arrays on the device",
+                    other.element()
+                ),
+            }),
+        }
+    }
+}
+
 impl DeviceMemorySealed for Device {}
 impl Memory for Device {
     type Array<T: Element> = DeviceArray<T>;
     type Scalar<T: Element> = DeviceScalar<T>;
+    type IndexArray = DeviceColumn;
 }
 
 pub(crate) mod sealed {

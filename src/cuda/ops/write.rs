@@ -202,7 +202,8 @@ where
         value: req_capacity as i64,
         allowed: "[1, u32::MAX] (one block per request row)",
     })?;
-    let (exp_tokens, exp_positions) = A::addrs(&inputs.expected);
+    let (exp_tokens, exp_positions, _) = A::addrs(&inputs.expected);
+    let kinds = inputs.kinds();
     let half = |i: usize| -> Result<Prepared<WriteArgs>, Error> {
         let (settings, canary, counters) = (settings[i], canary[i], counters[i]);
         let (chain_assert, chain_assert_fixed) = match settings.chain_position_assert {
@@ -215,9 +216,9 @@ where
             seeds: driver::ptr(&plan.seed_slot_indices),
             num_valid_reqs: driver::box_ptr(&plan.num_valid_reqs),
             req_capacity: req_capacity as i64,
-            input_ids: driver::ptr(&inputs.input_ids),
-            positions: driver::ptr(&inputs.positions),
-            out_cache_loc: driver::ptr(&inputs.out_cache_loc),
+            input_ids: DevPtr::from_addr(inputs.input_ids.addr()),
+            positions: DevPtr::from_addr(inputs.positions.addr()),
+            out_cache_loc: DevPtr::from_addr(inputs.out_cache_loc.addr()),
             entry_capacity: inputs.capacity().get() as i64,
             exp_tokens,
             exp_positions,
@@ -235,6 +236,7 @@ where
             status: target.status,
             kv: kv.abi(),
             early_fold: i64::from(settings.follows_verify),
+            kinds,
         };
         let kernel = Kernel::Write {
             fold: kv.fold(),
