@@ -4,7 +4,7 @@
 #
 #   scripts/gpu-build.sh [DEST]        # DEST defaults to .device-run in the repository root
 #
-# Builds with `--features cuda` (release; `cuda_gpu` with `cudarc` too, for its interop tests): the GPU test binaries (`cuda_gpu` of the library,
+# Builds with `--features cuda` (release; `cuda_gpu` with `cudarc` and `faults` too, for its interop and fault-injection tests): the GPU test binaries (`cuda_gpu` of the library,
 # `golden_gpu` of crates/conformance; `cargo test --no-run --message-format=json` names them),
 # the `cuda_step` and `cuda_engine` examples, the conformance runner (`kv-canary-conformance`, staged as
 # `conformance`) and the `cuda`, `cuda_host` and `cuda_wholestep` benchmarks, then copies into
@@ -32,7 +32,7 @@ export CARGO_TERM_COLOR=never
 executables() { python3 "$root/scripts/cargo-executables.py" "$@"; }
 
 echo "[gpu-build] cargo test --no-run (cuda_gpu, golden_gpu)"
-tests=$(cargo test --release --features cudarc --test cuda_gpu --no-run --message-format=json | executables cuda_gpu)
+tests=$(cargo test --release --features cudarc,faults --test cuda_gpu --no-run --message-format=json | executables cuda_gpu)
 tests+=$'\n'$(cargo test --release -p kv-canary-conformance --features cuda --test golden_gpu --no-run --message-format=json | executables golden_gpu)
 echo "[gpu-build] cargo build the cuda_step and cuda_engine examples and the conformance runner"
 examples=$(cargo build --release --features cuda --example cuda_step --example cuda_engine --message-format=json | executables cuda_step cuda_engine)

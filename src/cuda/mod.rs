@@ -192,6 +192,8 @@ mod abi;
 mod backend;
 mod device;
 mod driver;
+#[cfg(feature = "faults")]
+mod faults;
 mod head_findings;
 mod moves;
 mod ops;

@@ -14,6 +14,31 @@
 
 use crate::hash::splitmix64;
 
+/// Memory a fault corrupts in place: the engine's KV bytes or table cells. Host memory (a slice
+/// or a `Vec`) here; with the `cuda` feature also device memory (the crate's
+/// `cuda::DeviceArray`, a cust `DeviceBuffer`, with `cudarc` a `CudaSlice`), where the hook reads
+/// the one element it corrupts and writes it back (synchronous: fault injection is a staging
+/// tool, not part of the step).
+pub trait FaultMemory<T> {
+    /// Replaces element `at` with `corrupt` of it; `None` (nothing changed) when `at` is outside
+    /// the memory or a device copy failed.
+    fn modify(&mut self, at: usize, corrupt: &dyn Fn(T) -> T) -> Option<()>;
+}
+
+impl<T: Copy> FaultMemory<T> for [T] {
+    fn modify(&mut self, at: usize, corrupt: &dyn Fn(T) -> T) -> Option<()> {
+        let cell = self.get_mut(at)?;
+        *cell = corrupt(*cell);
+        Some(())
+    }
+}
+
+impl<T: Copy> FaultMemory<T> for Vec<T> {
+    fn modify(&mut self, at: usize, corrupt: &dyn Fn(T) -> T) -> Option<()> {
+        self.as_mut_slice().modify(at, corrupt)
+    }
+}
+
 /// One kind of perturbation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Fault {
@@ -124,10 +149,11 @@ impl FaultInjector {
     }
 
     /// [`Fault::TableCell`]: when it fires, `cells[eligible[k]]` (an active cell the step does
-    /// not write) becomes one of `others` (another request's slots or blocks).
-    pub fn table_cell<T: Copy + Into<i64>>(
+    /// not write) becomes one of `others` (another request's slots or blocks). `cells` is host
+    /// or device memory ([`FaultMemory`]).
+    pub fn table_cell<T: Copy + Into<i64>, M: FaultMemory<T> + ?Sized>(
         &mut self,
-        cells: &mut [T],
+        cells: &mut M,
         eligible: &[usize],
         others: &[T],
     ) -> Option<Injected> {
@@ -138,17 +164,16 @@ impl FaultInjector {
             eligible[self.below(eligible.len())],
             others[self.below(others.len())],
         );
-        let cell = cells.get_mut(at)?;
-        *cell = with;
+        cells.modify(at, &|_| with)?;
         self.record(Fault::TableCell, with.into())
     }
 
     /// The byte-flip hooks: when `fault` fires, the byte at `byte_of(slot)` of `kv` (byte 0 of
     /// a chosen slot of `slots`) is XORed with 0xFF.
-    fn flip(
+    fn flip<M: FaultMemory<u8> + ?Sized>(
         &mut self,
         fault: Fault,
-        kv: &mut [u8],
+        kv: &mut M,
         slots: &[i64],
         byte_of: impl Fn(i64) -> Option<usize>,
     ) -> Option<Injected> {
@@ -157,15 +182,16 @@ impl FaultInjector {
             return None;
         }
         let slot = live[self.below(live.len())];
-        *kv.get_mut(byte_of(slot)?)? ^= 0xFF;
+        kv.modify(byte_of(slot)?, &|b| b ^ 0xFF)?;
         self.record(fault, slot)
     }
 
     /// [`Fault::LiveKv`] over the step's live slots (those it reads), before the forward pass;
-    /// `byte_of` gives a slot's first KV byte (`RealKvSource::first_byte`).
-    pub fn live_kv(
+    /// `byte_of` gives a slot's first KV byte (`RealKvSource::first_byte`); `kv` is host or
+    /// device memory ([`FaultMemory`]).
+    pub fn live_kv<M: FaultMemory<u8> + ?Sized>(
         &mut self,
-        kv: &mut [u8],
+        kv: &mut M,
         live: &[i64],
         byte_of: impl Fn(i64) -> Option<usize>,
     ) -> Option<Injected> {
@@ -173,9 +199,9 @@ impl FaultInjector {
     }
 
     /// [`Fault::IdleKv`] over idle cached slots (no running request reads them).
-    pub fn idle_kv(
+    pub fn idle_kv<M: FaultMemory<u8> + ?Sized>(
         &mut self,
-        kv: &mut [u8],
+        kv: &mut M,
         idle: &[i64],
         byte_of: impl Fn(i64) -> Option<usize>,
     ) -> Option<Injected> {
@@ -184,9 +210,9 @@ impl FaultInjector {
 
     /// [`Fault::AfterStamp`] over this step's written slots (its slot mapping), after the tail
     /// verify stamped them.
-    pub fn after_stamp(
+    pub fn after_stamp<M: FaultMemory<u8> + ?Sized>(
         &mut self,
-        kv: &mut [u8],
+        kv: &mut M,
         written: &[i64],
         byte_of: impl Fn(i64) -> Option<usize>,
     ) -> Option<Injected> {

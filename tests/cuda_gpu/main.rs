@@ -14,6 +14,8 @@
 
 mod block_tables;
 mod canary;
+#[cfg(feature = "faults")]
+mod faults;
 mod graph;
 mod hostile;
 mod moves;
@@ -195,6 +197,13 @@ const TESTS: &[(&str, TestFn)] = &[
     (
         "typed_write_inputs_match_cpu",
         typed_inputs::typed_write_inputs_match_cpu,
+    ),
+    #[cfg(feature = "faults")]
+    ("device_faults_match_host", faults::device_faults_match_host),
+    #[cfg(feature = "faults")]
+    (
+        "device_live_kv_flip_detected",
+        faults::device_live_kv_flip_detected,
     ),
     ("racecheck_probe_named_barrier", probe::named_barrier),
 ];

@@ -21,25 +21,25 @@ part() { # name seconds log cmd...
 say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
 R=.device-run
 export KV_CANARY_GOLDEN_DIR="$PWD/$R/golden"
-# 1. the candle engine on the GPU (never run before)
-part "candle bench" 200 "$OUT/candle.log" .device-candle/run.sh
-part "candle bug slot-off-by-one" 45 "$OUT/candle.log" .device-candle/run.sh --bug slot-off-by-one
-part "candle bug live-kv-flip" 45 "$OUT/candle.log" .device-candle/run.sh --bug live-kv-flip
-# 2. whole-step rows per KV layout
-for L in strip vllm hnd; do
-  mkdir -p "$scratch/ws-$L"
-  part "wholestep $L" 60 "$OUT/wholestep.log" $R/wholestep --quick --kv-layout $L --filter "decode bs" --out "$scratch/ws-$L"
-done
-# 3. write kernels: base (named barrier) vs new, alternating
-for i in 1 2; do
-  part "write base #$i" 30 "$OUT/write_ab.log" .device-base/cuda_bench_base --only write --reps 50 --out "$scratch/wb$i"
-  part "write new #$i" 30 "$OUT/write_ab.log" $R/cuda_bench --only write --reps 50 --out "$scratch/wn$i"
-done
-# 4. GPU tests (quick), golden, conformance
+# 1. GPU tests (quick), golden, conformance
 export KV_CANARY_GPU_QUICK=1
 part "gpu tests (quick)" 90 "$OUT/tests.log" $R/cuda_gpu
 part "golden gpu" 40 "$OUT/tests.log" $R/golden_gpu
 part "conformance cuda" 40 "$OUT/tests.log" $R/conformance $R/golden --backend cuda
+# 2. the candle engine on the GPU (never run before)
+part "candle bench" 200 "$OUT/candle.log" .device-candle/run.sh
+part "candle bug slot-off-by-one" 45 "$OUT/candle.log" .device-candle/run.sh --bug slot-off-by-one
+part "candle bug live-kv-flip" 45 "$OUT/candle.log" .device-candle/run.sh --bug live-kv-flip
+# 3. whole-step rows per KV layout
+for L in strip vllm hnd; do
+  mkdir -p "$scratch/ws-$L"
+  part "wholestep $L" 60 "$OUT/wholestep.log" $R/wholestep --quick --kv-layout $L --filter "decode bs" --out "$scratch/ws-$L"
+done
+# 4. write kernels: base (named barrier) vs new, alternating
+for i in 1 2; do
+  part "write base #$i" 30 "$OUT/write_ab.log" .device-base/cuda_bench_base --only write --reps 50 --out "$scratch/wb$i"
+  part "write new #$i" 30 "$OUT/write_ab.log" $R/cuda_bench --only write --reps 50 --out "$scratch/wn$i"
+done
 # 5. sanitizers (quick): racecheck first (issue 35), then memcheck
 for tool in racecheck memcheck; do
   part "sanitizer $tool" 200 "$OUT/sanitizer.log" env KV_CANARY_UNDER_SANITIZER=1 compute-sanitizer --tool $tool --error-exitcode 97 --print-limit 20 $R/cuda_gpu
