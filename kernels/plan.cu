@@ -121,7 +121,8 @@ struct PlanArgs {
     i64 table_tokens;    // tokens a row places: table_width * block (< 2^31, host check)
     i64 table_unsigned;  // 1: u32 cells (zero-extended), 0: i32 cells
     i64 layout;          // 0: SGLang's columns; 1: context_lens + query lengths; 2: + starts
-    i64 kinds;           // column k's element type in byte k (0 i64, 1 i32, 2 u32); byte 3: valid_lens'
+    i64 kinds;           // column k's element type in byte k (0 i64, 1 i32, 2 u32); byte 3: valid_lens';
+                         // byte 4: the expected-token pool's cells (1 i32, 2 u32; 0 no pool)
 };
 
 // Batch layouts (PlanArgs::layout).
@@ -133,6 +134,13 @@ __device__ __forceinline__ i64 load_col(const i64* p, i64 kind, i64 r) { return 
 // Row r's valid length (its element kind in byte 3 of `kinds`).
 __device__ __forceinline__ i64 valid_len(const PlanArgs& a, i64 r) {
     return load_index(a.valid_lens, (a.kinds >> 24) & 0xff, r);
+}
+
+// The expected token in pool cell `at`: an i32 cell sign-extended, a u32 cell (byte 4 of `kinds`)
+// zero-extended, as the CPU widens either.
+__device__ __forceinline__ i64 pool_token(const PlanArgs& a, i64 at) {
+    const i32 bits = __ldg(a.pool + at);
+    return ((a.kinds >> 32) & 0xff) == 2 ? static_cast<i64>(static_cast<u32>(bits)) : static_cast<i64>(bits);
 }
 
 // x - y saturated to [INT64_MIN, INT64_MAX] (the CPU's `saturating_sub`).
@@ -456,7 +464,7 @@ template <int U>
 struct Lanes {
     i32 x[U];    // table value at the entry's position
     i32 xp[U];   // table value at position - 1 (heads with position > 0)
-    i32 tok[U];  // expected token (-1: none)
+    i64 tok[U];  // expected token (-1: none)
     i32 pos[U];
     bool ok[U];     // f < c1
     bool first[U];  // the row's first entry (its predecessor is the window's head read)
@@ -489,7 +497,7 @@ __device__ __forceinline__ void load_lanes(const PlanArgs& a, const Smem& sm, Cu
             if (bad_block(a, L.x[k])) record_status(a.status, ST_BLOCK_RANGE, c.r, pos, L.x[k], a.block);
             if (L.first[k] && pos > 0 && bad_block(a, L.xp[k]))
                 record_status(a.status, ST_BLOCK_RANGE, c.r, pos - 1, L.xp[k], a.block);
-            if (HAS_POOL && idx < c.lim) L.tok[k] = __ldg(a.pool + c.rp * a.pool_width + pos + a.offset);
+            if (HAS_POOL && idx < c.lim) L.tok[k] = pool_token(a, c.rp * a.pool_width + pos + a.offset);
         }
     }
 }

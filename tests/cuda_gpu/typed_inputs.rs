@@ -1,8 +1,9 @@
 //! The engine's per-token write inputs in their own element types on the GPU (issue 32):
 //! `input_ids`, `positions` and `out_cache_loc` each `i64`, `i32` or `u32` (mistral.rs: `u32`
 //! token ids, `i64` positions and slot mapping), viewed in place by `WriteInputs::from_buffers`
-//! and read by the write kernel in their types. Every launch leaves the canary, the ring and
-//! the counters as the CPU's write over the same values leaves them.
+//! and read by the write kernel in their types, and the input assert's expected tokens and
+//! positions in the ids' and positions' types (`Borrowed::with_expected`). Every launch leaves
+//! the canary, the ring and the counters as the CPU's write over the same values leaves them.
 
 use crate::canary::{
     all_rows, random_write_case, run_write, same_state, KvSetup, State, WriteCase,
@@ -11,8 +12,8 @@ use crate::rng::Rng;
 use crate::{ensure, fail, scaled};
 use cust::memory::{DeviceBuffer, DeviceCopy};
 use kv_canary::backend::Cpu;
-use kv_canary::cuda::{self, DeviceIndex, DeviceSettings, Gpu, Stream};
-use kv_canary::{Error, IndexElement, UncheckedCapacity, UncheckedShape, WriteInputs};
+use kv_canary::cuda::{self, DeviceIndex, DeviceInputAssert, DeviceSettings, Gpu, Stream};
+use kv_canary::{Device, Error, IndexElement, UncheckedCapacity, UncheckedShape, WriteInputs};
 
 /// An element type an engine keeps an index array in: what storing an `i64` there keeps.
 trait Stored: DeviceIndex + DeviceCopy {
@@ -78,6 +79,30 @@ fn gpu_write<T: Stored, P: Stored, L: Stored>(
     let loc = DeviceBuffer::from_slice(&stored::<L>(&c.slots)).map_err(fail("slots"))?;
     let inputs =
         WriteInputs::from_buffers(gpu, e, &ids, &pos, &loc).map_err(fail("inputs view"))?;
+    match &c.expected {
+        None => launch(gpu, stream, c, &inputs, &shape, st),
+        Some((t, p)) => {
+            // The expected tensors in the engine's types too: tokens as its ids, positions as
+            // its positions.
+            let et = DeviceBuffer::from_slice(&stored::<T>(t)).map_err(fail("expected ids"))?;
+            let ep = DeviceBuffer::from_slice(&stored::<P>(p)).map_err(fail("expected pos"))?;
+            let asserted = inputs
+                .with_expected(gpu, &et, &ep)
+                .map_err(fail("expected view"))?;
+            launch(gpu, stream, c, &asserted, &shape, st)
+        }
+    }
+}
+
+/// The case's write launch over device `inputs` (either input-assert state).
+fn launch<A: DeviceInputAssert>(
+    gpu: &Gpu,
+    stream: &Stream,
+    c: &WriteCase,
+    inputs: &WriteInputs<UncheckedCapacity, A, Device>,
+    shape: &UncheckedShape,
+    st: &mut State,
+) -> Result<Result<(), Error>, String> {
     let plan = c.plan.to_device(gpu).map_err(fail("plan"))?;
     let (dc, dr, dn) = (
         st.buf.to_device(gpu).map_err(fail("canary"))?,
@@ -86,7 +111,7 @@ fn gpu_write<T: Stored, P: Stored, L: Stored>(
     );
     let settings = DeviceSettings::new(c.tag).with_chain_position_assert(c.chain);
     stream.clear_status().map_err(fail("clear"))?;
-    let outcome = cuda::write(stream, &shape, &plan, &inputs, &settings, &dc, &dr, &dn)
+    let outcome = cuda::write(stream, shape, &plan, inputs, &settings, &dc, &dr, &dn)
         .and_then(|()| stream.status());
     stream.clear_status().map_err(fail("clear"))?;
     st.buf = dc.to_host().map_err(fail("canary"))?;
@@ -104,14 +129,24 @@ fn one<T: Stored, P: Stored, L: Stored>(
 ) -> Result<i64, String> {
     let mut rng = Rng::new(0x7E9D_0000 + seed);
     let mut c = random_write_case(&mut rng, seed.is_multiple_of(8));
-    c.expected = None; // the expected tensors are the crate's own `i64`s
     c.kv = KvSetup::none();
     narrow::<T, P, L>(&mut c);
+    if let Some((t, p)) = &mut c.expected {
+        // What the engine's expected arrays (of its ids' and positions' types) hold.
+        *t = stored::<T>(t).into_iter().map(Stored::load).collect();
+        *p = stored::<P>(p).into_iter().map(Stored::load).collect();
+    }
     let label = format!(
-        "typed write seed {seed} (input_ids {}, positions {}, out_cache_loc {})",
+        "typed write seed {seed} (input_ids {}, positions {}, out_cache_loc {}, expected \
+         tensors {})",
         <T as IndexElement>::NAME,
         <P as IndexElement>::NAME,
-        <L as IndexElement>::NAME
+        <L as IndexElement>::NAME,
+        if c.expected.is_some() {
+            "viewed"
+        } else {
+            "none"
+        }
     );
     let (mut cs, mut gs) = (c.state.clone(), c.state.clone());
     let cpu = run_write(&c, &Cpu, &mut cs);

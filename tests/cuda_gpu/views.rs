@@ -399,7 +399,7 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     let stream = Stream::new(gpu).map_err(fail("stream"))?;
     let unchecked = |what, n: usize| kv_canary::UncheckedCapacity::new(what, n).map_err(fail(what));
     let cases = crate::scaled(600);
-    let (mut compared, mut errors, mut swa, mut pools) = (0, 0, 0, 0);
+    let (mut compared, mut errors, mut swa, mut pools, mut u32_pools) = (0, 0, 0, 0, 0);
     let mut lens_kinds = [0usize; 3];
     for seed in 0..cases {
         let mut rng = Rng::new(0x71E3_0000 + seed);
@@ -415,7 +415,39 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             continue;
         }
         let (mut cv, mut cw) = (case.verify.clone(), case.write.clone());
-        let cpu = run(&case, &Cpu, &mut cv, &mut cw, 0);
+        let mut cpu = run(&case, &Cpu, &mut cv, &mut cw, 0);
+        // Every other pool of a FULL case in the engine's `u32` token ids (mistral.rs' token
+        // table), a quarter of them at 2^31 or more: both backends zero-extend them.
+        let u32_pool = (case.pool.as_ref())
+            .filter(|_| case.lut.is_none() && seed % 2 == 1)
+            .map(|(t, _)| {
+                let cells: Vec<u32> = (t.as_slice().iter())
+                    .map(|&c| {
+                        if rng.chance(25) {
+                            c as u32 | 0x8000_0000
+                        } else {
+                            c as u32
+                        }
+                    })
+                    .collect();
+                cells
+            });
+        if let (Some(cells), Some((t, l))) = (&u32_pool, &case.pool) {
+            let view = kv_canary::ExpectedTokenTableView::new(t.rows(), t.width(), cells)
+                .map_err(fail("u32 pool view"))?;
+            let inputs = kv_canary::PlanInputs::full(&case.batch, &case.table)
+                .with_offset(case.offset)
+                .with_expected(view.with_valid_lens(l));
+            let shape = kv_canary::UncheckedShape::from_capacities(
+                case.verify.capacity(),
+                wcap,
+                unchecked("e", 1)?,
+            );
+            (cv, cw) = (case.verify.clone(), case.write.clone());
+            cpu = kv_canary::backend::PlanWith::plan(&Cpu, &shape, &inputs, &mut cv, &mut cw)
+                .map(drop);
+            u32_pools += 1;
+        }
         // The engine's memory (columns of the capacity, or of bs when it is larger: the device
         // then reports bs above the capacity from the engine's own bs).
         let e_cols = [
@@ -458,6 +490,9 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             .as_ref()
             .map(|(t, _)| engine_table(t))
             .transpose()?;
+        let e_pool_u32 = (u32_pool.as_deref())
+            .map(|c| DeviceBuffer::from_slice(c).map_err(|e| format!("engine: {e}")))
+            .transpose()?;
         let gpu_result = {
             let (rows, width) = (case.table.rows(), case.table.width());
             let dtable = cuda::DeviceTable::from_buffer(gpu, &e_table, rows, width)
@@ -471,9 +506,12 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             };
             let pool = match (&case.pool, &e_pool, &e_lens) {
                 (Some((table, _)), Some(e_pool), Some((lens, count))) => {
-                    let dpool =
-                        cuda::DeviceTable::from_buffer(gpu, e_pool, table.rows(), table.width())
-                            .map_err(fail("pool view"))?;
+                    let (rows, width) = (table.rows(), table.width());
+                    let dpool = match &e_pool_u32 {
+                        Some(cells) => cuda::DeviceTable::from_buffer(gpu, cells, rows, width),
+                        None => cuda::DeviceTable::from_buffer(gpu, e_pool, rows, width),
+                    }
+                    .map_err(fail("pool view"))?;
                     let dlens = lens.view(gpu, wcap, count)?;
                     Some(((), dpool, dlens))
                 }
@@ -542,12 +580,17 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     }
     println!(
         "    {compared} random plan cases over engine views equal to the CPU ({errors} errors, \
-         {swa} with an SWA LUT view, {pools} with expected-pool and valid-length views; valid \
-         lengths i64 / i32 / u32: {lens_kinds:?})"
+         {swa} with an SWA LUT view, {pools} with expected-pool and valid-length views, \
+         {u32_pools} of them u32 token ids; valid lengths i64 / i32 / u32: {lens_kinds:?})"
     );
     ensure!(
-        compared > cases / 2 && swa > 0 && pools > 0 && lens_kinds[1] + lens_kinds[2] > 0,
-        "weak coverage: {compared} compared, {swa} SWA, {pools} pools, lens kinds {lens_kinds:?}"
+        compared > cases / 2
+            && swa > 0
+            && pools > 0
+            && u32_pools > 0
+            && lens_kinds[1] + lens_kinds[2] > 0,
+        "weak coverage: {compared} compared, {swa} SWA, {pools} pools ({u32_pools} u32), lens \
+         kinds {lens_kinds:?}"
     );
     Ok(())
 }

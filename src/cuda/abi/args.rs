@@ -156,7 +156,8 @@ kernel_args! {
         /// offsets (the first two column fields hold them; the table is indexed by batch row).
         layout: i64,
         /// The columns' element types, a byte each (column k at bits 8k): 0 `i64`, 1 `i32`,
-        /// 2 `u32`.
+        /// 2 `u32`; byte 3 the valid lengths', byte 4 the expected-token pool's cells (1 `i32`,
+        /// 2 `u32`, 0 no pool).
         kinds: i64,
     }
 }

@@ -66,6 +66,22 @@ impl<T> Borrowed<'_, T> {
     }
 }
 
+impl<'a, T> Borrowed<'a, T> {
+    /// A view made from this one's value by `derive` (more views of memory borrowed for `'a`
+    /// in the same context), fenced as this one: dropping either synchronises the context.
+    pub(crate) fn derive<U>(
+        &self,
+        derive: impl FnOnce(&T) -> Result<U, Error>,
+    ) -> Result<Borrowed<'a, U>, Error> {
+        self.fence.make_current()?;
+        Ok(Borrowed {
+            value: derive(&self.value)?,
+            fence: self.fence.clone(),
+            memory: PhantomData,
+        })
+    }
+}
+
 impl<'a, T: Rebind> Borrowed<'a, T> {
     /// The same view with capacity `capacity`, over the same borrowed memory: for the steps
     /// after a reshape changed the capacity of the canary's shape (the old view's capacity no
@@ -127,6 +143,23 @@ impl<T> Shared<T> {
             fence,
             buffers,
         }
+    }
+}
+
+impl<T> Shared<T> {
+    /// A view made from this one's value by `derive` (more views, of `more`, in the same
+    /// context), keeping this one's buffers and `more` alive, fenced as this one.
+    pub(crate) fn derive<U>(
+        &self,
+        more: Vec<Arc<dyn Send + Sync>>,
+        derive: impl FnOnce(&T) -> Result<U, Error>,
+    ) -> Result<Shared<U>, Error> {
+        self.fence.make_current()?;
+        Ok(Shared {
+            value: derive(&self.value)?,
+            fence: self.fence.clone(),
+            buffers: self.buffers.iter().cloned().chain(more).collect(),
+        })
     }
 }
 

@@ -17,7 +17,7 @@ use super::plan_inputs::{
 use super::write_inputs::RawWriteInputs;
 use crate::capacity::Capacity;
 use crate::cuda::driver::array::ViewableSlice;
-use crate::input::{InputAssertOff, QueryLens, QueryStarts, TableKind, WriteInputs};
+use crate::input::{InputAssertOff, InputAssertOn, QueryLens, QueryStarts, TableKind, WriteInputs};
 use crate::memory::{Device, Element};
 use crate::Error;
 use std::sync::Arc;
@@ -60,23 +60,24 @@ impl<K: TableKind> DeviceTable<K> {
     ///
     /// `cells` stays allocated while the returned table, or any launch or graph that read it,
     /// can run.
-    unsafe fn over<B: ViewableSlice<i32> + ?Sized>(
+    unsafe fn over<T: DeviceTableCell, B: ViewableSlice<T> + ?Sized>(
         gpu: &Gpu,
         cells: &B,
         rows: usize,
         width: usize,
     ) -> Result<Self, Error> {
         let addr = addr_of(K::NAME, cells, rows.saturating_mul(width))?;
-        // SAFETY: `cells` is a live device allocation of at least `rows x width` elements
-        // (checked); the caller keeps it allocated as long as the table can be read.
-        unsafe { Self::from_raw(gpu, addr, rows, width) }
+        // SAFETY: `cells` is a live device allocation of at least `rows x width` elements of
+        // `T` (checked); the caller keeps it allocated as long as the table can be read.
+        unsafe { Self::from_raw_of::<T>(gpu, addr, rows, width) }
     }
 
-    /// A view of a device buffer holding at least `rows x width` `i32` cells (row-major),
-    /// checked as [`from_raw`](Self::from_raw); a shorter buffer is [`Error::LengthMismatch`].
-    /// The buffer is allocated in `gpu`'s context (or one its device can access). Dropping the
-    /// view synchronises the context: make it once and keep it.
-    pub fn from_buffer<'a, B: ViewableSlice<i32> + ?Sized>(
+    /// A view of a device buffer holding at least `rows x width` cells of `T` (`i32`, or
+    /// `u32`: zero-extended, as on the CPU), row-major, checked as
+    /// [`from_raw`](Self::from_raw); a shorter buffer is [`Error::LengthMismatch`]. The buffer
+    /// is allocated in `gpu`'s context (or one its device can access). Dropping the view
+    /// synchronises the context: make it once and keep it.
+    pub fn from_buffer<'a, T: DeviceTableCell, B: ViewableSlice<T> + ?Sized>(
         gpu: &Gpu,
         cells: &'a B,
         rows: usize,
@@ -84,24 +85,25 @@ impl<K: TableKind> DeviceTable<K> {
     ) -> Result<Borrowed<'a, Self>, Error> {
         // SAFETY: `cells` is borrowed for 'a, which the view cannot outlive, and the view's
         // drop waits for every launch that read it.
-        let table = unsafe { Self::over(gpu, cells, rows, width)? };
+        let table = unsafe { Self::over::<T, B>(gpu, cells, rows, width)? };
         Ok(Borrowed::new(table, Fence::Gpu(gpu.clone())))
     }
 
     /// [`from_buffer`](Self::from_buffer) over a buffer the view keeps alive (an engine's
     /// struct or a stored graph's inputs hold the view).
-    pub fn from_shared<B>(
+    pub fn from_shared<T, B>(
         gpu: &Gpu,
         cells: Arc<B>,
         rows: usize,
         width: usize,
     ) -> Result<Shared<Self>, Error>
     where
-        B: ViewableSlice<i32> + Send + Sync + 'static,
+        T: DeviceTableCell,
+        B: ViewableSlice<T> + Send + Sync + 'static,
     {
         // SAFETY: the view keeps `cells` alive, and its drop waits for every launch that read
         // it before releasing it.
-        let table = unsafe { Self::over(gpu, &*cells, rows, width)? };
+        let table = unsafe { Self::over::<T, B>(gpu, &*cells, rows, width)? };
         Ok(shared_view(gpu, table, [cells], None::<Arc<B>>))
     }
 }
@@ -468,4 +470,83 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
         let kept: Vec<Arc<dyn Send + Sync>> = vec![input_ids, positions, out_cache_loc];
         Ok(Shared::new(inputs, Fence::Gpu(gpu.clone()), kept))
     }
+}
+
+impl<'a, E: Capacity> Borrowed<'a, WriteInputs<E, InputAssertOff, Device>> {
+    /// The same write inputs with the input assert on (the host's
+    /// [`WriteInputsView::with_expected`](crate::WriteInputsView::with_expected)): views of
+    /// two more device buffers of at least the capacity's elements, the tokens the engine
+    /// expects at each write entry (`T`: `i64`, `i32` or `u32`) and their positions (`P`),
+    /// checked as [`WriteInputs::from_raw_asserted`]. A token or position that differs is a
+    /// write violation (`INPUT_ASSERT`, recorded by the write launch).
+    pub fn with_expected<T, P, BT, BP>(
+        &self,
+        gpu: &Gpu,
+        expected_tokens: &'a BT,
+        expected_positions: &'a BP,
+    ) -> Result<Borrowed<'a, WriteInputs<E, InputAssertOn, Device>>, Error>
+    where
+        T: DeviceIndex,
+        P: DeviceIndex,
+        BT: ViewableSlice<T> + ?Sized,
+        BP: ViewableSlice<P> + ?Sized,
+    {
+        self.derive(|inputs| {
+            // SAFETY: both buffers are borrowed for 'a, as the inputs' memory, and the derived
+            // view's drop waits for every launch that read them.
+            unsafe { asserted_over(gpu, inputs, expected_tokens, expected_positions) }
+        })
+    }
+}
+
+impl<E: Capacity> Shared<WriteInputs<E, InputAssertOff, Device>> {
+    /// [`Borrowed::with_expected`] over buffers the view keeps alive (with the inputs' own).
+    pub fn with_expected<T, P, BT, BP>(
+        &self,
+        gpu: &Gpu,
+        expected_tokens: Arc<BT>,
+        expected_positions: Arc<BP>,
+    ) -> Result<Shared<WriteInputs<E, InputAssertOn, Device>>, Error>
+    where
+        T: DeviceIndex,
+        P: DeviceIndex,
+        BT: ViewableSlice<T> + Send + Sync + 'static,
+        BP: ViewableSlice<P> + Send + Sync + 'static,
+    {
+        let more: Vec<Arc<dyn Send + Sync>> =
+            vec![expected_tokens.clone(), expected_positions.clone()];
+        self.derive(more, |inputs| {
+            // SAFETY: the derived view keeps both buffers alive, and its drop waits for every
+            // launch that read them before releasing them.
+            unsafe { asserted_over(gpu, inputs, &*expected_tokens, &*expected_positions) }
+        })
+    }
+}
+
+/// `inputs` with the input assert on over two device buffers (lengths checked).
+///
+/// # Safety
+///
+/// Both buffers stay allocated while the returned inputs, or any launch or graph that read
+/// them, can run.
+unsafe fn asserted_over<E, T, P, BT, BP>(
+    gpu: &Gpu,
+    inputs: &WriteInputs<E, InputAssertOff, Device>,
+    expected_tokens: &BT,
+    expected_positions: &BP,
+) -> Result<WriteInputs<E, InputAssertOn, Device>, Error>
+where
+    E: Capacity,
+    T: DeviceIndex,
+    P: DeviceIndex,
+    BT: ViewableSlice<T> + ?Sized,
+    BP: ViewableSlice<P> + ?Sized,
+{
+    let n = inputs.capacity().get();
+    let tokens = addr_of("expected input_ids", expected_tokens, n)?;
+    let positions = addr_of("expected positions", expected_positions, n)?;
+    let rooms = [expected_tokens.len(), expected_positions.len()];
+    // SAFETY: both are live device allocations of at least `n` elements of their types
+    // (checked), kept by the caller.
+    unsafe { inputs.asserted_of::<T, P>(gpu, tokens, positions, Some(rooms)) }
 }

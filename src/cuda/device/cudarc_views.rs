@@ -22,7 +22,7 @@ use super::plan_inputs::{
 use super::settings::DeviceRealKvSource;
 use super::write_inputs::RawWriteInputs;
 use crate::capacity::Capacity;
-use crate::input::{InputAssertOff, QueryLens, QueryStarts, TableKind, WriteInputs};
+use crate::input::{InputAssertOff, InputAssertOn, QueryLens, QueryStarts, TableKind, WriteInputs};
 use crate::memory::Device;
 use crate::real_kv::{RealKvParams, RowLayout};
 use crate::Error;
@@ -61,7 +61,7 @@ impl<K: TableKind> DeviceTable<K> {
     /// # Safety
     ///
     /// `cells` stays allocated while the table, or any launch or graph that read it, can run.
-    unsafe fn over_cudarc<S: DevicePtr<i32>>(
+    unsafe fn over_cudarc<T: DeviceTableCell, S: DevicePtr<T>>(
         gpu: &Gpu,
         cells: &S,
         rows: usize,
@@ -69,15 +69,16 @@ impl<K: TableKind> DeviceTable<K> {
     ) -> Result<(Self, Arc<CudaContext>), Error> {
         let (addr, len, context) = parts(cells);
         at_least(K::NAME, len, rows.saturating_mul(width))?;
-        // SAFETY: `cells` is a live cudarc allocation of `len >= rows x width` elements, which
-        // the caller keeps allocated while the table can be read.
-        let table = unsafe { Self::from_raw(gpu, addr, rows, width)? };
+        // SAFETY: `cells` is a live cudarc allocation of `len >= rows x width` elements of
+        // `T`, which the caller keeps allocated while the table can be read.
+        let table = unsafe { Self::from_raw_of::<T>(gpu, addr, rows, width)? };
         Ok((table, context))
     }
 
-    /// A view of a cudarc slice holding at least `rows x width` `i32` cells (row-major),
-    /// checked as [`from_raw`](Self::from_raw); a shorter slice is [`Error::LengthMismatch`].
-    pub fn from_cudarc<'a, S: DevicePtr<i32>>(
+    /// A view of a cudarc slice holding at least `rows x width` cells of `T` (`i32`, or `u32`
+    /// as mistral.rs keeps token ids: zero-extended, as on the CPU), row-major, checked as
+    /// [`from_raw`](Self::from_raw); a shorter slice is [`Error::LengthMismatch`].
+    pub fn from_cudarc<'a, T: DeviceTableCell, S: DevicePtr<T>>(
         gpu: &Gpu,
         cells: &'a S,
         rows: usize,
@@ -85,25 +86,26 @@ impl<K: TableKind> DeviceTable<K> {
     ) -> Result<Borrowed<'a, Self>, Error> {
         // SAFETY: `cells` is borrowed for 'a, which the returned view cannot outlive, and the
         // view's drop waits for every launch that read it.
-        let (table, context) = unsafe { Self::over_cudarc(gpu, cells, rows, width)? };
+        let (table, context) = unsafe { Self::over_cudarc::<T, S>(gpu, cells, rows, width)? };
         Ok(Borrowed::new(table, Fence::Cudarc(context)))
     }
 
     /// [`from_cudarc`](Self::from_cudarc) over a slice the view keeps alive (an `Arc` of a
     /// cudarc `CudaSlice`): the view borrows nothing, so an engine's struct or a stored
     /// graph's inputs hold it.
-    pub fn from_cudarc_shared<S>(
+    pub fn from_cudarc_shared<T, S>(
         gpu: &Gpu,
         cells: Arc<S>,
         rows: usize,
         width: usize,
     ) -> Result<Shared<Self>, Error>
     where
-        S: DevicePtr<i32> + Send + Sync + 'static,
+        T: DeviceTableCell,
+        S: DevicePtr<T> + Send + Sync + 'static,
     {
         // SAFETY: the view keeps `cells` alive, and its drop waits for every launch that read
         // it before releasing it.
-        let (table, context) = unsafe { Self::over_cudarc(gpu, &*cells, rows, width)? };
+        let (table, context) = unsafe { Self::over_cudarc::<T, S>(gpu, &*cells, rows, width)? };
         Ok(shared(table, context, [kept(&cells)]))
     }
 }
@@ -638,6 +640,85 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
         let slices = [kept(&input_ids), kept(&positions), kept(&out_cache_loc)];
         Ok(shared(inputs, context, slices))
     }
+}
+
+impl<'a, E: Capacity> Borrowed<'a, WriteInputs<E, InputAssertOff, Device>> {
+    /// The same write inputs with the input assert on (the host's
+    /// [`WriteInputsView::with_expected`](crate::WriteInputsView::with_expected)): views of
+    /// two more cudarc slices of at least the capacity's elements, the tokens the engine
+    /// expects at each write entry (`T`: `i64`, `i32` or `u32`) and their positions (`P`), in
+    /// the inputs' context, checked as [`WriteInputs::from_raw_asserted`]. A token or position
+    /// that differs is a write violation (`INPUT_ASSERT`, recorded by the write launch).
+    pub fn with_expected_cudarc<T, P, ST, SP>(
+        &self,
+        gpu: &Gpu,
+        expected_tokens: &'a ST,
+        expected_positions: &'a SP,
+    ) -> Result<Borrowed<'a, WriteInputs<E, InputAssertOn, Device>>, Error>
+    where
+        T: DeviceIndex,
+        P: DeviceIndex,
+        ST: DevicePtr<T>,
+        SP: DevicePtr<P>,
+    {
+        self.derive(|inputs| {
+            // SAFETY: both slices are borrowed for 'a, as the inputs' memory, and the derived
+            // view's drop waits for every launch that read them.
+            unsafe { asserted_over_cudarc(gpu, inputs, expected_tokens, expected_positions) }
+        })
+    }
+}
+
+impl<E: Capacity> Shared<WriteInputs<E, InputAssertOff, Device>> {
+    /// [`Borrowed::with_expected_cudarc`] over slices the view keeps alive (with the inputs'
+    /// own).
+    pub fn with_expected_cudarc<T, P, ST, SP>(
+        &self,
+        gpu: &Gpu,
+        expected_tokens: Arc<ST>,
+        expected_positions: Arc<SP>,
+    ) -> Result<Shared<WriteInputs<E, InputAssertOn, Device>>, Error>
+    where
+        T: DeviceIndex,
+        P: DeviceIndex,
+        ST: DevicePtr<T> + Send + Sync + 'static,
+        SP: DevicePtr<P> + Send + Sync + 'static,
+    {
+        let more = vec![kept(&expected_tokens), kept(&expected_positions)];
+        self.derive(more, |inputs| {
+            // SAFETY: the derived view keeps both slices alive, and its drop waits for every
+            // launch that read them before releasing them.
+            unsafe { asserted_over_cudarc(gpu, inputs, &*expected_tokens, &*expected_positions) }
+        })
+    }
+}
+
+/// `inputs` with the input assert on over two cudarc slices (lengths checked).
+///
+/// # Safety
+///
+/// Both slices stay allocated while the returned inputs, or any launch or graph that read
+/// them, can run.
+unsafe fn asserted_over_cudarc<E, T, P, ST, SP>(
+    gpu: &Gpu,
+    inputs: &WriteInputs<E, InputAssertOff, Device>,
+    expected_tokens: &ST,
+    expected_positions: &SP,
+) -> Result<WriteInputs<E, InputAssertOn, Device>, Error>
+where
+    E: Capacity,
+    T: DeviceIndex,
+    P: DeviceIndex,
+    ST: DevicePtr<T>,
+    SP: DevicePtr<P>,
+{
+    let n = inputs.capacity().get();
+    let [tokens] = addrs_of([expected_tokens], ["expected input_ids"], n)?;
+    let [positions] = addrs_of([expected_positions], ["expected positions"], n)?;
+    let rooms = [parts(expected_tokens).1, parts(expected_positions).1];
+    // SAFETY: both are live cudarc allocations of at least `n` elements of their types
+    // (checked), kept by the caller.
+    unsafe { inputs.asserted_of::<T, P>(gpu, tokens, positions, Some(rooms)) }
 }
 
 /// A real-KV source over cudarc bytes, borrowed for `'a` ([`new`](Self::new)) or kept alive

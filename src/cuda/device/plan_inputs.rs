@@ -471,15 +471,32 @@ impl<K: TableKind> DeviceTable<K> {
     /// while this table, or any launch or graph that read it, can run; the engine writes it
     /// only in stream order with those launches.
     pub unsafe fn from_raw(gpu: &Gpu, addr: u64, rows: usize, width: usize) -> Result<Self, Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe { Self::from_raw_of::<i32>(gpu, addr, rows, width) }
+    }
+
+    /// [`from_raw`](Self::from_raw) over cells of `T` (`i32`, or `u32`: zero-extended, as the
+    /// CPU widens them), for the typed views.
+    ///
+    /// # Safety
+    ///
+    /// As [`from_raw`](Self::from_raw), for `rows x width` aligned `T`s (4 bytes each).
+    pub(crate) unsafe fn from_raw_of<T: DeviceTableCell>(
+        gpu: &Gpu,
+        addr: u64,
+        rows: usize,
+        width: usize,
+    ) -> Result<Self, Error> {
         let cells = device_table_cells(K::NAME, rows, width, None)?;
-        // SAFETY: forwarded to the caller; `checked_view` checks the rest.
+        // SAFETY: forwarded to the caller (`T` is 4 bytes wide, as the `i32` view);
+        // `checked_view` checks the rest.
         let data = unsafe { checked_view(gpu.context(), K::NAME, addr, cells)? };
         Ok(DeviceTable {
             data,
             rows,
             width,
             block_size: 1,
-            unsigned: false,
+            unsigned: T::UNSIGNED,
             kind: PhantomData,
         })
     }
@@ -489,7 +506,7 @@ impl<K: TableKind> DeviceTable<K> {
         self.block_size
     }
 
-    /// Whether the cells are `u32` (a block table of `u32` block ids).
+    /// Whether the cells are `u32` (zero-extended: `u32` block ids, slots or token ids).
     pub fn is_unsigned(&self) -> bool {
         self.unsigned
     }

@@ -325,6 +325,44 @@ impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
     }
 }
 
+impl<E: Capacity> WriteInputs<E, InputAssertOff, Device> {
+    /// The same views with the input assert on: `capacity` expected tokens of `T` at
+    /// `expected_tokens` and positions of `P` at `expected_positions` (the typed views'
+    /// `with_expected`), checked as [`from_raw`](Self::from_raw); `rooms` are the lengths of
+    /// the buffers they view (`None`: unknown).
+    ///
+    /// # Safety
+    ///
+    /// As [`WriteInputs::from_raw_asserted`], for the two expected arrays of their types.
+    pub(crate) unsafe fn asserted_of<T: DeviceIndex, P: DeviceIndex>(
+        &self,
+        gpu: &Gpu,
+        expected_tokens: u64,
+        expected_positions: u64,
+        rooms: Option<[usize; 2]>,
+    ) -> Result<WriteInputs<E, InputAssertOn, Device>, Error> {
+        let n = self.capacity.get();
+        // SAFETY: forwarded to the caller; `column_view` checks the rest.
+        let (mut tokens, mut positions) = unsafe {
+            (
+                column_view::<T>(gpu, EXPECTED_TOKENS, expected_tokens, n)?,
+                column_view::<P>(gpu, EXPECTED_POSITIONS, expected_positions, n)?,
+            )
+        };
+        if let Some([t, p]) = rooms {
+            tokens.record_room(t);
+            positions.record_room(p);
+        }
+        Ok(WriteInputs {
+            capacity: self.capacity,
+            input_ids: self.input_ids.rebound("input_ids", n)?,
+            positions: self.positions.rebound("positions", n)?,
+            out_cache_loc: self.out_cache_loc.rebound("out_cache_loc", n)?,
+            expected: ExpectedWriteInputs { tokens, positions },
+        })
+    }
+}
+
 impl<E: Capacity> WriteInputs<E, InputAssertOn, Device> {
     /// [`WriteInputs::from_raw`] with the input assert on: also views of the engine's expected
     /// tokens and positions (`capacity` `i64`s each at `expected_tokens` and

@@ -153,16 +153,17 @@ where
     }
     let table = inputs.req_to_token;
     let lut = inputs.group.lut();
-    let (pool_ptr, pool_rows, pool_width, lens, lens_kind, lens_len) = match pool {
+    let (pool_ptr, pool_rows, pool_width, pool_kind, lens, lens_kind, lens_len) = match pool {
         Some((t, lens, kind, len)) => (
             driver::ptr(&t.data),
             t.rows() as i64,
             t.width() as i64,
+            if t.is_unsigned() { 2 } else { 1 },
             lens,
             kind,
             len,
         ),
-        None => (DevPtr::NULL, 0, 0, DevPtr::NULL, 0, DevPtr::NULL),
+        None => (DevPtr::NULL, 0, 0, 0, DevPtr::NULL, 0, DevPtr::NULL),
     };
     let smem_rows = write.capacity().get().min(PLAN_MAX_ROWS);
     let config = target.gpu.kernel_tuning();
@@ -245,7 +246,7 @@ where
         table_tokens: table.tokens_per_row() as i64,
         table_unsigned: i64::from(table.is_unsigned()),
         layout: inputs.batch.layout,
-        kinds: inputs.batch.kinds() | (lens_kind << 24),
+        kinds: inputs.batch.kinds() | (lens_kind << 24) | (pool_kind << 32),
     };
     let lut = match (lut.is_some(), checked) {
         (false, _) => LutMode::None,
