@@ -2,17 +2,14 @@
 //! (guarded by the canary when it is on), greedy sampling, bookkeeping, the sweep; and the
 //! bug flags' hooks where each bug happens in a real engine.
 
-use crate::attention::AttentionInputs;
+use crate::backend::{CpuBackend, ModelBackend};
 use crate::batch::StepArrays;
 use crate::bugs::{Bug, BugState, Made};
-use crate::canary::{EngineCanary, Finding};
-use crate::config::{MAX_BLOCKS, SWEEP_BUDGET, VOCAB};
-use crate::kv_cache::{Half, PagedKvCache};
-use crate::model::{greedy, ForwardInputs, Model};
+use crate::canary::Finding;
+use crate::config::BLOCK_SIZE;
 use crate::scheduler::Scheduler;
 use crate::workload::{Request, Workload};
 use crate::Result;
-use candle_core::Device;
 use std::collections::HashMap;
 
 /// What a run does.
@@ -63,14 +60,12 @@ pub struct Stats {
     pub sweep_entries: u64,
 }
 
-/// The engine.
-pub struct Engine {
-    model: Model,
-    kv: PagedKvCache,
+/// The engine, its model and canary run by `B` ([`CpuBackend`] unless the GPU path's).
+pub struct Engine<B: ModelBackend = CpuBackend> {
+    backend: B,
     sched: Scheduler,
     arrays: StepArrays,
     workload: Workload,
-    canary: Option<EngineCanary>,
     bugs: BugState,
     step: u64,
     stats: Stats,
@@ -92,123 +87,15 @@ pub struct Outcome {
 }
 
 impl Engine {
-    /// An engine for `config`.
+    /// An engine for `config` on candle's CPU backend.
     pub fn new(config: &RunConfig) -> Result<Self> {
-        Ok(Engine {
-            model: Model::new(config.seed)?,
-            kv: PagedKvCache::new(&Device::Cpu)?,
-            sched: Scheduler::default(),
-            arrays: StepArrays::new(),
-            workload: Workload::new(config.seed),
-            canary: config.canary.then(|| EngineCanary::new(SWEEP_BUDGET)),
-            bugs: BugState::new(config.bug, config.bug_step),
-            step: 0,
-            stats: Stats::default(),
-            findings: Vec::new(),
-        })
+        Engine::with_backend(config, CpuBackend::new(config.seed, config.canary)?)
     }
 
-    /// Runs one step.
-    pub fn step(&mut self) -> Result<()> {
-        self.step += 1;
-        let step = self.step;
-        if let Some(r) = self.workload.arrive() {
-            self.sched.add(r);
-            self.stats.arrivals += 1;
-        }
-        self.sched.schedule(&mut self.arrays, &mut self.bugs, step);
-        for &(from, to) in &self.sched.copies {
-            self.kv.copy_block(from, to)?;
-            if let Some(c) = &mut self.canary {
-                c.copy_block(from, to)?;
-            }
-        }
-        if self.bugs.due(Bug::SlotOffByOne, step) {
-            self.misdirect_one_slot(step);
-        }
-        let a = &self.arrays;
-        let inputs = ForwardInputs {
-            input_ids: &a.input_ids[..a.tokens],
-            positions: &a.positions[..a.tokens],
-            slot_mapping: &a.slot_mapping[..a.tokens],
-            attention: AttentionInputs {
-                bs: a.bs,
-                block_tables: &a.block_tables,
-                max_blocks: MAX_BLOCKS,
-                context_lens: &a.context_lens,
-                query_lens: &a.query_lens,
-            },
-        };
-        let (model, kv) = (&self.model, &self.kv);
-        let forward = || -> Result<_> { Ok(model.forward(&inputs, kv, &a.sample)?) };
-        let logits = match &mut self.canary {
-            Some(c) => {
-                let (logits, found) = c.step(step, a, kv, forward)?;
-                self.findings.extend(found);
-                logits
-            }
-            None => forward()?,
-        };
-        let sampled: Vec<(u32, u32)> = logits
-            .iter()
-            .map(|l| (greedy(&l[..VOCAB], 0), greedy(&l[..VOCAB], 1)))
-            .collect();
-        self.count();
-        self.sched.update(&mut self.arrays, &sampled);
-        if self.bugs.due(Bug::TokenSwap, step) {
-            self.swap_tokens(step);
-        }
-        if self.bugs.due(Bug::LiveKvFlip, step) {
-            self.flip_live(step)?;
-        }
-        if self.bugs.due(Bug::IdleKvFlip, step) {
-            self.flip_idle(step)?;
-        }
-        if let Some(c) = &mut self.canary {
-            let found = c.sweep(step, &self.sched.alloc, &self.kv)?;
-            self.findings.extend(found);
-        }
-        Ok(())
-    }
-
-    fn count(&mut self) {
-        let (a, s) = (&self.arrays, &mut self.stats);
-        s.steps += 1;
-        let real: usize = self.sched.scheduled.iter().map(|x| x.query).sum();
-        s.tokens += real as u64;
-        s.padding_rows += (a.bs - self.sched.scheduled.len()) as u64;
-        s.padding_tokens += (a.tokens - real) as u64;
-        let decodes = self.sched.scheduled.iter().filter(|x| x.query == 1).count();
-        s.mixed_steps += u64::from(decodes > 0 && decodes < self.sched.scheduled.len());
-    }
-
-    /// The bug's first report, or the whole run's findings: runs up to `config.steps` steps,
-    /// a bug run stopping at the first report after the bug was made.
+    /// The bug's first report, or the whole run's findings, on the CPU: see
+    /// [`run_on`](Self::run_on).
     pub fn run(config: &RunConfig) -> Result<Outcome> {
-        let mut engine = Engine::new(config)?;
-        while engine.step < config.steps {
-            engine.step()?;
-            if config.bug.is_some() && engine.bugs.made.is_some() && !engine.findings.is_empty() {
-                break;
-            }
-        }
-        let s = &mut engine.stats;
-        (s.finished, s.preemptions, s.forks) = (
-            engine.sched.finished,
-            engine.sched.preemptions,
-            engine.sched.forks,
-        );
-        if let Some(c) = &engine.canary {
-            (s.step_entries, s.sweep_entries) = c.checked;
-        }
-        let alloc = &engine.sched.alloc;
-        (s.prefix_hits, s.evictions, s.copies) = (alloc.hits, alloc.evictions, alloc.copies);
-        Ok(Outcome {
-            transcripts: std::mem::take(&mut engine.sched.transcripts),
-            made: engine.bugs.made.clone(),
-            findings: engine.findings,
-            stats: engine.stats,
-        })
+        Engine::run_on(config, CpuBackend::new(config.seed, config.canary)?)
     }
 
     /// Runs `requests`, all queued at the first step and no arrivals, until they finish (at
@@ -235,6 +122,7 @@ impl Engine {
         {
             engine.step()?;
         }
+        engine.findings.extend(engine.backend.finish()?);
         if !engine.findings.is_empty() {
             return Err(format!("the canary reported {:?}", engine.findings).into());
         }
@@ -245,6 +133,97 @@ impl Engine {
     pub fn arrivals(seed: u64, steps: u64) -> Vec<Request> {
         let mut w = Workload::new(seed);
         (0..steps).filter_map(|_| w.arrive()).collect()
+    }
+}
+
+impl<B: ModelBackend> Engine<B> {
+    /// An engine for `config` whose model and canary `backend` runs (`config.canary` is the
+    /// backend's to honour).
+    pub fn with_backend(config: &RunConfig, backend: B) -> Result<Self> {
+        Ok(Engine {
+            backend,
+            sched: Scheduler::default(),
+            arrays: StepArrays::new(),
+            workload: Workload::new(config.seed),
+            bugs: BugState::new(config.bug, config.bug_step),
+            step: 0,
+            stats: Stats::default(),
+            findings: Vec::new(),
+        })
+    }
+
+    /// Runs one step.
+    pub fn step(&mut self) -> Result<()> {
+        self.step += 1;
+        let step = self.step;
+        if let Some(r) = self.workload.arrive() {
+            self.sched.add(r);
+            self.stats.arrivals += 1;
+        }
+        self.sched.schedule(&mut self.arrays, &mut self.bugs, step);
+        for &(from, to) in &self.sched.copies {
+            self.backend.copy_block(from, to)?;
+        }
+        if self.bugs.due(Bug::SlotOffByOne, step) {
+            self.misdirect_one_slot(step);
+        }
+        let (sampled, found) = self.backend.step(step, &self.arrays)?;
+        self.findings.extend(found);
+        self.count();
+        self.sched.update(&mut self.arrays, &sampled);
+        if self.bugs.due(Bug::TokenSwap, step) {
+            self.swap_tokens(step);
+        }
+        if self.bugs.due(Bug::LiveKvFlip, step) {
+            self.flip_live(step)?;
+        }
+        if self.bugs.due(Bug::IdleKvFlip, step) {
+            self.flip_idle(step)?;
+        }
+        let found = self.backend.sweep(step, &self.sched.alloc)?;
+        self.findings.extend(found);
+        Ok(())
+    }
+
+    fn count(&mut self) {
+        let (a, s) = (&self.arrays, &mut self.stats);
+        s.steps += 1;
+        let real: usize = self.sched.scheduled.iter().map(|x| x.query).sum();
+        s.tokens += real as u64;
+        s.padding_rows += (a.bs - self.sched.scheduled.len()) as u64;
+        s.padding_tokens += (a.tokens - real) as u64;
+        let decodes = self.sched.scheduled.iter().filter(|x| x.query == 1).count();
+        s.mixed_steps += u64::from(decodes > 0 && decodes < self.sched.scheduled.len());
+    }
+
+    /// The bug's first report, or the whole run's findings, with `backend`: runs up to
+    /// `config.steps` steps, a bug run stopping at the first report after the bug was made.
+    pub fn run_on(config: &RunConfig, backend: B) -> Result<Outcome> {
+        let mut engine = Engine::with_backend(config, backend)?;
+        while engine.step < config.steps {
+            engine.step()?;
+            if config.bug.is_some() && engine.bugs.made.is_some() && !engine.findings.is_empty() {
+                break;
+            }
+        }
+        if engine.findings.is_empty() || config.bug.is_none() {
+            engine.findings.extend(engine.backend.finish()?);
+        }
+        let s = &mut engine.stats;
+        (s.finished, s.preemptions, s.forks) = (
+            engine.sched.finished,
+            engine.sched.preemptions,
+            engine.sched.forks,
+        );
+        (s.step_entries, s.sweep_entries) = engine.backend.checked();
+        let alloc = &engine.sched.alloc;
+        (s.prefix_hits, s.evictions, s.copies) = (alloc.hits, alloc.evictions, alloc.copies);
+        Ok(Outcome {
+            transcripts: std::mem::take(&mut engine.sched.transcripts),
+            made: engine.bugs.made.clone(),
+            findings: engine.findings,
+            stats: engine.stats,
+        })
     }
 
     /// The batch row of each flat token this step (`None`: padding).
@@ -312,7 +291,7 @@ impl Engine {
             return Ok(());
         };
         let slot = s.slot(s.computed - 1);
-        self.kv.flip_byte(0, Half::K, slot as usize)?;
+        self.backend.flip_k_byte(slot as usize)?;
         let holders = (self.sched.running.iter())
             .filter(|o| (0..o.computed).any(|p| o.slot(p) == slot))
             .map(|o| o.id)
@@ -332,11 +311,11 @@ impl Engine {
         let Some((block, c)) = self.sched.alloc.idle_cached().last() else {
             return Ok(());
         };
-        let slot = block as usize * crate::config::BLOCK_SIZE;
-        self.kv.flip_byte(0, Half::K, slot)?;
+        let slot = block as usize * BLOCK_SIZE;
+        self.backend.flip_k_byte(slot)?;
         let detail = format!(
             "K byte of slot {slot} (idle cached block {block}, positions from {}) flipped",
-            c.index * crate::config::BLOCK_SIZE
+            c.index * BLOCK_SIZE
         );
         self.bugs
             .record(step, Vec::new(), Some(slot as i64), detail);

@@ -7,6 +7,7 @@
 //! | [`model`] | the decoder (random weights), greedy sampling |
 //! | [`kv_cache`] | the paged K/V caches in vLLM's layouts, `reshape_and_cache`, block copies |
 //! | [`attention`] | paged attention through block tables and context lengths |
+//! | [`backend`] | what runs a step: the model and the canary (CPU; the GPU path's in `gpu_serve`) |
 //! | [`block_allocator`] | reference counts, prefix cache, copy-on-write, eviction |
 //! | [`scheduler`] | admission, chunked prefill, decode, preemption, forks, bucketed arrays |
 //! | [`batch`] | the step arrays the model and the canary read |
@@ -21,6 +22,7 @@
 //! `kv_canary::cuda::Stream::from_cudarc` (feature `cuda`).
 
 pub mod attention;
+pub mod backend;
 pub mod batch;
 pub mod block_allocator;
 pub mod bugs;
