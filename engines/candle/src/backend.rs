@@ -14,14 +14,22 @@ use crate::model::{greedy, ForwardInputs, Model};
 use crate::Result;
 use candle_core::Device;
 
+/// What a step gave: for each sampled token (`StepArrays::sample`, in order) the best and the
+/// second-best greedy token, and the canary's findings reported during the step.
+#[derive(Clone, Debug, Default)]
+pub struct Stepped {
+    /// (best, second best) per sampled token.
+    pub sampled: Vec<(u32, u32)>,
+    /// The canary's findings (a backend taking reports one step late: the step before's).
+    pub findings: Vec<Finding>,
+}
+
 /// A step's model and canary, for [`crate::engine::Engine`].
 pub trait ModelBackend {
     /// Runs engine step `step` over `a` (guarded by the canary when it is on): every token's K
     /// and V written at the slot mapping, attention through the block tables, and for each
-    /// sampled token (`a.sample`, in order) the best and the second-best greedy token. Returns
-    /// them with the canary's findings reported during the step (a backend taking reports one
-    /// step late reports the step before's).
-    fn step(&mut self, step: u64, a: &StepArrays) -> Result<(Vec<(u32, u32)>, Vec<Finding>)>;
+    /// sampled token its greedy tokens, and the canary's findings.
+    fn step(&mut self, step: u64, a: &StepArrays) -> Result<Stepped>;
     /// Copy-on-write: block `from`'s K and V (every layer) and its canary records onto `to`.
     fn copy_block(&mut self, from: u32, to: u32) -> Result<()>;
     /// Flips a byte of layer 0's K of `slot` (head 0, dim 0): the KV-flip bugs.
@@ -57,7 +65,7 @@ impl CpuBackend {
 }
 
 impl ModelBackend for CpuBackend {
-    fn step(&mut self, step: u64, a: &StepArrays) -> Result<(Vec<(u32, u32)>, Vec<Finding>)> {
+    fn step(&mut self, step: u64, a: &StepArrays) -> Result<Stepped> {
         let inputs = ForwardInputs {
             input_ids: &a.input_ids[..a.tokens],
             positions: &a.positions[..a.tokens],
@@ -72,14 +80,14 @@ impl ModelBackend for CpuBackend {
         };
         let (model, kv) = (&self.model, &self.kv);
         let forward = || -> Result<_> { Ok(model.forward(&inputs, kv, &a.sample)?) };
-        let (logits, found) = match &mut self.canary {
+        let (logits, findings) = match &mut self.canary {
             Some(c) => c.step(step, a, kv, forward)?,
             None => (forward()?, Vec::new()),
         };
         let sampled = (logits.iter())
             .map(|l| (greedy(&l[..VOCAB], 0), greedy(&l[..VOCAB], 1)))
             .collect();
-        Ok((sampled, found))
+        Ok(Stepped { sampled, findings })
     }
 
     fn copy_block(&mut self, from: u32, to: u32) -> Result<()> {

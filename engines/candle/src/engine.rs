@@ -167,10 +167,10 @@ impl<B: ModelBackend> Engine<B> {
         if self.bugs.due(Bug::SlotOffByOne, step) {
             self.misdirect_one_slot(step);
         }
-        let (sampled, found) = self.backend.step(step, &self.arrays)?;
-        self.findings.extend(found);
+        let stepped = self.backend.step(step, &self.arrays)?;
+        self.findings.extend(stepped.findings);
         self.count();
-        self.sched.update(&mut self.arrays, &sampled);
+        self.sched.update(&mut self.arrays, &stepped.sampled);
         if self.bugs.due(Bug::TokenSwap, step) {
             self.swap_tokens(step);
         }
