@@ -20,7 +20,7 @@ use kv_canary::{
 };
 
 /// Verify entries a step may need: every row's whole context.
-const VERIFY: usize = MAX_ROWS * MAX_CONTEXT;
+pub(crate) const VERIFY: usize = MAX_ROWS * MAX_CONTEXT;
 
 /// What a report said, in the engine's terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +59,7 @@ fn tail_kv<'a>(k: &'a [u8], v: &'a [u8]) -> Result<TailKv<'a>> {
     )?)
 }
 
-fn findings(step: u64, j: &Judgement<u64>) -> Vec<Finding> {
+pub(crate) fn findings(step: u64, j: &Judgement<u64>) -> Vec<Finding> {
     let verdicts: Vec<(i64, u64, String)> = (j.verdicts.iter())
         .map(|v| (v.slot, v.request, format!("{:?} ({:?})", v.verdict, v.role)))
         .collect();
@@ -85,13 +85,13 @@ fn findings(step: u64, j: &Judgement<u64>) -> Vec<Finding> {
 }
 
 /// The slots of block `b`.
-fn block_slots(b: u32) -> Vec<i64> {
+pub(crate) fn block_slots(b: u32) -> Vec<i64> {
     let n = BLOCK_SIZE as i64;
     (0..n).map(|i| i64::from(b) * n + i).collect()
 }
 
 /// The prefix cache's idle blocks, as the sweep cadence walks them.
-struct IdleBlocks<'a>(&'a BlockAllocator);
+pub(crate) struct IdleBlocks<'a>(pub(crate) &'a BlockAllocator);
 
 impl CachedPrefixes for IdleBlocks<'_> {
     fn idle_runs(&self, visit: &mut dyn FnMut(CachedRun<'_>)) {

@@ -86,6 +86,57 @@ pub struct Outcome {
     pub transcripts: Vec<(u64, Vec<u32>)>,
 }
 
+impl Outcome {
+    /// One line: the bug as made and the canary's first report of it (the step, the launch, the
+    /// slot, the requests and their verdicts, the cached slots evicted), or the clean run's
+    /// counts and what the canary reported.
+    pub fn summary(&self, name: &str) -> String {
+        let o = self;
+        let first = o.findings.first();
+        let reported = match (first, &o.made) {
+            (None, _) => "no report".to_string(),
+            (Some(f), _) => {
+                let requests: Vec<String> = (o.findings.iter())
+                    .filter(|g| g.step == f.step)
+                    .flat_map(|g| g.requests.iter().map(|(id, v)| format!("{id} {v}")))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                let evicted = (o.findings.iter())
+                    .filter(|g| g.step == f.step && g.evict)
+                    .map(|g| g.slot)
+                    .collect::<std::collections::BTreeSet<_>>();
+                format!(
+                    "reported at step {} by {} (slot {}, {} violation(s)): requests [{}], cached slots evicted {:?}",
+                    f.step,
+                    f.launch,
+                    f.slot,
+                    o.findings.iter().filter(|g| g.step == f.step).count(),
+                    requests.join(", "),
+                    evicted
+                )
+            }
+        };
+        match &o.made {
+            Some(m) => format!(
+                "{name}: made at step {} ({}; requests {:?}), {reported}",
+                m.step, m.detail, m.requests
+            ),
+            None => {
+                let s = &o.stats;
+                format!(
+                    "{name}: {} steps, {} arrivals, {} finished, {} tokens, {} mixed steps, {} padding rows, \
+                     {} padding tokens, {} prefix-cache blocks reused, {} evictions, {} preemptions, \
+                     {} forks, {} copies on write; canary: {} step entries, {} sweep entries checked: {reported}",
+                    s.steps, s.arrivals, s.finished, s.tokens, s.mixed_steps, s.padding_rows,
+                    s.padding_tokens, s.prefix_hits, s.evictions, s.preemptions, s.forks, s.copies,
+                    s.step_entries, s.sweep_entries
+                )
+            }
+        }
+    }
+}
+
 impl Engine {
     /// An engine for `config` on candle's CPU backend.
     pub fn new(config: &RunConfig) -> Result<Self> {

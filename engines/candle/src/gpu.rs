@@ -240,12 +240,49 @@ impl GpuModel {
         let ids = a.input_ids.narrow(0, 0, tokens)?;
         let pos = a.positions.narrow(0, 0, tokens)?;
         let slots = a.slot_mapping.narrow(0, 0, tokens)?;
-        let (cos, sin) = (
-            self.cos.index_select(&pos, 0)?,
-            self.sin.index_select(&pos, 0)?,
-        );
-        let mut x = self.embed.index_select(&ids, 0)?;
         let scale = 1.0 / (HEAD_DIM as f32).sqrt();
+        let x = self.hidden(kv, &ids, &pos, &slots, |l, q, k, v| match attend {
+            Attend::Decode => mistralrs_paged_attn::paged_attention(
+                q,
+                None,
+                None,
+                &kv.k[l],
+                &kv.v[l],
+                &a.block_tables.narrow(0, 0, bs)?,
+                &a.context_lens.narrow(0, 0, bs)?,
+                None,
+                max_context,
+                scale,
+                1.0,
+                None,
+            ),
+            Attend::Prefill => attend_causal(q, k, v, 0),
+        })?;
+        let last = match attend {
+            Attend::Decode => x,
+            Attend::Prefill => x.narrow(0, tokens - 1, 1)?,
+        };
+        self.logits(&last)?.argmax_keepdim(D::Minus1)
+    }
+
+    /// The decoder's layers over `tokens` tokens (`ids`, `pos`, `slots` on the device): each
+    /// layer writes the tokens' K and V at `slots` (`reshape_and_cache`) and attends with
+    /// `attend(layer, q, k, v)` (`[tokens, heads, head_dim]` queries, the tokens' own K and V;
+    /// returns `[tokens, heads, head_dim]`). The final hidden states, `[tokens, hidden]`.
+    pub fn hidden(
+        &self,
+        kv: &GpuKv,
+        ids: &Tensor,
+        pos: &Tensor,
+        slots: &Tensor,
+        attend: impl Fn(usize, &Tensor, &Tensor, &Tensor) -> R<Tensor>,
+    ) -> R<Tensor> {
+        let tokens = ids.dim(0)?;
+        let (cos, sin) = (
+            self.cos.index_select(pos, 0)?,
+            self.sin.index_select(pos, 0)?,
+        );
+        let mut x = self.embed.index_select(ids, 0)?;
         for (l, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.attn_norm)?;
             let q = h.matmul(&layer.wq)?.reshape((tokens, HEADS, HEAD_DIM))?;
@@ -254,37 +291,19 @@ impl GpuModel {
             let q = rope(&q, &cos, &sin)?.contiguous()?;
             let k = rope(&k, &cos, &sin)?.contiguous()?;
             let v = v.contiguous()?;
-            let (kc, vc) = (&kv.k[l], &kv.v[l]);
-            mistralrs_paged_attn::reshape_and_cache(&k, &v, None, None, kc, vc, &slots)?;
-            let attn = match attend {
-                Attend::Decode => mistralrs_paged_attn::paged_attention(
-                    &q,
-                    None,
-                    None,
-                    kc,
-                    vc,
-                    &a.block_tables.narrow(0, 0, bs)?,
-                    &a.context_lens.narrow(0, 0, bs)?,
-                    None,
-                    max_context,
-                    scale,
-                    1.0,
-                    None,
-                )?,
-                Attend::Prefill => causal(&q, &k, &v, scale)?,
-            };
-            let attn = attn.reshape((tokens, HEADS * HEAD_DIM))?;
+            mistralrs_paged_attn::reshape_and_cache(&k, &v, None, None, &kv.k[l], &kv.v[l], slots)?;
+            let attn = attend(l, &q, &k, &v)?.reshape((tokens, HEADS * HEAD_DIM))?;
             x = (x + attn.matmul(&layer.wo)?)?;
             let h = rms_norm(&x, &layer.mlp_norm)?;
             let mlp = (h.matmul(&layer.gate)?.silu()? * h.matmul(&layer.up)?)?;
             x = (x + mlp.matmul(&layer.down)?)?;
         }
-        let last = match attend {
-            Attend::Decode => x,
-            Attend::Prefill => x.narrow(0, tokens - 1, 1)?,
-        };
-        let logits = rms_norm(&last, &self.norm)?.matmul(&self.lm_head)?;
-        logits.argmax_keepdim(D::Minus1)
+        Ok(x)
+    }
+
+    /// The logits (`[n, vocab]`) of hidden states `x` (`[n, hidden]`).
+    pub fn logits(&self, x: &Tensor) -> R<Tensor> {
+        rms_norm(x, &self.norm)?.matmul(&self.lm_head)
     }
 
     /// The device.
@@ -293,16 +312,19 @@ impl GpuModel {
     }
 }
 
-/// Dense causal attention of one row's `t` tokens over its own K and V, in query chunks.
-fn causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> R<Tensor> {
+/// Dense causal attention of one row's `t` query tokens (`[t, heads, head_dim]`, at positions
+/// `offset ..`) over its context's `offset + t` keys and values (`[offset + t, kv_heads,
+/// head_dim]`), in query chunks. Returns `[t, heads, head_dim]`.
+pub fn attend_causal(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> R<Tensor> {
     const CHUNK: usize = 1024;
-    let t = q.dim(0)?;
+    let scale = 1.0 / (HEAD_DIM as f32).sqrt();
+    let (t, context) = (q.dim(0)?, k.dim(0)?);
     let group = HEADS / KV_HEADS;
     let expand = |x: &Tensor| -> R<Tensor> {
         x.transpose(0, 1)?
             .unsqueeze(1)?
-            .broadcast_as((KV_HEADS, group, t, HEAD_DIM))?
-            .reshape((HEADS, t, HEAD_DIM))
+            .broadcast_as((KV_HEADS, group, context, HEAD_DIM))?
+            .reshape((HEADS, context, HEAD_DIM))
     };
     let (q, k, v) = (q.transpose(0, 1)?.contiguous()?, expand(k)?, expand(v)?);
     let dev = q.device();
@@ -310,7 +332,7 @@ fn causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> R<Tensor> {
     let mut c0 = 0;
     while c0 < t {
         let n = CHUNK.min(t - c0);
-        let keys = c0 + n;
+        let keys = offset + c0 + n;
         let qc = q.narrow(1, c0, n)?;
         let kc = k.narrow(1, 0, keys)?;
         let vc = v.narrow(1, 0, keys)?;
@@ -318,7 +340,8 @@ fn causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> R<Tensor> {
             .matmul(&kc.transpose(1, 2)?.contiguous()?)?
             .to_dtype(DType::F32)?;
         let scores = (scores * f64::from(scale))?;
-        let rows = Tensor::arange(c0 as u32, keys as u32, dev)?.reshape((n, 1))?;
+        let first = (offset + c0) as u32;
+        let rows = Tensor::arange(first, first + n as u32, dev)?.reshape((n, 1))?;
         let cols = Tensor::arange(0u32, keys as u32, dev)?.reshape((1, keys))?;
         let masked = cols.broadcast_gt(&rows)?.broadcast_as((HEADS, n, keys))?;
         let neg = Tensor::full(f32::NEG_INFINITY, (HEADS, n, keys), dev)?;
@@ -343,11 +366,16 @@ pub struct GpuKv {
 impl GpuKv {
     /// Zeroed caches of `NUM_BLOCKS` blocks for `layers` layers.
     pub fn new(dev: &Device, layers: usize) -> R<Self> {
+        Self::with_blocks(dev, layers, NUM_BLOCKS)
+    }
+
+    /// Zeroed caches of `blocks` blocks for `layers` layers.
+    pub fn with_blocks(dev: &Device, layers: usize, blocks: usize) -> R<Self> {
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for _ in 0..layers {
-            let ks = (NUM_BLOCKS, KV_HEADS, HEAD_DIM / X, BLOCK_SIZE, X);
+            let ks = (blocks, KV_HEADS, HEAD_DIM / X, BLOCK_SIZE, X);
             k.push(Tensor::zeros(ks, DType::BF16, dev)?);
-            let vs = (NUM_BLOCKS, KV_HEADS, HEAD_DIM, BLOCK_SIZE);
+            let vs = (blocks, KV_HEADS, HEAD_DIM, BLOCK_SIZE);
             v.push(Tensor::zeros(vs, DType::BF16, dev)?);
         }
         Ok(GpuKv { k, v })
@@ -394,7 +422,8 @@ pub struct HostStep {
     pub slot_mapping: Vec<i64>,
 }
 
-fn upload<T: candle_core::WithDType>(dst: &Tensor, host: &[T]) -> R<()> {
+/// Copies `host` into the start of `dst` (in place, on the device's stream).
+pub fn upload<T: candle_core::WithDType>(dst: &Tensor, host: &[T]) -> R<()> {
     if host.is_empty() {
         return Ok(());
     }
@@ -962,7 +991,7 @@ impl Bench {
 }
 
 /// XORs the low byte of element 0 (head 0, dim 0) of `slot`'s K in `k` (vLLM's K layout).
-fn flip_k_byte(k: &Tensor, slot: usize) -> AnyResult<()> {
+pub fn flip_k_byte(k: &Tensor, slot: usize) -> AnyResult<()> {
     let (b, at) = (slot / BLOCK_SIZE, slot % BLOCK_SIZE);
     let index = b * KV_HEADS * HEAD_DIM * BLOCK_SIZE + at * X;
     let flat = k.flatten_all()?;

@@ -32,6 +32,10 @@ pub mod engine;
 pub mod footprint;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+#[cfg(feature = "cuda")]
+pub mod gpu_canary;
+#[cfg(feature = "cuda")]
+pub mod gpu_serve;
 pub mod kv_cache;
 pub mod model;
 pub mod rng;

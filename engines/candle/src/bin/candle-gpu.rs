@@ -3,16 +3,93 @@
 //! and ALL modes, timed with CUDA events on candle's stream; optionally a bug made by the real
 //! kernels in the decode loop, and the canary's report of it.
 //!
+//! With `--serve`, the serving loop instead (`Engine` over `gpu_serve::GpuBackend`: arrivals,
+//! prefix sharing, chunked prefill, decode, preemption, forks, the six bug flags): the clean run
+//! and every bug flag (or one), one line each, as the CPU path's `cargo run` prints them.
+//!
 //! ```text
 //! candle-gpu [--layers N] [--steps N] [--prefix N] [--bs 1,64,256] [--prefill N | --no-prefill]
 //!            [--modes partial,all] [--bug slot-off-by-one|live-kv-flip]
+//! candle-gpu --serve [--layers N] [--steps N] [--seed S] [--bug NAME | --clean] [--no-canary]
 //! ```
 
 use kv_canary::RealKvHashMode;
+use kv_canary_candle_engine::bugs::Bug;
+use kv_canary_candle_engine::engine::{Engine, RunConfig};
+use kv_canary_candle_engine::footprint::gpu_canary_footprint;
 use kv_canary_candle_engine::gpu::{layers_that_fit, Bench, GpuBug, HIDDEN, TOKENS};
+use kv_canary_candle_engine::gpu_serve::GpuBackend;
+use std::time::Instant;
+
+/// The serving loop on the GPU: the clean run, then each bug flag (or only `--bug NAME`).
+fn serve(mut args: impl Iterator<Item = String>) -> kv_canary_candle_engine::Result<()> {
+    let (mut steps, mut seed, mut layers) = (1000u64, 7u64, 4usize);
+    let (mut only, mut clean_only, mut canary) = (None, false, true);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or(format!("{a} takes a value"));
+        match a.as_str() {
+            "--steps" => steps = value()?.parse()?,
+            "--seed" => seed = value()?.parse()?,
+            "--layers" => layers = value()?.parse()?,
+            "--bug" => only = Some(value()?.parse::<Bug>()?),
+            "--clean" => clean_only = true,
+            "--no-canary" => canary = false,
+            other => return Err(format!("unknown argument {other:?}").into()),
+        }
+    }
+    let (lines, names) = gpu_canary_footprint();
+    println!(
+        "GPU serving loop: hidden {HIDDEN}, 32 query heads, 8 KV heads of 128, bf16, block 16, \
+         {layers} layers; canary integration (src/gpu_canary.rs): {lines} code lines, {} \
+         kv-canary names: {}",
+        names.len(),
+        names.join(", ")
+    );
+    let clean = RunConfig {
+        seed,
+        steps,
+        bug: None,
+        bug_step: 0,
+        canary,
+    };
+    if only.is_none() {
+        let t = Instant::now();
+        let o = Engine::run_on(&clean, GpuBackend::new(layers, canary)?)?;
+        println!(
+            "{} [{:.1} s]",
+            o.summary("clean"),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    if clean_only {
+        return Ok(());
+    }
+    for bug in Bug::ALL
+        .into_iter()
+        .filter(|b| only.is_none_or(|o| o == *b))
+    {
+        let config = RunConfig {
+            bug: Some(bug),
+            bug_step: 60,
+            ..clean
+        };
+        let t = Instant::now();
+        let o = Engine::run_on(&config, GpuBackend::new(layers, canary)?)?;
+        println!(
+            "{} [{:.1} s]",
+            o.summary(bug.name()),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
 
 fn main() -> kv_canary_candle_engine::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == "--serve") {
+        args.next();
+        return serve(args);
+    }
     let (mut layers, mut steps, mut prefix) = (None, 20usize, 2048usize);
     let (mut sizes, mut prefill, mut bug) = (vec![1usize, 64, 256], Some(TOKENS), None);
     let mut modes = vec![RealKvHashMode::Partial, RealKvHashMode::All];

@@ -1,0 +1,208 @@
+//! The canary on the GPU, as an engine author adds it (feature `cuda`): kv-canary on candle's
+//! own stream (`Stream::from_cudarc`), over the engine's device arrays (u32 block tables by
+//! batch row, u32 context and query lengths, an i32 `bs`, u32 token ids, i64 positions and slot
+//! mapping, the u32 token table as the expected-token pool and the expected ids and positions
+//! of the write-input check) and layer 0's K and V caches in vLLM's layouts, every view made
+//! once and read in place; reports taken one step late and judged by the guard (per request);
+//! idle prefix-cache blocks swept on a per-step budget; copy-on-write moving the records. The
+//! twin of [`crate::canary`] (whose finding, block and idle-block helpers it shares).
+
+use crate::batch::StepArrays;
+use crate::block_allocator::BlockAllocator;
+use crate::canary::{block_slots, findings, Finding, IdleBlocks, VERIFY};
+use crate::config::{
+    BLOCK_SIZE, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS, NUM_SLOTS, SWEEP_BUDGET,
+};
+use crate::gpu::{DeviceBytes, GpuKv, HEAD_DIM, KV_HEADS, TOKEN_BYTES};
+use crate::gpu_serve::ServeArrays;
+use crate::Result;
+use candle_core::cuda_backend::cudarc::driver::CudaStream;
+use candle_core::Tensor;
+use kv_canary::cuda::{
+    CudarcKvSource, DeviceBatch, DeviceExpectedTable, DeviceRealKv, DeviceReqToToken,
+    DeviceValidLens, Gpu, PendingDeviceReport, PlanInputs, Shared, Stream,
+};
+use kv_canary::guard::{Action, Guard, Policy, SweepCadence};
+use kv_canary::step::{Canary, KvPair, SlotRows};
+use kv_canary::{
+    BatchView, Cap, Device, Full, InputAssertOn, PagedShape, RealKvHashMode, RealKvParams,
+    ReqToTokenView, RowLayout, Shape, TokenLayout, WriteInputs,
+};
+use std::sync::Arc;
+
+type DeviceCanary =
+    Canary<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>, Cap<NUM_SLOTS>, Cap<64>, Full, Stream>;
+
+/// A tensor's memory as the canary's views keep it alive.
+fn bytes<T>(t: &Tensor) -> Result<Arc<DeviceBytes<T>>> {
+    Ok(Arc::new(match t.dtype() {
+        candle_core::DType::I64 => DeviceBytes::of::<i64>(t)?,
+        candle_core::DType::I32 => DeviceBytes::of::<i32>(t)?,
+        candle_core::DType::BF16 => DeviceBytes::of::<half::bf16>(t)?,
+        _ => DeviceBytes::of::<u32>(t)?,
+    }))
+}
+
+/// Layer 0's K and V (`kv`) as the tail's fingerprints (all of a token's bytes).
+fn tail<'a>(kv: &'a [CudarcKvSource<'static>; 2]) -> Result<KvPair<DeviceRealKv<'a>>> {
+    let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
+    let [k, v] = kv;
+    let k = k.source().with_token_layout(TokenLayout::vllm_k(shape)?)?;
+    let v = v.source().with_token_layout(TokenLayout::vllm_v(shape)?)?;
+    Ok(KvPair {
+        k: DeviceRealKv::new(RealKvHashMode::All, [k]),
+        v: DeviceRealKv::new(RealKvHashMode::All, [v]),
+    })
+}
+
+/// Slots a K and V pair of launches has checked since the canary began (the device reports'
+/// counters are cumulative).
+fn slots_run(c: &KvPair<kv_canary::HealthCounters>) -> u64 {
+    (c.k.slot_run_counter() + c.v.slot_run_counter()) as u64
+}
+
+/// The engine's canary on the GPU.
+pub struct GpuEngineCanary {
+    canary: DeviceCanary,
+    table: Shared<DeviceReqToToken>,
+    batch: Shared<DeviceBatch<Cap<MAX_ROWS>>>,
+    tokens: Shared<DeviceExpectedTable>,
+    lens: Shared<DeviceValidLens<Cap<MAX_ROWS>>>,
+    write: Shared<WriteInputs<Cap<MAX_TOKENS>, InputAssertOn, Device>>,
+    kv: [CudarcKvSource<'static>; 2],
+    guard: Guard<u64>,
+    cadence: SweepCadence,
+    /// The step whose report is still on its way: its number and host arrays.
+    pending: Option<(u64, Box<StepArrays>, PendingDeviceReport)>,
+    /// Canary slots checked by steps and by sweeps (K and V each), since the canary began.
+    pub checked: (u64, u64),
+}
+
+impl GpuEngineCanary {
+    /// The canary on `stream` (candle's) over `a` and layer 0 of `kv`.
+    pub fn new(stream: Arc<CudaStream>, a: &ServeArrays, kv: &GpuKv) -> Result<Self> {
+        let gpu = Gpu::new()?;
+        let stream = Stream::from_cudarc(&gpu, stream)?;
+        let shape = Shape::<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>>::new();
+        let paged = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
+        let rows = RowLayout::dense(NUM_BLOCKS, paged.block_bytes());
+        let params = RealKvParams::from_sizes(BLOCK_SIZE, paged.token_bytes(), TOKEN_BYTES);
+        let source = |t: &Tensor| -> Result<_> {
+            Ok(CudarcKvSource::shared(
+                &gpu,
+                bytes::<u8>(t)?,
+                0,
+                rows,
+                params,
+            )?)
+        };
+        let (rows_n, bs) = (Cap::<MAX_ROWS>, Some(bytes::<i32>(&a.bs)?));
+        let write = WriteInputs::from_cudarc_shared(
+            &gpu,
+            Cap::<MAX_TOKENS>,
+            bytes::<u32>(&a.input_ids)?,
+            bytes::<i64>(&a.positions)?,
+            bytes::<i64>(&a.slot_mapping)?,
+        )?;
+        let lens = bytes::<u32>(&a.context_lens)?;
+        Ok(GpuEngineCanary {
+            canary: Canary::full_on(stream, shape, Cap, Cap)?,
+            table: DeviceReqToToken::block_table_from_cudarc_shared(
+                &gpu,
+                bytes::<u32>(&a.block_tables)?,
+                MAX_ROWS,
+                MAX_BLOCKS,
+                BLOCK_SIZE,
+            )?,
+            batch: DeviceBatch::from_cudarc_query_lens_shared(
+                &gpu,
+                rows_n,
+                lens.clone(),
+                bytes::<u32>(&a.query_lens)?,
+                bs.clone(),
+            )?,
+            tokens: DeviceExpectedTable::from_cudarc_shared(
+                &gpu,
+                bytes::<u32>(&a.token_table)?,
+                MAX_ROWS,
+                MAX_CONTEXT,
+            )?,
+            lens: DeviceValidLens::from_cudarc_shared(&gpu, rows_n, lens, bs)?,
+            write: write.with_expected_cudarc(
+                &gpu,
+                bytes::<u32>(&a.expected_ids)?,
+                bytes::<i64>(&a.expected_positions)?,
+            )?,
+            kv: [source(&kv.k[0])?, source(&kv.v[0])?],
+            guard: Guard::new(Policy {
+                violations: Action::PerRequest,
+                unverified: Action::Log,
+                ..Policy::default()
+            }),
+            cadence: SweepCadence::new(SWEEP_BUDGET),
+            pending: None,
+            checked: (0, 0),
+        })
+    }
+
+    /// Runs step `step` (its arrays `a` uploaded) around `forward`: plan, head verify and write
+    /// before it, tail verify after it, all queued on candle's stream; the step before's report
+    /// taken and judged.
+    pub fn step<R>(
+        &mut self,
+        step: u64,
+        a: &StepArrays,
+        forward: impl FnOnce() -> Result<R>,
+    ) -> Result<(R, Vec<Finding>)> {
+        let expected = self.tokens.with_valid_lens(&self.lens);
+        let inputs = PlanInputs::full(&self.batch, &self.table).with_expected(expected);
+        let written = (self.canary.plan(&inputs)?.verify_head()?).write(&*self.write)?;
+        let out = forward()?;
+        let report = written.verify_tail(tail(&self.kv)?)?;
+        let before = self.pending.replace((step, Box::new(a.clone()), report));
+        Ok((out, self.judge(before)?))
+    }
+
+    /// The findings of a step's report (waits for it).
+    fn judge(
+        &mut self,
+        step: Option<(u64, Box<StepArrays>, PendingDeviceReport)>,
+    ) -> Result<Vec<Finding>> {
+        let Some((step, a, report)) = step else {
+            return Ok(Vec::new());
+        };
+        let report = report.wait()?;
+        self.checked.0 = slots_run(&report.head_counters) + slots_run(&report.tail_counters);
+        let table = ReqToTokenView::block_table(MAX_ROWS, MAX_BLOCKS, BLOCK_SIZE, &a.block_tables)?;
+        let batch = BatchView::from_query_lens(a.bs, &a.context_lens, &a.query_lens)?;
+        let inputs = kv_canary::PlanInputs::from_views(batch, table);
+        let rows = SlotRows::new(&inputs, &a.slot_mapping)?;
+        let judgement = self.guard.judge(&report, &rows, &a.requests[..a.bs])?;
+        Ok(findings(step, &judgement))
+    }
+
+    /// The last step's report, at the end of a run.
+    pub fn finish(&mut self) -> Result<Vec<Finding>> {
+        let last = self.pending.take();
+        self.judge(last)
+    }
+
+    /// Copy-on-write moved block `from`'s KV to block `to`: its records move with it.
+    pub fn copy_block(&mut self, from: u32, to: u32) -> Result<()> {
+        Ok(self
+            .canary
+            .copy_records(&block_slots(from), &block_slots(to))?)
+    }
+
+    /// Between steps: sweeps the next idle cached slots of the prefix cache.
+    pub fn sweep(&mut self, step: u64, alloc: &BlockAllocator) -> Result<Vec<Finding>> {
+        let entries = self.cadence.next_entries(&IdleBlocks(alloc))?;
+        let report = self
+            .canary
+            .sweep(entries.as_slice(), tail(&self.kv)?)?
+            .wait()?;
+        self.checked.1 = slots_run(&report.counters);
+        let judgement = self.guard.judge_sweep(&report)?;
+        Ok(findings(step, &judgement))
+    }
+}
