@@ -2,16 +2,19 @@
 //! injector's hooks corrupt a device KV cache and a device block table exactly as they corrupt
 //! host memory (same seeds, same bytes, same records; over a cust `DeviceBuffer`, the crate's
 //! `DeviceArray` and with `cudarc` a `CudaSlice`), and a live-KV flip injected into the device
-//! cache is reported by the next device verify as the CPU's verify reports it on the host cache.
+//! cache is reported by the next device verify as the CPU's verify reports it on the host cache;
+//! the detection table of `tests/faults.rs` on a device canary, every fault in device memory.
 
 use crate::rng::Rng;
 use crate::{ensure, fail};
 use cust::memory::{CopyDestination, DeviceBuffer};
 use kv_canary::cuda::{self, DeviceRealKv, DeviceRealKvSource, DeviceSettings, Gpu, Stream};
-use kv_canary::guard::faults::{Fault, FaultInjector, FaultPlan};
+use kv_canary::guard::faults::{Fault, FaultInjector, FaultPlan, TokenOracle};
+use kv_canary::step::{Canary, KvPair, SweepEntries};
 use kv_canary::{
-    cpu, CanaryBuffer, Cap, HealthCounters, LaunchSettings, LaunchTag, RealKv, RealKvHashMode,
-    RealKvParams, RowLayout, Shape, TokenCheckOff, VerifyEntry, ViolationRing,
+    cpu, CanaryBuffer, Cap, Full, HealthCounters, LaunchSettings, LaunchTag, PagedShape, RealKv,
+    RealKvHashMode, RealKvParams, RowLayout, Shape, TokenCheckOff, TokenLayout, VerifyEntry,
+    ViolationRing, WriteInputs,
 };
 
 const SLOTS: usize = 32;
@@ -320,5 +323,352 @@ pub fn device_live_kv_flip_detected(gpu: &Gpu) -> Result<(), String> {
          next device verify (HEAD_K_FULL, row {row:?}), equal to the CPU's",
         injected.at, injected.step
     );
+    Ok(())
+}
+
+/// Where a detector fired (the detection table's columns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Detector {
+    HeadVerify,
+    TailVerify,
+    WriteInputCheck,
+    Sweep,
+}
+
+fn detector(row: &kv_canary::Violation) -> Detector {
+    match row.launch_tag() {
+        _ if row.is_write() => Detector::WriteInputCheck,
+        Some(LaunchTag::HeadKFull | LaunchTag::HeadVFull) => Detector::HeadVerify,
+        Some(LaunchTag::SweepKFull | LaunchTag::SweepVFull) => Detector::Sweep,
+        _ => Detector::TailVerify,
+    }
+}
+
+const PAGED: PagedShape = PagedShape::new(1, 16, 2, 16);
+const BLOCKS: usize = 8;
+type DeviceCanary = Canary<Cap<128>, Cap<2>, Cap<8>, Cap<{ BLOCKS * 16 }>, Cap<64>, Full, Stream>;
+
+fn block_slot(blocks: &[u32], pos: usize) -> i64 {
+    i64::from(blocks[pos / 16]) * 16 + (pos % 16) as i64
+}
+
+/// The forward pass on the host copy of a cache: a token's K or V bytes, a function of its
+/// position, at its place in `layout` (vLLM's K or V layout).
+fn forward_token(cache: &mut [u8], layout: TokenLayout, slot: i64, pos: usize) {
+    let TokenLayout::Pieces(p) = layout else {
+        return;
+    };
+    let (b, at) = (slot as usize / 16, slot as usize % 16);
+    let base = b * PAGED.block_bytes() + at * p.token_stride;
+    for j in 0..PAGED.token_bytes() / 16 {
+        let piece = base + (j / p.per_group) * p.group_stride + (j % p.per_group) * p.piece_stride;
+        for i in 0..16 / p.element_bytes {
+            for e in 0..p.element_bytes {
+                cache[piece + i * p.element_stride + e] = (pos * 31 + j * 7 + i * 3 + e) as u8;
+            }
+        }
+    }
+}
+
+/// The forward pass into the device caches: each written slot's K and V bytes (through host
+/// copies of the caches, so that faults injected into device memory stay), after everything
+/// queued (the stream is ordered with these synchronous copies).
+fn forward(
+    gpu: &Gpu,
+    k: &mut DeviceBuffer<u8>,
+    v: &mut DeviceBuffer<u8>,
+    slots: &[i64],
+    positions: &[i64],
+) -> Result<(), String> {
+    gpu.synchronize().map_err(fail("sync"))?;
+    let (kl, vl) = (TokenLayout::vllm_k(PAGED), TokenLayout::vllm_v(PAGED));
+    let (kl, vl) = (kl.map_err(fail("layout"))?, vl.map_err(fail("layout"))?);
+    for (cache, layout) in [(k, kl), (v, vl)] {
+        let mut host = vec![0u8; cache.len()];
+        cache.copy_to(&mut host[..]).map_err(fail("cache down"))?;
+        for (&s, &p) in slots.iter().zip(positions).filter(|(&s, _)| s >= 0) {
+            forward_token(&mut host, layout, s, p as usize);
+        }
+        cache.copy_from(&host[..]).map_err(fail("cache up"))?;
+    }
+    gpu.synchronize().map_err(fail("sync"))
+}
+
+/// The device caches as the tail's and the sweep's fingerprints (all of a token's bytes).
+fn tail<'a>(
+    k: &'a DeviceBuffer<u8>,
+    v: &'a DeviceBuffer<u8>,
+) -> Result<KvPair<DeviceRealKv<'a>>, String> {
+    let source = |bytes: &'a DeviceBuffer<u8>, layout| {
+        DeviceRealKvSource::paged(bytes, BLOCKS, layout, PAGED, PAGED.token_bytes())
+            .map_err(fail("paged source"))
+    };
+    let k = source(k, TokenLayout::vllm_k(PAGED).map_err(fail("layout"))?)?;
+    let v = source(v, TokenLayout::vllm_v(PAGED).map_err(fail("layout"))?)?;
+    Ok(KvPair {
+        k: DeviceRealKv::new(RealKvHashMode::All, [k]),
+        v: DeviceRealKv::new(RealKvHashMode::All, [v]),
+    })
+}
+
+/// A paged engine's device memory: its caches and step arrays, in its element types.
+struct DeviceEngine<'g> {
+    gpu: &'g Gpu,
+    canary: DeviceCanary,
+    k: DeviceBuffer<u8>,
+    v: DeviceBuffer<u8>,
+    /// `[2, 2]` u32 block tables by batch row.
+    table: DeviceBuffer<u32>,
+    /// Context and query lengths (u32).
+    lens: [DeviceBuffer<u32>; 2],
+    bs: DeviceBuffer<i32>,
+    /// Token ids, positions, slot mapping, expected ids and expected positions (i64, 8 each).
+    write: [DeviceBuffer<i64>; 5],
+}
+
+impl DeviceEngine<'_> {
+    /// Uploads a step's host arrays (before the step's fault hooks run on device memory).
+    fn upload(
+        &mut self,
+        table: &[u32],
+        context: &[u32],
+        query: &[u32],
+        write: [&[i64]; 5],
+    ) -> Result<(), String> {
+        let mut t = [0u32; 4];
+        t[..table.len()].copy_from_slice(table);
+        self.table.copy_from(&t[..]).map_err(fail("table"))?;
+        for (buf, host) in self.lens.iter_mut().zip([context, query]) {
+            let mut l = [0u32; 2];
+            l[..host.len()].copy_from_slice(host);
+            buf.copy_from(&l[..]).map_err(fail("lens"))?;
+        }
+        self.bs
+            .copy_from(&[context.len() as i32][..])
+            .map_err(fail("bs"))?;
+        for (buf, host) in self.write.iter_mut().zip(write) {
+            buf.copy_from(host).map_err(fail("write inputs"))?;
+        }
+        Ok(())
+    }
+
+    /// One device step over the uploaded arrays: plan, head verify, write (the write-input
+    /// check on), the forward pass, tail verify; the report's violations.
+    fn step(
+        &mut self,
+        rows: usize,
+        slots: &[i64],
+        positions: &[i64],
+    ) -> Result<Vec<kv_canary::Violation>, String> {
+        let gpu = self.gpu;
+        let table = cuda::DeviceReqToToken::block_table_from_buffer(gpu, &self.table, rows, 2, 16)
+            .map_err(fail("table view"))?;
+        let [context, query] = &self.lens;
+        let batch =
+            cuda::DeviceBatch::from_query_lens(gpu, Cap::<2>, context, query, Some(&self.bs))
+                .map_err(fail("batch view"))?;
+        let [ids, pos, loc, eids, epos] = &self.write;
+        let write =
+            WriteInputs::from_buffers(gpu, Cap::<8>, ids, pos, loc).map_err(fail("write view"))?;
+        let write = write
+            .with_expected(gpu, eids, epos)
+            .map_err(fail("expected view"))?;
+        let step = (self.canary.plan(&cuda::PlanInputs::full(&batch, &table)))
+            .and_then(|s| s.verify_head())
+            .and_then(|s| s.write(&*write))
+            .map_err(fail("step"))?;
+        forward(gpu, &mut self.k, &mut self.v, slots, positions)?;
+        let pending = step
+            .verify_tail(tail(&self.k, &self.v)?)
+            .map_err(fail("tail"))?;
+        Ok(pending.wait().map_err(fail("report"))?.violations)
+    }
+
+    /// A sweep of the idle request's cached slots; its violations.
+    fn sweep(&mut self, idle: &[i64]) -> Result<Vec<kv_canary::Violation>, String> {
+        let mut entries = SweepEntries::new();
+        entries
+            .push_node(None::<i64>, 0, idle)
+            .map_err(fail("entries"))?;
+        let sweep = (self
+            .canary
+            .sweep(entries.as_slice(), tail(&self.k, &self.v)?))
+        .map_err(fail("sweep"))?;
+        Ok(sweep.wait().map_err(fail("sweep report"))?.violations)
+    }
+}
+
+/// A request: its id and its two blocks.
+type Request = (u64, [u32; 2]);
+
+/// Token ids, positions, slots of `rows`' new tokens (`context - query ..context`), 8 at most.
+type Tokens = (Vec<i64>, Vec<i64>, Vec<i64>);
+
+fn tokens(
+    rows: &[(u64, [u32; 2])],
+    context: &[u32],
+    query: &[u32],
+    oracle: &TokenOracle,
+) -> Tokens {
+    let (mut ids, mut positions, mut slots) = (vec![0i64; 8], vec![0i64; 8], vec![-1i64; 8]);
+    let mut t = 0;
+    for (r, &(request, blocks)) in rows.iter().enumerate() {
+        for p in (context[r] - query[r])..context[r] {
+            let p = p as usize;
+            if t < 8 {
+                (ids[t], positions[t], slots[t]) = (
+                    oracle.token(request, p as i64),
+                    p as i64,
+                    block_slot(&blocks, p),
+                );
+            }
+            t += 1;
+        }
+    }
+    (ids, positions, slots)
+}
+
+/// The host test's scenario (`tests/faults.rs`) on a device canary, every fault injected into
+/// device memory: 8 decode steps of requests 1 (blocks 1, 2) and 2 (blocks 3, 4) after their
+/// prefills (8 tokens a step), request 3 (block 5) cached idle and swept each step. Returns
+/// the injection's step and the first (step, detector) that reported.
+fn device_detection(gpu: &Gpu, plan: FaultPlan) -> Result<(u64, Option<(u64, Detector)>), String> {
+    let oracle = TokenOracle {
+        seed: 7,
+        vocab: 32000,
+    };
+    let stream = Stream::new(gpu).map_err(fail("stream"))?;
+    let cache = || DeviceBuffer::from_slice(&vec![0u8; BLOCKS * PAGED.block_bytes()]);
+    let zeros = || DeviceBuffer::from_slice(&[0i64; 8]).map_err(fail("arrays"));
+    let mut e = DeviceEngine {
+        gpu,
+        canary: Canary::full_on(stream, Shape::new(), Cap, Cap).map_err(fail("canary"))?,
+        k: cache().map_err(fail("k"))?,
+        v: cache().map_err(fail("v"))?,
+        table: DeviceBuffer::from_slice(&[0u32; 4]).map_err(fail("table"))?,
+        lens: [
+            DeviceBuffer::from_slice(&[0u32; 2]).map_err(fail("lens"))?,
+            DeviceBuffer::from_slice(&[0u32; 2]).map_err(fail("lens"))?,
+        ],
+        bs: DeviceBuffer::from_slice(&[0i32]).map_err(fail("bs"))?,
+        write: [zeros()?, zeros()?, zeros()?, zeros()?, zeros()?],
+    };
+    let mut injector = FaultInjector::new(11, &[plan]);
+    let requests: [Request; 2] = [(1, [1, 2]), (2, [3, 4])];
+    let idle_blocks = [5u32, 0];
+    let idle: Vec<i64> = (0..12).map(|p| block_slot(&idle_blocks, p)).collect();
+    let k_byte = |s: i64| {
+        let layout = TokenLayout::vllm_k(PAGED).ok()?;
+        let TokenLayout::Pieces(p) = layout else {
+            return None;
+        };
+        Some((s as usize / 16) * PAGED.block_bytes() + (s as usize % 16) * p.token_stride)
+    };
+    let mut first: Option<(u64, Detector)> = None;
+    let mut note = |step: u64, rows: &[kv_canary::Violation]| {
+        if let Some(row) = rows.first() {
+            first = first.or(Some((step, detector(row))));
+        }
+    };
+    for step in 0..10u64 {
+        injector.begin_step();
+        let (rows, context, query): (Vec<Request>, Vec<u32>, Vec<u32>) = match step {
+            0 => (vec![(3, idle_blocks)], vec![12], vec![12]),
+            1 => (requests.to_vec(), vec![16, 16], vec![16, 16]),
+            _ => {
+                let c = 16 + step as u32 - 1;
+                (requests.to_vec(), vec![c, c], vec![1, 1])
+            }
+        };
+        // Cached (live) slots: every row's positions before this step.
+        let live: Vec<i64> = (rows.iter().enumerate())
+            .flat_map(|(r, &(_, b))| {
+                (0..(context[r] - query[r]) as usize).map(move |p| block_slot(&b, p))
+            })
+            .collect();
+        injector.live_kv(&mut e.k, &live, k_byte);
+        let mut violations = Vec::new();
+        let mut written = Vec::new();
+        if step < 2 {
+            // Prefills: 8 tokens a canary step, one row at a time.
+            for (r, &row) in rows.iter().enumerate() {
+                for chunk in (0..context[r]).step_by(8) {
+                    let n = (context[r] - chunk).min(8);
+                    let (c, q) = ([chunk + n], [n]);
+                    let (ids, pos, slots) = tokens(&[row], &c, &q, &oracle);
+                    e.upload(&row.1, &c, &q, [&ids, &pos, &slots, &ids, &pos])?;
+                    violations.extend(e.step(1, &slots, &pos)?);
+                    written.extend(slots.iter().filter(|&&s| s >= 0));
+                }
+            }
+        } else {
+            let (mut ids, pos, slots) = tokens(&rows, &context, &query, &oracle);
+            let expected = ids.clone();
+            injector.swap_tokens(&mut ids[..2]);
+            let table: Vec<u32> = rows.iter().flat_map(|r| r.1).collect();
+            e.upload(
+                &table,
+                &context,
+                &query,
+                [&ids, &pos, &slots, &expected, &pos],
+            )?;
+            // A table cell of request 1 (its first block, cached, not written) pointed into
+            // request 2's first block, in device memory.
+            injector.table_cell(&mut e.table, &[0], &[requests[1].1[0]]);
+            violations.extend(e.step(rows.len(), &slots, &pos)?);
+            written.extend(slots.iter().filter(|&&s| s >= 0));
+        }
+        injector.after_stamp(&mut e.k, &written, k_byte);
+        let mut swept = Vec::new();
+        if step >= 1 {
+            injector.idle_kv(&mut e.k, &idle, k_byte);
+            swept = e.sweep(&idle)?;
+        }
+        note(step, &swept);
+        note(step, &violations);
+    }
+    let injected = injector.injected().first().map(|i| i.step - 1);
+    Ok((injected.ok_or("the fault was not injected")?, first))
+}
+
+/// The detection table on the GPU (issue 33): each of SGLang's five perturbations, injected
+/// into device memory (the KV cache, the block table, the token ids) of a paged engine on a
+/// device canary, is caught by the detector it targets within a step, as on the CPU
+/// (`tests/faults.rs`).
+pub fn device_detection_table(gpu: &Gpu) -> Result<(), String> {
+    gpu.make_current().map_err(fail("context"))?;
+    let plan = |fault| FaultPlan {
+        fault,
+        probability: 1.0,
+        warmup: 3,
+        limit: 1,
+    };
+    let expected = [
+        (Fault::TableCell, &[Detector::HeadVerify][..]),
+        (Fault::LiveKv, &[Detector::TailVerify][..]),
+        (Fault::IdleKv, &[Detector::Sweep][..]),
+        (
+            Fault::AfterStamp,
+            &[Detector::HeadVerify, Detector::TailVerify, Detector::Sweep][..],
+        ),
+        (Fault::TokenSwap, &[Detector::WriteInputCheck][..]),
+    ];
+    println!("    | fault | injected at step | detector (device) | steps to detection |");
+    for (fault, detectors) in expected {
+        let (injected, first) = device_detection(gpu, plan(fault))?;
+        let (step, detector) = first.ok_or(format!("{fault:?} was not detected on the GPU"))?;
+        ensure!(
+            detectors.contains(&detector),
+            "{fault:?} detected on the GPU by {detector:?}, not {detectors:?}"
+        );
+        ensure!(
+            step >= injected && step <= injected + 1,
+            "{fault:?}: detected at step {step}, injected at {injected}"
+        );
+        println!(
+            "    | {fault:?} | {injected} | {detector:?} | {} |",
+            step - injected
+        );
+    }
     Ok(())
 }

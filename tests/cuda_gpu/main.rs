@@ -205,6 +205,8 @@ const TESTS: &[(&str, TestFn)] = &[
         "device_live_kv_flip_detected",
         faults::device_live_kv_flip_detected,
     ),
+    #[cfg(feature = "faults")]
+    ("device_detection_table", faults::device_detection_table),
     ("racecheck_probe_named_barrier", probe::named_barrier),
 ];
 
