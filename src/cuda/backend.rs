@@ -96,6 +96,8 @@ use crate::real_kv::{PagedShape, RealKvHashMode, TokenLayout};
 use crate::shape::Shape;
 use crate::step::{FinishedStep, KvPair, PlanInputsOf, Reports, SwaGroup};
 use crate::Error;
+#[cfg(feature = "cudarc")]
+use std::sync::Arc;
 
 /// The real-KV fingerprints of a device step's tail launches (K half, V half).
 pub type TailKvOnDevice<'a> = KvPair<DeviceRealKv<'a>>;
@@ -129,6 +131,51 @@ impl<'a> KvPair<DeviceRealKv<'a>> {
             k: one(k, TokenLayout::vllm_k(shape)?)?,
             v: one(v, TokenLayout::vllm_v(shape)?)?,
         })
+    }
+}
+
+#[cfg(feature = "cudarc")]
+impl KvPair<super::device::cudarc_views::CudarcKvSource<'static>> {
+    /// A paged engine's K and V caches in cudarc memory this pair keeps alive (`Arc`s of the
+    /// engine's slices, of any element type: a bf16 cache is read as its bytes), `num_blocks`
+    /// blocks of `shape` in vLLM's layouts, every byte of a token read: made once and kept,
+    /// its [`fingerprints`](KvPair::fingerprints) are each step's tail (and each sweep's). The
+    /// twin of [`vllm_paged`](KvPair::vllm_paged) for memory the crate only views through
+    /// cudarc, with the errors of `CudarcKvSource::shared` and `with_token_layout`.
+    pub fn vllm_paged_cudarc<T, S>(
+        gpu: &super::device::gpu::Gpu,
+        k: Arc<S>,
+        v: Arc<S>,
+        num_blocks: usize,
+        shape: PagedShape,
+    ) -> Result<Self, Error>
+    where
+        S: cudarc::driver::DevicePtr<T> + Send + Sync + 'static,
+    {
+        use super::device::cudarc_views::CudarcKvSource;
+        use crate::real_kv::{RealKvParams, RowLayout};
+        let rows = RowLayout::dense(num_blocks, shape.block_bytes());
+        let params =
+            RealKvParams::from_sizes(shape.block_size, shape.token_bytes(), shape.token_bytes());
+        let one = |bytes, layout| -> Result<CudarcKvSource<'static>, Error> {
+            CudarcKvSource::shared(gpu, bytes, 0, rows, params)?.with_token_layout(layout)
+        };
+        Ok(KvPair {
+            k: one(k, TokenLayout::vllm_k(shape)?)?,
+            v: one(v, TokenLayout::vllm_v(shape)?)?,
+        })
+    }
+}
+
+#[cfg(feature = "cudarc")]
+impl KvPair<super::device::cudarc_views::CudarcKvSource<'_>> {
+    /// Both halves' sources hashed under `mode` (ALL: a token's whole vector): a step's tail
+    /// fingerprints ([`TailKvOnDevice`]) or a sweep's.
+    pub fn fingerprints(&self, mode: RealKvHashMode) -> TailKvOnDevice<'_> {
+        KvPair {
+            k: DeviceRealKv::new(mode, [self.k.source()]),
+            v: DeviceRealKv::new(mode, [self.v.source()]),
+        }
     }
 }
 

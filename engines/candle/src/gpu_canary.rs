@@ -13,20 +13,20 @@ use crate::canary::{block_slots, findings, Finding, IdleBlocks, VERIFY};
 use crate::config::{
     BLOCK_SIZE, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS, NUM_SLOTS, SWEEP_BUDGET,
 };
-use crate::gpu::{DeviceBytes, GpuKv, HEAD_DIM, KV_HEADS, TOKEN_BYTES};
+use crate::gpu::{DeviceBytes, GpuKv, HEAD_DIM, KV_HEADS};
 use crate::gpu_serve::ServeArrays;
 use crate::Result;
 use candle_core::cuda_backend::cudarc::driver::CudaStream;
 use candle_core::Tensor;
 use kv_canary::cuda::{
-    CudarcKvSource, DeviceBatch, DeviceExpectedTable, DeviceRealKv, DeviceReqToToken,
-    DeviceValidLens, Gpu, PendingDeviceReport, PlanInputs, Shared, Stream,
+    CudarcKvSource, DeviceBatch, DeviceExpectedTable, DeviceReqToToken, DeviceValidLens, Gpu,
+    PendingDeviceReport, PlanInputs, Shared, Stream,
 };
 use kv_canary::guard::{Action, Guard, Policy, SweepCadence};
 use kv_canary::step::{Canary, KvPair, SlotRows};
 use kv_canary::{
-    BatchView, Cap, Device, Full, InputAssertOn, PagedShape, RealKvHashMode, RealKvParams,
-    ReqToTokenView, RowLayout, Shape, TokenLayout, WriteInputs,
+    BatchView, Cap, Device, Full, InputAssertOn, PagedShape, RealKvHashMode, ReqToTokenView, Shape,
+    WriteInputs,
 };
 use std::sync::Arc;
 
@@ -43,18 +43,6 @@ fn bytes<T>(t: &Tensor) -> Result<Arc<DeviceBytes<T>>> {
     }))
 }
 
-/// Layer 0's K and V (`kv`) as the tail's fingerprints (all of a token's bytes).
-fn tail<'a>(kv: &'a [CudarcKvSource<'static>; 2]) -> Result<KvPair<DeviceRealKv<'a>>> {
-    let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
-    let [k, v] = kv;
-    let k = k.source().with_token_layout(TokenLayout::vllm_k(shape)?)?;
-    let v = v.source().with_token_layout(TokenLayout::vllm_v(shape)?)?;
-    Ok(KvPair {
-        k: DeviceRealKv::new(RealKvHashMode::All, [k]),
-        v: DeviceRealKv::new(RealKvHashMode::All, [v]),
-    })
-}
-
 /// Slots a K and V pair of launches has checked since the canary began (the device reports'
 /// counters are cumulative).
 fn slots_run(c: &KvPair<kv_canary::HealthCounters>) -> u64 {
@@ -69,7 +57,7 @@ pub struct GpuEngineCanary {
     tokens: Shared<DeviceExpectedTable>,
     lens: Shared<DeviceValidLens<Cap<MAX_ROWS>>>,
     write: Shared<WriteInputs<Cap<MAX_TOKENS>, InputAssertOn, Device>>,
-    kv: [CudarcKvSource<'static>; 2],
+    kv: KvPair<CudarcKvSource<'static>>,
     guard: Guard<u64>,
     cadence: SweepCadence,
     /// The step whose report is still on its way: its number and host arrays.
@@ -85,17 +73,6 @@ impl GpuEngineCanary {
         let stream = Stream::from_cudarc(&gpu, stream)?;
         let shape = Shape::<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>>::new();
         let paged = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
-        let rows = RowLayout::dense(NUM_BLOCKS, paged.block_bytes());
-        let params = RealKvParams::from_sizes(BLOCK_SIZE, paged.token_bytes(), TOKEN_BYTES);
-        let source = |t: &Tensor| -> Result<_> {
-            Ok(CudarcKvSource::shared(
-                &gpu,
-                bytes::<u8>(t)?,
-                0,
-                rows,
-                params,
-            )?)
-        };
         let (rows_n, bs) = (Cap::<MAX_ROWS>, Some(bytes::<i32>(&a.bs)?));
         let write = WriteInputs::from_cudarc_shared(
             &gpu,
@@ -133,7 +110,13 @@ impl GpuEngineCanary {
                 bytes::<u32>(&a.expected_ids)?,
                 bytes::<i64>(&a.expected_positions)?,
             )?,
-            kv: [source(&kv.k[0])?, source(&kv.v[0])?],
+            kv: KvPair::vllm_paged_cudarc(
+                &gpu,
+                bytes::<u8>(&kv.k[0])?,
+                bytes::<u8>(&kv.v[0])?,
+                NUM_BLOCKS,
+                paged,
+            )?,
             guard: Guard::new(Policy {
                 violations: Action::PerRequest,
                 unverified: Action::Log,
@@ -158,7 +141,7 @@ impl GpuEngineCanary {
         let inputs = PlanInputs::full(&self.batch, &self.table).with_expected(expected);
         let written = (self.canary.plan(&inputs)?.verify_head()?).write(&*self.write)?;
         let out = forward()?;
-        let report = written.verify_tail(tail(&self.kv)?)?;
+        let report = written.verify_tail(self.kv.fingerprints(RealKvHashMode::All))?;
         let before = self.pending.replace((step, Box::new(a.clone()), report));
         Ok((out, self.judge(before)?))
     }
@@ -197,10 +180,8 @@ impl GpuEngineCanary {
     /// Between steps: sweeps the next idle cached slots of the prefix cache.
     pub fn sweep(&mut self, step: u64, alloc: &BlockAllocator) -> Result<Vec<Finding>> {
         let entries = self.cadence.next_entries(&IdleBlocks(alloc))?;
-        let report = self
-            .canary
-            .sweep(entries.as_slice(), tail(&self.kv)?)?
-            .wait()?;
+        let tail = self.kv.fingerprints(RealKvHashMode::All);
+        let report = self.canary.sweep(entries.as_slice(), tail)?.wait()?;
         self.checked.1 = slots_run(&report.counters);
         let judgement = self.guard.judge_sweep(&report)?;
         Ok(findings(step, &judgement))
