@@ -5,7 +5,7 @@
 //! with no cached prefix attends densely (causal, in query chunks) over its own new K and V.
 //!
 //! The canary runs on candle's own stream (`Stream::from_cudarc`), over the engine's own device
-//! arrays (u32 block tables and lengths, an i32 `bs`, i64 ids, positions and slot mapping) and
+//! arrays (u32 block tables and lengths, a u32 `bs` read as an i32, i64 ids, positions and slot mapping) and
 //! layer 0's K and V caches read in place in vLLM's layouts: every view is made once over
 //! [`DeviceBytes`], an engine-side `DevicePtr` of a candle tensor's memory that keeps the tensor
 //! alive and holds no storage lock (so the engine's in-place uploads still run), and the
@@ -391,7 +391,8 @@ pub struct DeviceArrays {
     pub context_lens: Tensor,
     /// `[ROWS]` u32, new tokens per row.
     pub query_lens: Tensor,
-    /// `[1]` i32, the step's rows.
+    /// `[1]` u32, the step's rows (the canary reads it as its `i32` bits: candle 0.10 has no
+    /// `i32` copy or fill kernels, so an `I32` tensor cannot be written in place).
     pub bs: Tensor,
     /// `[TOKENS]` i64.
     pub input_ids: Tensor,
@@ -438,7 +439,7 @@ impl DeviceArrays {
             block_tables: Tensor::zeros((ROWS, MAX_BLOCKS), DType::U32, dev)?,
             context_lens: Tensor::zeros(ROWS, DType::U32, dev)?,
             query_lens: Tensor::zeros(ROWS, DType::U32, dev)?,
-            bs: Tensor::zeros(1, DType::I32, dev)?,
+            bs: Tensor::zeros(1, DType::U32, dev)?,
             input_ids: Tensor::zeros(TOKENS, DType::I64, dev)?,
             positions: Tensor::zeros(TOKENS, DType::I64, dev)?,
             slot_mapping: Tensor::full(-1i64, TOKENS, dev)?,
@@ -452,7 +453,7 @@ impl DeviceArrays {
         }
         upload(&self.context_lens, &h.context_lens)?;
         upload(&self.query_lens, &h.query_lens)?;
-        upload(&self.bs, &[h.bs as i32])?;
+        upload(&self.bs, &[h.bs as u32])?;
         upload(&self.input_ids, &h.input_ids)?;
         upload(&self.positions, &h.positions)?;
         upload(&self.slot_mapping, &h.slot_mapping)
@@ -496,7 +497,7 @@ impl CanaryViews {
             table: DeviceBytes::of::<u32>(&a.block_tables)?,
             context_lens: DeviceBytes::of::<u32>(&a.context_lens)?,
             query_lens: DeviceBytes::of::<u32>(&a.query_lens)?,
-            bs: DeviceBytes::of::<i32>(&a.bs)?,
+            bs: DeviceBytes::<i32>::of::<u32>(&a.bs)?,
             write: [
                 DeviceBytes::of::<i64>(&a.input_ids)?,
                 DeviceBytes::of::<i64>(&a.positions)?,

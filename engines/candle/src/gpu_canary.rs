@@ -1,6 +1,6 @@
 //! The canary on the GPU, as an engine author adds it (feature `cuda`): kv-canary on candle's
 //! own stream (`Stream::from_cudarc`), over the engine's device arrays (u32 block tables by
-//! batch row, u32 context and query lengths, an i32 `bs`, u32 token ids, i64 positions and slot
+//! batch row, u32 context and query lengths, a `bs` read as an i32, u32 token ids, i64 positions and slot
 //! mapping, the u32 token table as the expected-token pool and the expected ids and positions
 //! of the write-input check) and layer 0's K and V caches in vLLM's layouts, every view made
 //! once and read in place; reports taken one step late and judged by the guard (per request);
@@ -37,7 +37,6 @@ type DeviceCanary =
 fn bytes<T>(t: &Tensor) -> Result<Arc<DeviceBytes<T>>> {
     Ok(Arc::new(match t.dtype() {
         candle_core::DType::I64 => DeviceBytes::of::<i64>(t)?,
-        candle_core::DType::I32 => DeviceBytes::of::<i32>(t)?,
         candle_core::DType::BF16 => DeviceBytes::of::<half::bf16>(t)?,
         _ => DeviceBytes::of::<u32>(t)?,
     }))

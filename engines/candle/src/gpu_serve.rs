@@ -44,7 +44,8 @@ pub struct ServeArrays {
     pub context_lens: Tensor,
     /// `[MAX_ROWS]` u32, new tokens per row.
     pub query_lens: Tensor,
-    /// `[1]` i32, the step's rows.
+    /// `[1]` u32, the step's rows (the canary reads it as its `i32` bits: candle 0.10 has no
+    /// `i32` copy or fill kernels, so an `I32` tensor cannot be written in place).
     pub bs: Tensor,
     /// `[MAX_TOKENS]` u32.
     pub input_ids: Tensor,
@@ -68,7 +69,7 @@ impl ServeArrays {
             token_table: u32s(MAX_ROWS * MAX_CONTEXT)?,
             context_lens: u32s(MAX_ROWS)?,
             query_lens: u32s(MAX_ROWS)?,
-            bs: Tensor::zeros(1, DType::I32, dev)?,
+            bs: Tensor::zeros(1, DType::U32, dev)?,
             input_ids: u32s(MAX_TOKENS)?,
             positions: i64s(MAX_TOKENS)?,
             slot_mapping: Tensor::full(-1i64, MAX_TOKENS, dev)?,
@@ -83,7 +84,7 @@ impl ServeArrays {
         upload(&self.token_table, &a.token_table)?;
         upload(&self.context_lens, &a.context_lens)?;
         upload(&self.query_lens, &a.query_lens)?;
-        upload(&self.bs, &[a.bs as i32])?;
+        upload(&self.bs, &[a.bs as u32])?;
         upload(&self.input_ids, &a.input_ids)?;
         upload(&self.positions, &a.positions)?;
         upload(&self.slot_mapping, &a.slot_mapping)?;
