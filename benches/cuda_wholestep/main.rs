@@ -218,6 +218,7 @@ fn run(o: Options) -> Result<(), String> {
         }
     };
     with_pairs(&mut gpu, &o);
+    let _ = DEVICE.set(gpu.name().to_owned());
     println!(
         "device: {} ({} SMs); graph replays {}, step-API steps {}, raw steps {}, timeline steps \
          {}; K+V pair launches {}, overlapped launches {}, plan with head verify {}",
@@ -346,11 +347,15 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
+/// The device's name, set once it is known: SGLang's rows are the card's.
+static DEVICE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 fn sglang(r: &RowResult) -> f64 {
+    let device = DEVICE.get().map_or("", String::as_str);
     STEPS
         .iter()
         .find(|s| s.name == r.step)
-        .map_or(f64::NAN, |s| s.sglang_us[r.mode.column()])
+        .map_or(f64::NAN, |s| s.sglang_on(device)[r.mode.column()])
 }
 
 fn print_results(rows: &[RowResult], o: &Options) {

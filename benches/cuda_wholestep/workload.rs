@@ -25,36 +25,53 @@ pub struct StepKind {
     /// `Some(tokens)`: one request prefilling that many tokens (no prefix); `None`: a decode
     /// of one token per request after a prefix of about 2k tokens.
     pub prefill: Option<usize>,
-    /// SGLang's step, µs (K+V PARTIAL, K+V ALL, K only PARTIAL).
+    /// SGLang's step on the H200, µs (K+V PARTIAL, K+V ALL, K only PARTIAL).
     pub sglang_us: [f64; 3],
+    /// The same on the H100 80GB HBM3.
+    pub sglang_h100_us: [f64; 3],
 }
 
-/// The four steps of issue 10 item 9, with SGLang's numbers (same H200 kind, warm L2, one CUDA
-/// graph per step).
+impl StepKind {
+    /// SGLang's step on the card named `device` (its H100 rows on an H100, else the H200's).
+    pub fn sglang_on(&self, device: &str) -> [f64; 3] {
+        if device.contains("H100") {
+            self.sglang_h100_us
+        } else {
+            self.sglang_us
+        }
+    }
+}
+
+/// The four steps of issue 10 item 9, with SGLang's numbers on the H200 and the H100 (warm L2,
+/// one CUDA graph per step; `../shared/research/sglang-step-times.md`).
 pub const STEPS: [StepKind; 4] = [
     StepKind {
         name: "decode bs 1, ~2k prefix",
         bs: 1,
         prefill: None,
         sglang_us: [32.9, 124.9, 20.1],
+        sglang_h100_us: [32.8, 125.1, 20.7],
     },
     StepKind {
         name: "decode bs 64, ~2k prefix",
         bs: 64,
         prefill: None,
         sglang_us: [78.1, 715.0, 45.8],
+        sglang_h100_us: [80.6, 710.3, 48.4],
     },
     StepKind {
         name: "decode bs 256, ~2k prefix",
         bs: 256,
         prefill: None,
         sglang_us: [195.5, 2728.0, 110.8],
+        sglang_h100_us: [203.8, 2705.7, 115.9],
     },
     StepKind {
         name: "prefill 8192 tokens",
         bs: 1,
         prefill: Some(8192),
         sglang_us: [15212.0, 288276.0, 7617.0],
+        sglang_h100_us: [15031.0, 300221.0, 7519.0],
     },
 ];
 
