@@ -13,7 +13,7 @@ export KV_CANARY_GPU_QUICK=1 KV_CANARY_UNDER_SANITIZER=1 KV_CANARY_GOLDEN_DIR="$
 run "sanitizer initcheck" 40 "$OUT/sanitizer.log" compute-sanitizer --tool initcheck --error-exitcode 97 --print-limit 20 .device-run/cuda_gpu
 run "sanitizer synccheck" 30 "$OUT/sanitizer.log" compute-sanitizer --tool synccheck --error-exitcode 97 --print-limit 20 .device-run/cuda_gpu
 unset KV_CANARY_GPU_QUICK KV_CANARY_UNDER_SANITIZER
-run "cuda_engine example" 20 "$OUT/cuda_engine.log" .device-run/cuda_engine
-run "candle serve" "${SERVE_S:-75}" "$OUT/candle-serve.log" .device-candle/run.sh --serve --steps "${SERVE_STEPS:-1000}"
+run "candle serve" "${SERVE_S:-55}" "$OUT/candle-serve.log" .device-candle/run.sh --serve --steps "${SERVE_STEPS:-1000}"
+run "cuda_engine example" 15 "$OUT/cuda_engine.log" .device-run/cuda_engine
 grep -E "ERROR SUMMARY|test result" "$OUT/sanitizer.log" >> "$S"
 cat "$S"
