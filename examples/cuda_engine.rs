@@ -187,7 +187,7 @@ fn eager_loop(gpu: &Gpu, memory: &mut EngineMemory, host_table: &ReqToToken) -> 
     let table = cuda::DeviceReqToToken::from_buffer(gpu, &memory.req_to_token, ROWS, WIDTH)?;
     let [rpi, prefix, extend] = &memory.batch;
     let batch =
-        DeviceBatch::from_buffers(gpu, Cap::<ROWS>, [rpi, prefix, extend], Some(&memory.bs))?;
+        DeviceBatch::from_buffers(gpu, Cap::<ROWS>, (rpi, prefix, extend), Some(&memory.bs))?;
     let [ids, pos, loc] = &memory.write;
     let inputs = WriteInputs::from_buffers(gpu, Cap::<ENTRIES>, ids, pos, loc)?;
 
@@ -487,7 +487,7 @@ impl GraphInputs {
         let bs = Arc::new(DeviceBuffer::from_slice(&[0i32])?);
         let table = Arc::new(DeviceBuffer::from_slice(host_table.as_slice())?);
         Ok(GraphInputs {
-            batch: DeviceBatch::from_shared(gpu, Cap, [column()?, column()?, column()?], Some(bs))?,
+            batch: DeviceBatch::from_shared(gpu, Cap, (column()?, column()?, column()?), Some(bs))?,
             table: cuda::DeviceReqToToken::from_shared(gpu, table, ROWS, WIDTH)?,
             write: WriteInputs::from_shared(gpu, Cap, column()?, column()?, column()?)?,
             kv_pool: Arc::new(DeviceBuffer::from_slice(&vec![0u8; 2 * V_AT])?),

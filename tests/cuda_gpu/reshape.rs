@@ -125,7 +125,10 @@ pub fn reshape_keeps_state_and_views_rebind(gpu: &Gpu) -> Result<(), String> {
     let mut batch: Shared<cuda::DeviceBatch<Caps>> = cuda::DeviceBatch::from_shared(
         gpu,
         first.write_req_capacity(),
-        memory.batch.clone(),
+        {
+            let [a, b, c] = memory.batch.clone();
+            (a, b, c)
+        },
         Some(Arc::clone(&memory.bs)),
     )
     .map_err(fail("batch view"))?;

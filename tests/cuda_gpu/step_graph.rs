@@ -246,7 +246,7 @@ fn device_inputs(gpu: &Gpu, twin: &Twin) -> Result<Inputs, String> {
             .map(Arc::new)
             .map_err(cuda_err)
     };
-    let batch = [buffer(ROWS)?, buffer(ROWS)?, buffer(ROWS)?];
+    let batch = (buffer(ROWS)?, buffer(ROWS)?, buffer(ROWS)?);
     let bs = Arc::new(DeviceBuffer::from_slice(&[0i32]).map_err(cuda_err)?);
     let write = [buffer(64)?, buffer(64)?, buffer(64)?];
     let table = Arc::new(DeviceBuffer::from_slice(twin.table.as_slice()).map_err(cuda_err)?);

@@ -115,7 +115,7 @@ pub fn step_over_sub_slices_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     let borrowed_batch = DeviceBatch::from_buffers(
         gpu,
         Cap::<ROWS>,
-        [&columns[0], &columns[1], &columns[2]],
+        (&columns[0], &columns[1], &columns[2]),
         Some(&*bs),
     )
     .map_err(fail("batch view"))?;
@@ -130,11 +130,11 @@ pub fn step_over_sub_slices_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     let shared_batch = DeviceBatch::from_shared(
         gpu,
         Cap::<ROWS>,
-        [
+        (
             shared(COLUMN_AT[0], ROWS)?,
             shared(COLUMN_AT[1], ROWS)?,
             shared(COLUMN_AT[2], ROWS)?,
-        ],
+        ),
         Some(Arc::clone(&bs)),
     )
     .map_err(fail("shared batch view"))?;

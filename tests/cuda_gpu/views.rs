@@ -380,6 +380,99 @@ impl EngineLens {
     }
 }
 
+/// The batch view of SGLang's three columns in the engine's element types (each its own).
+fn engine_batch<'a, W: kv_canary::Capacity>(
+    gpu: &Gpu,
+    capacity: W,
+    columns: &'a [EngineLens; 3],
+    bs: Option<&'a DeviceBuffer<i32>>,
+) -> Result<kv_canary::cuda::Borrowed<'a, DeviceBatch<W>>, String> {
+    match (&columns[0], &columns[1], &columns[2]) {
+        (EngineLens::I64(x), EngineLens::I64(y), EngineLens::I64(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I64(x), EngineLens::I64(y), EngineLens::I32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I64(x), EngineLens::I64(y), EngineLens::U32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I64(x), EngineLens::I32(y), EngineLens::I64(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I64(x), EngineLens::I32(y), EngineLens::I32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I64(x), EngineLens::I32(y), EngineLens::U32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I64(x), EngineLens::U32(y), EngineLens::I64(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I64(x), EngineLens::U32(y), EngineLens::I32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I64(x), EngineLens::U32(y), EngineLens::U32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I32(x), EngineLens::I64(y), EngineLens::I64(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I32(x), EngineLens::I64(y), EngineLens::I32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I32(x), EngineLens::I64(y), EngineLens::U32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I32(x), EngineLens::I32(y), EngineLens::I64(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I32(x), EngineLens::I32(y), EngineLens::I32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I32(x), EngineLens::I32(y), EngineLens::U32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I32(x), EngineLens::U32(y), EngineLens::I64(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I32(x), EngineLens::U32(y), EngineLens::I32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::I32(x), EngineLens::U32(y), EngineLens::U32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::U32(x), EngineLens::I64(y), EngineLens::I64(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::U32(x), EngineLens::I64(y), EngineLens::I32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::U32(x), EngineLens::I64(y), EngineLens::U32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::U32(x), EngineLens::I32(y), EngineLens::I64(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::U32(x), EngineLens::I32(y), EngineLens::I32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::U32(x), EngineLens::I32(y), EngineLens::U32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::U32(x), EngineLens::U32(y), EngineLens::I64(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::U32(x), EngineLens::U32(y), EngineLens::I32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+        (EngineLens::U32(x), EngineLens::U32(y), EngineLens::U32(z)) => {
+            DeviceBatch::from_buffers(gpu, capacity, (x, y, z), bs)
+        }
+    }
+    .map_err(fail("batch view"))
+}
+
 /// `values` padded with zeros to `len` in a new engine allocation.
 fn padded(values: &[i64], len: usize) -> Result<DeviceBuffer<i64>, String> {
     let mut v = values.to_vec();
@@ -400,7 +493,7 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     let unchecked = |what, n: usize| kv_canary::UncheckedCapacity::new(what, n).map_err(fail(what));
     let cases = crate::scaled(600);
     let (mut compared, mut errors, mut swa, mut pools, mut u32_pools) = (0, 0, 0, 0, 0);
-    let mut lens_kinds = [0usize; 3];
+    let (mut lens_kinds, mut col_kinds) = ([0usize; 3], [0usize; 3]);
     for seed in 0..cases {
         let mut rng = Rng::new(0x71E3_0000 + seed);
         let case = random_case(&mut rng, 200, 48);
@@ -450,11 +543,18 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
         }
         // The engine's memory (columns of the capacity, or of bs when it is larger: the device
         // then reports bs above the capacity from the engine's own bs).
+        // SGLang's columns in the engine's element types: all `i64`, or (by seed) `i32` or
+        // `u32` where every value fits, the same type for the three or each its own.
+        let n = w.max(bs);
+        let col_seed = |c: u64| seed / 2 + c * (seed % 2);
         let e_cols = [
-            padded(case.batch.req_pool_indices(), w.max(bs))?,
-            padded(case.batch.prefix_lens(), w.max(bs))?,
-            padded(case.batch.extend_seq_lens(), w.max(bs))?,
+            EngineLens::new(case.batch.req_pool_indices(), n, col_seed(0))?,
+            EngineLens::new(case.batch.prefix_lens(), n, col_seed(1))?,
+            EngineLens::new(case.batch.extend_seq_lens(), n, col_seed(2))?,
         ];
+        for c in &e_cols {
+            col_kinds[c.kind()] += 1;
+        }
         let e_bs = DeviceBuffer::from_slice(&[bs as i32]).map_err(|e| format!("engine: {e}"))?;
         let e_lut = case
             .lut
@@ -497,9 +597,7 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
             let (rows, width) = (case.table.rows(), case.table.width());
             let dtable = cuda::DeviceTable::from_buffer(gpu, &e_table, rows, width)
                 .map_err(fail("table view"))?;
-            let cols = [&e_cols[0], &e_cols[1], &e_cols[2]];
-            let dbatch = DeviceBatch::from_buffers(gpu, wcap, cols, Some(&e_bs))
-                .map_err(fail("batch view"))?;
+            let dbatch = engine_batch(gpu, wcap, &e_cols, Some(&e_bs))?;
             let dlut = match &e_lut {
                 Some(b) => Some(cuda::DeviceLut::from_buffer(gpu, b).map_err(fail("lut view"))?),
                 None => None,
@@ -581,14 +679,17 @@ pub fn plan_over_views_matches_cpu(gpu: &Gpu) -> Result<(), String> {
     println!(
         "    {compared} random plan cases over engine views equal to the CPU ({errors} errors, \
          {swa} with an SWA LUT view, {pools} with expected-pool and valid-length views, \
-         {u32_pools} of them u32 token ids; valid lengths i64 / i32 / u32: {lens_kinds:?})"
+         {u32_pools} of them u32 token ids; valid lengths i64 / i32 / u32: {lens_kinds:?}; \
+         batch columns i64 / i32 / u32: {col_kinds:?})"
     );
     ensure!(
         compared > cases / 2
             && swa > 0
             && pools > 0
             && u32_pools > 0
-            && lens_kinds[1] + lens_kinds[2] > 0,
+            && lens_kinds[1] + lens_kinds[2] > 0
+            && col_kinds[1] > 0
+            && col_kinds[2] > 0,
         "weak coverage: {compared} compared, {swa} SWA, {pools} pools ({u32_pools} u32), lens \
          kinds {lens_kinds:?}"
     );
@@ -621,7 +722,7 @@ pub fn cudarc_views_plan(gpu: &Gpu) -> Result<(), String> {
         shape.device_write_plan(gpu).map_err(fail("plan"))?,
     );
     let dtable = cuda::DeviceReqToToken::from_cudarc(gpu, &table, 4, 8).map_err(fail("table"))?;
-    let dbatch = DeviceBatch::from_cudarc(gpu, Cap::<4>, [&cols[0], &cols[1], &cols[2]], Some(&bs))
+    let dbatch = DeviceBatch::from_cudarc(gpu, Cap::<4>, (&cols[0], &cols[1], &cols[2]), Some(&bs))
         .map_err(fail("batch"))?;
     cuda::plan(
         &stream,
@@ -682,9 +783,16 @@ pub fn cudarc_views_plan(gpu: &Gpu) -> Result<(), String> {
     engine.synchronize().map_err(cudarc_err)?;
     let stable = cuda::DeviceReqToToken::from_cudarc_shared(gpu, arc_table.clone(), 4, 8)
         .map_err(fail("shared table"))?;
-    let sbatch =
-        DeviceBatch::from_cudarc_shared(gpu, Cap::<4>, arc_cols.clone(), Some(arc_bs.clone()))
-            .map_err(fail("shared batch"))?;
+    let sbatch = DeviceBatch::from_cudarc_shared(
+        gpu,
+        Cap::<4>,
+        {
+            let [a, b, c] = arc_cols.clone();
+            (a, b, c)
+        },
+        Some(arc_bs.clone()),
+    )
+    .map_err(fail("shared batch"))?;
     let skv = cuda::CudarcKvSource::shared(gpu, arc_kv.clone(), 0, layout, PARAMS)
         .map_err(fail("shared kv"))?;
     ensure!(
@@ -719,7 +827,10 @@ pub fn cudarc_views_plan(gpu: &Gpu) -> Result<(), String> {
     let short = DeviceBatch::from_cudarc_shared(
         gpu,
         Cap::<8>,
-        [0, 1, 2].map(|_| std::sync::Arc::new(engine.alloc_zeros::<i64>(4).unwrap())),
+        {
+            let zeros = || std::sync::Arc::new(engine.alloc_zeros::<i64>(4).unwrap());
+            (zeros(), zeros(), zeros())
+        },
         None::<std::sync::Arc<cudarc::driver::CudaSlice<i32>>>,
     );
     ensure!(

@@ -12,12 +12,14 @@ use super::borrowed::{at_least, Borrowed, Fence, Shared};
 use super::gpu::Gpu;
 use super::plan_inputs::{
     two_columns, DeviceBatch, DeviceColumns, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable,
-    DeviceTableCell, DeviceValidLens, RawBatch,
+    DeviceTableCell, DeviceValidLens,
 };
 use super::write_inputs::RawWriteInputs;
 use crate::capacity::Capacity;
 use crate::cuda::driver::array::ViewableSlice;
-use crate::input::{InputAssertOff, InputAssertOn, QueryLens, QueryStarts, TableKind, WriteInputs};
+use crate::input::{
+    InputAssertOff, InputAssertOn, PoolRows, QueryLens, QueryStarts, TableKind, WriteInputs,
+};
 use crate::memory::{Device, Element};
 use crate::Error;
 use std::sync::Arc;
@@ -132,71 +134,100 @@ impl DeviceLut {
 }
 
 impl<W: Capacity> DeviceBatch<W> {
-    /// The batch over `columns` and `bs`, checked as [`from_raw`](Self::from_raw) and for
+    /// The batch over SGLang's three columns (`req_pool_indices` of `R`, `prefix_lens` of `P`,
+    /// `extend_seq_lens` of `E`) and `bs`, checked as [`from_raw`](Self::from_raw) and for
     /// their lengths.
     ///
     /// # Safety
     ///
     /// As [`DeviceTable::over`], for every buffer.
-    unsafe fn over<B, S>(
+    unsafe fn over<R, P, E, BR, BP, BE, S>(
         gpu: &Gpu,
         capacity: W,
-        columns: [&B; 3],
+        columns: (&BR, &BP, &BE),
         bs: Option<&S>,
     ) -> Result<Self, Error>
     where
-        B: ViewableSlice<i64> + ?Sized,
+        R: DeviceIndex,
+        P: DeviceIndex,
+        E: DeviceIndex,
+        BR: ViewableSlice<R> + ?Sized,
+        BP: ViewableSlice<P> + ?Sized,
+        BE: ViewableSlice<E> + ?Sized,
         S: ViewableSlice<i32> + ?Sized,
     {
         let n = capacity.get();
-        let raw = RawBatch {
-            req_pool_indices: addr_of("req_pool_indices", columns[0], n)?,
-            prefix_lens: addr_of("prefix_lens", columns[1], n)?,
-            extend_seq_lens: addr_of("extend_seq_lens", columns[2], n)?,
-            bs: bs.map(|b| addr_of("bs", b, 1)).transpose()?,
-        };
+        let (rpi, prefix, extend) = columns;
+        let addrs = [
+            addr_of("req_pool_indices", rpi, n)?,
+            addr_of("prefix_lens", prefix, n)?,
+            addr_of("extend_seq_lens", extend, n)?,
+        ];
+        let bs = bs.map(|b| addr_of("bs", b, 1)).transpose()?;
         // SAFETY: every buffer holds what its view claims (checked); the caller keeps them.
-        let mut batch = unsafe { Self::from_raw(gpu, capacity, raw)? };
-        batch.record_rooms(columns.map(|c| c.len()));
+        let mut batch =
+            unsafe { Self::from_raw_columns::<PoolRows<R, P, E>>(gpu, capacity, addrs, bs)? };
+        batch.record_rooms([rpi.len(), prefix.len(), extend.len()]);
         Ok(batch)
     }
 
-    /// Views of three device buffers of at least `capacity` `i64`s (`req_pool_indices`,
-    /// `prefix_lens`, `extend_seq_lens`) and optionally of the engine's `bs` (an `i32` buffer
-    /// of at least one element; `None`: [`set_len_on`](Self::set_len_on), and the type of the
-    /// absent buffer must be named, `None::<&DeviceBuffer<i32>>`), checked as
-    /// [`from_raw`](Self::from_raw). Dropping the view synchronises the context: make it once
+    /// Views of SGLang's three batch columns in device buffers of at least `capacity`
+    /// elements each, `(req_pool_indices, prefix_lens, extend_seq_lens)`, each of its own
+    /// element type (`i64`, `i32` or `u32`; SGLang's are `i64`), and optionally of the
+    /// engine's `bs` (an `i32` buffer of at least one element; `None`:
+    /// [`set_len_on`](Self::set_len_on), and the type of the absent buffer must be named,
+    /// `None::<&DeviceBuffer<i32>>`), checked as [`from_raw`](Self::from_raw). The plan reads
+    /// them in place, in their types. Dropping the view synchronises the context: make it once
     /// and keep it.
-    pub fn from_buffers<'a, B, S>(
+    pub fn from_buffers<'a, R, P, E, BR, BP, BE, S>(
         gpu: &Gpu,
         capacity: W,
-        columns: [&'a B; 3],
+        columns: (&'a BR, &'a BP, &'a BE),
         bs: Option<&'a S>,
     ) -> Result<Borrowed<'a, Self>, Error>
     where
-        B: ViewableSlice<i64> + ?Sized,
+        R: DeviceIndex,
+        P: DeviceIndex,
+        E: DeviceIndex,
+        BR: ViewableSlice<R> + ?Sized,
+        BP: ViewableSlice<P> + ?Sized,
+        BE: ViewableSlice<E> + ?Sized,
         S: ViewableSlice<i32> + ?Sized,
     {
         // SAFETY: as `DeviceTable::from_buffer`, for every buffer.
-        let batch = unsafe { Self::over(gpu, capacity, columns, bs)? };
+        let batch = unsafe { Self::over::<R, P, E, BR, BP, BE, S>(gpu, capacity, columns, bs)? };
         Ok(Borrowed::new(batch, Fence::Gpu(gpu.clone())))
     }
 
     /// [`from_buffers`](Self::from_buffers) over buffers the view keeps alive.
-    pub fn from_shared<B, S>(
+    #[allow(clippy::type_complexity)]
+    pub fn from_shared<R, P, E, BR, BP, BE, S>(
         gpu: &Gpu,
         capacity: W,
-        columns: [Arc<B>; 3],
+        columns: (Arc<BR>, Arc<BP>, Arc<BE>),
         bs: Option<Arc<S>>,
     ) -> Result<Shared<Self>, Error>
     where
-        B: ViewableSlice<i64> + Send + Sync + 'static,
+        R: DeviceIndex,
+        P: DeviceIndex,
+        E: DeviceIndex,
+        BR: ViewableSlice<R> + Send + Sync + 'static,
+        BP: ViewableSlice<P> + Send + Sync + 'static,
+        BE: ViewableSlice<E> + Send + Sync + 'static,
         S: ViewableSlice<i32> + Send + Sync + 'static,
     {
-        let [a, b, c] = &columns;
+        let (a, b, c) = &columns;
+        let refs = (&**a, &**b, &**c);
         // SAFETY: as `DeviceTable::from_shared`, for every buffer.
-        let batch = unsafe { Self::over(gpu, capacity, [&**a, &**b, &**c], bs.as_deref())? };
-        Ok(shared_view(gpu, batch, columns, bs))
+        let batch =
+            unsafe { Self::over::<R, P, E, BR, BP, BE, S>(gpu, capacity, refs, bs.as_deref())? };
+        let (a, b, c) = columns;
+        let kept: Vec<Arc<dyn Send + Sync>> = vec![a, b, c];
+        let kept = kept
+            .into_iter()
+            .chain(bs.map(|b| b as Arc<dyn Send + Sync>))
+            .collect();
+        Ok(Shared::new(batch, Fence::Gpu(gpu.clone()), kept))
     }
 }
 

@@ -17,12 +17,14 @@ use super::borrowed::{at_least, Borrowed, Fence, Shared};
 use super::gpu::Gpu;
 use super::plan_inputs::{
     two_columns, DeviceBatch, DeviceColumns, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable,
-    DeviceTableCell, DeviceValidLens, RawBatch,
+    DeviceTableCell, DeviceValidLens,
 };
 use super::settings::DeviceRealKvSource;
 use super::write_inputs::RawWriteInputs;
 use crate::capacity::Capacity;
-use crate::input::{InputAssertOff, InputAssertOn, QueryLens, QueryStarts, TableKind, WriteInputs};
+use crate::input::{
+    InputAssertOff, InputAssertOn, PoolRows, QueryLens, QueryStarts, TableKind, WriteInputs,
+};
 use crate::memory::Device;
 use crate::real_kv::{RealKvParams, RowLayout};
 use crate::Error;
@@ -178,63 +180,94 @@ fn count_of<C: DevicePtr<i32>>(
 }
 
 impl<W: Capacity> DeviceBatch<W> {
-    /// The batch over `columns` and `bs`, with the columns' context.
+    /// The batch over SGLang's three columns (`R`, `P`, `E`) and `bs`, with the columns'
+    /// context.
     ///
     /// # Safety
     ///
     /// As `DeviceTable::over_cudarc`, for every slice.
-    unsafe fn over_cudarc<S: DevicePtr<i64>, B: DevicePtr<i32>>(
+    unsafe fn over_cudarc<R, P, E, SR, SP, SE, B>(
         gpu: &Gpu,
         capacity: W,
-        columns: [&S; 3],
+        columns: (&SR, &SP, &SE),
         bs: Option<&B>,
-    ) -> Result<(Self, Arc<CudaContext>), Error> {
-        let names = ["req_pool_indices", "prefix_lens", "extend_seq_lens"];
-        let addrs = addrs_of(columns, names, capacity.get())?;
-        let raw = RawBatch {
-            req_pool_indices: addrs[0],
-            prefix_lens: addrs[1],
-            extend_seq_lens: addrs[2],
-            bs: count_of("bs", bs)?,
-        };
+    ) -> Result<(Self, Arc<CudaContext>), Error>
+    where
+        R: DeviceIndex,
+        P: DeviceIndex,
+        E: DeviceIndex,
+        SR: DevicePtr<R>,
+        SP: DevicePtr<P>,
+        SE: DevicePtr<E>,
+        B: DevicePtr<i32>,
+    {
+        let n = capacity.get();
+        let (rpi, prefix, extend) = columns;
+        let [a] = addrs_of([rpi], ["req_pool_indices"], n)?;
+        let [b] = addrs_of([prefix], ["prefix_lens"], n)?;
+        let [c] = addrs_of([extend], ["extend_seq_lens"], n)?;
+        let bs = count_of("bs", bs)?;
         // SAFETY: every slice is a live cudarc allocation holding what the batch reads
         // (checked), kept by the caller.
-        let mut batch = unsafe { Self::from_raw(gpu, capacity, raw)? };
-        batch.record_rooms(columns.map(|c| parts(c).1));
-        let (_, _, context) = parts(columns[0]);
+        let mut batch =
+            unsafe { Self::from_raw_columns::<PoolRows<R, P, E>>(gpu, capacity, [a, b, c], bs)? };
+        batch.record_rooms([parts(rpi).1, parts(prefix).1, parts(extend).1]);
+        let (_, _, context) = parts(rpi);
         Ok((batch, context))
     }
 
-    /// Views of three cudarc slices of at least `capacity` `i64`s (`req_pool_indices`,
-    /// `prefix_lens`, `extend_seq_lens`) and optionally the engine's `bs` (an `i32` slice of at
-    /// least one element; `None`: [`set_len_on`](Self::set_len_on)), checked as
-    /// [`from_raw`](Self::from_raw).
-    pub fn from_cudarc<'a, S: DevicePtr<i64>, B: DevicePtr<i32>>(
+    /// Views of SGLang's three batch columns in cudarc slices of at least `capacity` elements
+    /// each, `(req_pool_indices, prefix_lens, extend_seq_lens)`, each of its own element type
+    /// (`i64`, `i32` or `u32`; SGLang's are `i64`), and optionally the engine's `bs` (an `i32`
+    /// slice of at least one element; `None`: [`set_len_on`](Self::set_len_on)), checked as
+    /// [`from_raw`](Self::from_raw). The plan reads them in place, in their types.
+    pub fn from_cudarc<'a, R, P, E, SR, SP, SE, B>(
         gpu: &Gpu,
         capacity: W,
-        columns: [&'a S; 3],
+        columns: (&'a SR, &'a SP, &'a SE),
         bs: Option<&'a B>,
-    ) -> Result<Borrowed<'a, Self>, Error> {
+    ) -> Result<Borrowed<'a, Self>, Error>
+    where
+        R: DeviceIndex,
+        P: DeviceIndex,
+        E: DeviceIndex,
+        SR: DevicePtr<R>,
+        SP: DevicePtr<P>,
+        SE: DevicePtr<E>,
+        B: DevicePtr<i32>,
+    {
         // SAFETY: as `DeviceTable::from_cudarc`, for every slice.
-        let (batch, context) = unsafe { Self::over_cudarc(gpu, capacity, columns, bs)? };
+        let (batch, context) =
+            unsafe { Self::over_cudarc::<R, P, E, SR, SP, SE, B>(gpu, capacity, columns, bs)? };
         Ok(Borrowed::new(batch, Fence::Cudarc(context)))
     }
 
     /// [`from_cudarc`](Self::from_cudarc) over slices the view keeps alive.
-    pub fn from_cudarc_shared<S, B>(
+    #[allow(clippy::type_complexity)]
+    pub fn from_cudarc_shared<R, P, E, SR, SP, SE, B>(
         gpu: &Gpu,
         capacity: W,
-        columns: [Arc<S>; 3],
+        columns: (Arc<SR>, Arc<SP>, Arc<SE>),
         bs: Option<Arc<B>>,
     ) -> Result<Shared<Self>, Error>
     where
-        S: DevicePtr<i64> + Send + Sync + 'static,
+        R: DeviceIndex,
+        P: DeviceIndex,
+        E: DeviceIndex,
+        SR: DevicePtr<R> + Send + Sync + 'static,
+        SP: DevicePtr<P> + Send + Sync + 'static,
+        SE: DevicePtr<E> + Send + Sync + 'static,
         B: DevicePtr<i32> + Send + Sync + 'static,
     {
-        let refs = [&*columns[0], &*columns[1], &*columns[2]];
+        let (a, b, c) = &columns;
+        let refs = (&**a, &**b, &**c);
         // SAFETY: as `DeviceTable::from_cudarc_shared`, for every slice.
-        let (batch, context) = unsafe { Self::over_cudarc(gpu, capacity, refs, bs.as_deref())? };
-        let slices = columns.iter().map(kept).chain(bs.as_ref().map(kept));
+        let (batch, context) = unsafe {
+            Self::over_cudarc::<R, P, E, SR, SP, SE, B>(gpu, capacity, refs, bs.as_deref())?
+        };
+        let slices = [kept(a), kept(b), kept(c)]
+            .into_iter()
+            .chain(bs.as_ref().map(kept));
         Ok(shared(batch, context, slices))
     }
 }

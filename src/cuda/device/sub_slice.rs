@@ -63,7 +63,7 @@ fn addr_at<T: Element, B: ViewableSlice<T> + ?Sized>(buffer: &B, start: usize) -
 /// let batch = cuda::DeviceBatch::from_buffers(
 ///     &gpu,
 ///     Cap::<256>,
-///     [&columns[0], &columns[1], &columns[2]],
+///     (&columns[0], &columns[1], &columns[2]),
 ///     None::<&DeviceBuffer<i32>>,
 /// )?;
 /// # let _ = batch;
