@@ -8,7 +8,7 @@ use crate::attention::AttentionInputs;
 use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
 use crate::canary::{EngineCanary, Finding};
-use crate::config::{MAX_BLOCKS, SWEEP_BUDGET, VOCAB};
+use crate::config::{MAX_BLOCKS, SWEEP_BUDGET};
 use crate::kv_cache::{Half, PagedKvCache};
 use crate::model::{greedy, ForwardInputs, Model};
 use crate::Result;
@@ -22,6 +22,17 @@ pub struct Stepped {
     pub sampled: Vec<(u32, u32)>,
     /// The canary's findings (a backend taking reports one step late: the step before's).
     pub findings: Vec<Finding>,
+}
+
+impl Stepped {
+    /// The best and the second-best greedy token of each sampled token's logits (rows of the
+    /// vocabulary's width), with the canary's findings.
+    pub fn from_logits(logits: &[Vec<f32>], findings: Vec<Finding>) -> Self {
+        let sampled = (logits.iter())
+            .map(|l| (greedy(l, 0), greedy(l, 1)))
+            .collect();
+        Stepped { sampled, findings }
+    }
 }
 
 /// A step's model and canary, for [`crate::engine::Engine`].
@@ -84,10 +95,7 @@ impl ModelBackend for CpuBackend {
             Some(c) => c.step(step, a, kv, forward)?,
             None => (forward()?, Vec::new()),
         };
-        let sampled = (logits.iter())
-            .map(|l| (greedy(&l[..VOCAB], 0), greedy(&l[..VOCAB], 1)))
-            .collect();
-        Ok(Stepped { sampled, findings })
+        Ok(Stepped::from_logits(&logits, findings))
     }
 
     fn copy_block(&mut self, from: u32, to: u32) -> Result<()> {

@@ -86,6 +86,42 @@ pub struct Outcome {
     pub transcripts: Vec<(u64, Vec<u32>)>,
 }
 
+/// The clean run of `clean` (unless `only` names a bug flag), then each bug flag's run made
+/// from step 60 (only `only`'s; none when `clean_only`), each on a new backend from
+/// `backend`; `report` gets each run's name, outcome and wall time in seconds.
+pub fn run_suite<B: ModelBackend>(
+    clean: &RunConfig,
+    only: Option<Bug>,
+    clean_only: bool,
+    mut backend: impl FnMut() -> Result<B>,
+    mut report: impl FnMut(&str, &Outcome, f64),
+) -> Result<()> {
+    let mut timed = |name: &str, config: &RunConfig| -> Result<()> {
+        let t = std::time::Instant::now();
+        let o = Engine::run_on(config, backend()?)?;
+        report(name, &o, t.elapsed().as_secs_f64());
+        Ok(())
+    };
+    if only.is_none() {
+        timed("clean", clean)?;
+    }
+    if clean_only {
+        return Ok(());
+    }
+    for bug in Bug::ALL
+        .into_iter()
+        .filter(|b| only.is_none_or(|o| o == *b))
+    {
+        let config = RunConfig {
+            bug: Some(bug),
+            bug_step: 60,
+            ..*clean
+        };
+        timed(bug.name(), &config)?;
+    }
+    Ok(())
+}
+
 impl Outcome {
     /// One line: the bug as made and the canary's first report of it (the step, the launch, the
     /// slot, the requests and their verdicts, the cached slots evicted), or the clean run's

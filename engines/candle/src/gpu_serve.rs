@@ -21,11 +21,8 @@ use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
 use crate::canary::Finding;
 use crate::config::{BLOCK_SIZE, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS};
-use crate::gpu::{
-    attend_causal, flip_k_byte, upload, GpuKv, GpuModel, HEADS, HEAD_DIM, KV_HEADS, VOCAB,
-};
+use crate::gpu::{attend_causal, flip_k_byte, upload, GpuKv, GpuModel, HEADS, HEAD_DIM, KV_HEADS};
 use crate::gpu_canary::GpuEngineCanary;
-use crate::model::greedy;
 use crate::Result;
 use candle_core::cuda_backend::cudarc::driver::CudaStream;
 use candle_core::{DType, Device, Tensor};
@@ -237,10 +234,7 @@ impl ModelBackend for GpuBackend {
             Some(c) => c.step(step, a, forward)?,
             None => (forward()?, Vec::new()),
         };
-        let sampled = (logits.iter())
-            .map(|l| (greedy(&l[..VOCAB], 0), greedy(&l[..VOCAB], 1)))
-            .collect();
-        Ok(Stepped { sampled, findings })
+        Ok(Stepped::from_logits(&logits, findings))
     }
 
     fn copy_block(&mut self, from: u32, to: u32) -> Result<()> {

@@ -4,10 +4,10 @@
 //! cargo run --release -- [--steps N] [--seed S] [--bug NAME | --clean] [--no-canary]
 //! ```
 
+use kv_canary_candle_engine::backend::CpuBackend;
 use kv_canary_candle_engine::bugs::Bug;
-use kv_canary_candle_engine::engine::{Engine, RunConfig};
+use kv_canary_candle_engine::engine::{run_suite, RunConfig};
 use kv_canary_candle_engine::footprint::canary_footprint;
-use std::time::Instant;
 
 fn main() -> kv_canary_candle_engine::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -35,29 +35,14 @@ fn main() -> kv_canary_candle_engine::Result<()> {
         bug_step: 0,
         canary,
     };
-    if only.is_none() {
-        let t = Instant::now();
-        let o = Engine::run(&clean)?;
-        println!(
-            "{} [{:.1} s]",
-            o.summary("clean"),
-            t.elapsed().as_secs_f64()
-        );
-    }
-    if clean_only {
-        return Ok(());
-    }
-    for bug in Bug::ALL
-        .into_iter()
-        .filter(|b| only.is_none_or(|o| o == *b))
-    {
-        let config = RunConfig {
-            bug: Some(bug),
-            bug_step: 60,
-            ..clean
-        };
-        let o = Engine::run(&config)?;
-        println!("{}", o.summary(bug.name()));
-    }
-    Ok(())
+    run_suite(
+        &clean,
+        only,
+        clean_only,
+        || CpuBackend::new(seed, canary),
+        |name, o, seconds| match name {
+            "clean" => println!("{} [{seconds:.1} s]", o.summary(name)),
+            _ => println!("{}", o.summary(name)),
+        },
+    )
 }

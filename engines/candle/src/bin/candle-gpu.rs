@@ -15,11 +15,10 @@
 
 use kv_canary::RealKvHashMode;
 use kv_canary_candle_engine::bugs::Bug;
-use kv_canary_candle_engine::engine::{Engine, RunConfig};
+use kv_canary_candle_engine::engine::{run_suite, RunConfig};
 use kv_canary_candle_engine::footprint::gpu_canary_footprint;
 use kv_canary_candle_engine::gpu::{layers_that_fit, Bench, GpuBug, HIDDEN, TOKENS};
 use kv_canary_candle_engine::gpu_serve::GpuBackend;
-use std::time::Instant;
 
 /// The serving loop on the GPU: the clean run, then each bug flag (or only `--bug NAME`).
 fn serve(mut args: impl Iterator<Item = String>) -> kv_canary_candle_engine::Result<()> {
@@ -52,36 +51,13 @@ fn serve(mut args: impl Iterator<Item = String>) -> kv_canary_candle_engine::Res
         bug_step: 0,
         canary,
     };
-    if only.is_none() {
-        let t = Instant::now();
-        let o = Engine::run_on(&clean, GpuBackend::new(layers, canary)?)?;
-        println!(
-            "{} [{:.1} s]",
-            o.summary("clean"),
-            t.elapsed().as_secs_f64()
-        );
-    }
-    if clean_only {
-        return Ok(());
-    }
-    for bug in Bug::ALL
-        .into_iter()
-        .filter(|b| only.is_none_or(|o| o == *b))
-    {
-        let config = RunConfig {
-            bug: Some(bug),
-            bug_step: 60,
-            ..clean
-        };
-        let t = Instant::now();
-        let o = Engine::run_on(&config, GpuBackend::new(layers, canary)?)?;
-        println!(
-            "{} [{:.1} s]",
-            o.summary(bug.name()),
-            t.elapsed().as_secs_f64()
-        );
-    }
-    Ok(())
+    run_suite(
+        &clean,
+        only,
+        clean_only,
+        || GpuBackend::new(layers, canary),
+        |name, o, seconds| println!("{} [{seconds:.1} s]", o.summary(name)),
+    )
 }
 
 fn main() -> kv_canary_candle_engine::Result<()> {
