@@ -8,12 +8,17 @@
 use kv_canary::guard::faults::{Fault, FaultInjector, FaultPlan, TokenOracle};
 use kv_canary::step::{Canary, Findings, SweepEntries, TailKv};
 use kv_canary::{
-    BatchView, Cap, LaunchTag, PagedShape, PlanInputs, RealKv, RealKvHashMode, RealKvSource,
-    RealKvSources, ReqToTokenView, Shape, TokenLayout, WriteInputsView,
+    BatchView, Cap, PlanInputs, RealKv, RealKvHashMode, RealKvSource, RealKvSources,
+    ReqToTokenView, Shape, TokenLayout, WriteInputsView,
 };
 
-const SHAPE: PagedShape = PagedShape::new(1, 16, 2, 16);
-const BLOCKS: usize = 8;
+#[path = "shared/fault_scenario.rs"]
+mod fault_scenario;
+
+use fault_scenario::{
+    block_slot as slot, detector, forward_token, plan, Detector, BLOCKS, EXPECTED, SHAPE,
+};
+
 type C = Canary<Cap<128>, Cap<2>, Cap<8>, Cap<{ BLOCKS * 16 }>, Cap<64>>;
 
 fn src(bytes: &[u8], layout: TokenLayout) -> RealKvSource<'_> {
@@ -24,9 +29,6 @@ fn k_layout() -> TokenLayout {
 }
 fn v_layout() -> TokenLayout {
     TokenLayout::vllm_v(SHAPE).unwrap()
-}
-fn slot(blocks: &[u32], pos: usize) -> i64 {
-    i64::from(blocks[pos / 16]) * 16 + (pos % 16) as i64
 }
 fn kv_of<'a>(k: &'a [u8], v: &'a [u8]) -> TailKv<'a> {
     let one = |bytes, layout| {
@@ -40,24 +42,6 @@ fn kv_of<'a>(k: &'a [u8], v: &'a [u8]) -> TailKv<'a> {
 
 /// A request: its id and its two blocks.
 type Request = (u64, [u32; 2]);
-
-/// Where a detector fired.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Detector {
-    HeadVerify,
-    TailVerify,
-    WriteInputCheck,
-    Sweep,
-}
-
-fn detector(tag: Option<LaunchTag>, write: bool) -> Detector {
-    match tag {
-        _ if write => Detector::WriteInputCheck,
-        Some(LaunchTag::HeadKFull | LaunchTag::HeadVFull) => Detector::HeadVerify,
-        Some(LaunchTag::SweepKFull | LaunchTag::SweepVFull) => Detector::Sweep,
-        _ => Detector::TailVerify,
-    }
-}
 
 /// Runs 8 decode steps of requests "a" (blocks 1, 2) and "b" (blocks 3, 4) after their
 /// prefills, with request "c" (block 5) cached idle and swept each step, `plan` injected; returns
@@ -150,11 +134,11 @@ fn run(plan: FaultPlan) -> (u64, Option<(u64, Detector)>) {
             entries.push_node(None::<i64>, 0, &idle).unwrap();
             let sweep = canary.sweep(entries.as_slice(), kv_of(&k, &v)).unwrap();
             if let Some(row) = sweep.violations().first() {
-                first = first.or(Some((step, detector(row.launch_tag(), row.is_write()))));
+                first = first.or(Some((step, detector(row))));
             }
         }
         if let Some(row) = report.first() {
-            first = first.or(Some((step, detector(row.launch_tag(), row.is_write()))));
+            first = first.or(Some((step, detector(row))));
         }
     }
     let injected = injector.injected().first().map(|i| i.step - 1);
@@ -171,22 +155,8 @@ fn k_first_byte(s: i64) -> Option<usize> {
 
 /// The forward pass: a token's K and V bytes, a function of its position.
 fn forward(k: &mut [u8], v: &mut [u8], slot: i64, pos: usize) {
-    for (cache, layout) in [(k, k_layout()), (v, v_layout())] {
-        let TokenLayout::Pieces(p) = layout else {
-            unreachable!()
-        };
-        let (b, at) = (slot as usize / 16, slot as usize % 16);
-        let base = b * SHAPE.block_bytes() + at * p.token_stride;
-        for j in 0..SHAPE.token_bytes() / 16 {
-            let piece =
-                base + (j / p.per_group) * p.group_stride + (j % p.per_group) * p.piece_stride;
-            for i in 0..16 / p.element_bytes {
-                for e in 0..p.element_bytes {
-                    cache[piece + i * p.element_stride + e] = (pos * 31 + j * 7 + i * 3 + e) as u8;
-                }
-            }
-        }
-    }
+    forward_token(k, k_layout(), slot, pos);
+    forward_token(v, v_layout(), slot, pos);
 }
 
 /// A prefill of `rows` (context = query), 8 tokens a step of the canary; returns the
@@ -238,22 +208,6 @@ fn prefill(
 
 #[test]
 fn each_perturbation_is_caught_by_its_detector() {
-    let plan = |fault| FaultPlan {
-        fault,
-        probability: 1.0,
-        warmup: 3,
-        limit: 1,
-    };
-    let expected = [
-        (Fault::TableCell, &[Detector::HeadVerify][..]),
-        (Fault::LiveKv, &[Detector::TailVerify][..]),
-        (Fault::IdleKv, &[Detector::Sweep][..]),
-        (
-            Fault::AfterStamp,
-            &[Detector::HeadVerify, Detector::TailVerify, Detector::Sweep][..],
-        ),
-        (Fault::TokenSwap, &[Detector::WriteInputCheck][..]),
-    ];
     // Nothing injected: nothing reported.
     let quiet = FaultPlan {
         probability: 0.0,
@@ -264,7 +218,7 @@ fn each_perturbation_is_caught_by_its_detector() {
     assert!(injector.swap_tokens(&mut [1, 2]).is_none());
     eprintln!("| fault | injected at step | detector | steps to detection |");
     eprintln!("|---|---|---|---|");
-    for (fault, detectors) in expected {
+    for (fault, detectors) in EXPECTED {
         let (injected, first) = run(plan(fault));
         let (step, detector) = first.unwrap_or_else(|| panic!("{fault:?} was not detected"));
         assert!(

@@ -5,6 +5,9 @@
 //! cache is reported by the next device verify as the CPU's verify reports it on the host cache;
 //! the detection table of `tests/faults.rs` on a device canary, every fault in device memory.
 
+use crate::fault_scenario::{
+    block_slot, detector, forward_token, plan as scenario_plan, Detector, BLOCKS, EXPECTED, SHAPE,
+};
 use crate::rng::Rng;
 use crate::{ensure, fail};
 use cust::memory::{CopyDestination, DeviceBuffer};
@@ -12,7 +15,7 @@ use kv_canary::cuda::{self, DeviceRealKv, DeviceRealKvSource, DeviceSettings, Gp
 use kv_canary::guard::faults::{Fault, FaultInjector, FaultPlan, TokenOracle};
 use kv_canary::step::{Canary, KvPair, SweepEntries};
 use kv_canary::{
-    cpu, CanaryBuffer, Cap, Full, HealthCounters, LaunchSettings, LaunchTag, PagedShape, RealKv,
+    cpu, CanaryBuffer, Cap, Full, HealthCounters, LaunchSettings, LaunchTag, RealKv,
     RealKvHashMode, RealKvParams, RowLayout, Shape, TokenCheckOff, TokenLayout, VerifyEntry,
     ViolationRing, WriteInputs,
 };
@@ -326,49 +329,7 @@ pub fn device_live_kv_flip_detected(gpu: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
-/// Where a detector fired (the detection table's columns).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Detector {
-    HeadVerify,
-    TailVerify,
-    WriteInputCheck,
-    Sweep,
-}
-
-fn detector(row: &kv_canary::Violation) -> Detector {
-    match row.launch_tag() {
-        _ if row.is_write() => Detector::WriteInputCheck,
-        Some(LaunchTag::HeadKFull | LaunchTag::HeadVFull) => Detector::HeadVerify,
-        Some(LaunchTag::SweepKFull | LaunchTag::SweepVFull) => Detector::Sweep,
-        _ => Detector::TailVerify,
-    }
-}
-
-const PAGED: PagedShape = PagedShape::new(1, 16, 2, 16);
-const BLOCKS: usize = 8;
 type DeviceCanary = Canary<Cap<128>, Cap<2>, Cap<8>, Cap<{ BLOCKS * 16 }>, Cap<64>, Full, Stream>;
-
-fn block_slot(blocks: &[u32], pos: usize) -> i64 {
-    i64::from(blocks[pos / 16]) * 16 + (pos % 16) as i64
-}
-
-/// The forward pass on the host copy of a cache: a token's K or V bytes, a function of its
-/// position, at its place in `layout` (vLLM's K or V layout).
-fn forward_token(cache: &mut [u8], layout: TokenLayout, slot: i64, pos: usize) {
-    let TokenLayout::Pieces(p) = layout else {
-        return;
-    };
-    let (b, at) = (slot as usize / 16, slot as usize % 16);
-    let base = b * PAGED.block_bytes() + at * p.token_stride;
-    for j in 0..PAGED.token_bytes() / 16 {
-        let piece = base + (j / p.per_group) * p.group_stride + (j % p.per_group) * p.piece_stride;
-        for i in 0..16 / p.element_bytes {
-            for e in 0..p.element_bytes {
-                cache[piece + i * p.element_stride + e] = (pos * 31 + j * 7 + i * 3 + e) as u8;
-            }
-        }
-    }
-}
 
 /// The forward pass into the device caches: each written slot's K and V bytes (through host
 /// copies of the caches, so that faults injected into device memory stay), after everything
@@ -381,7 +342,7 @@ fn forward(
     positions: &[i64],
 ) -> Result<(), String> {
     gpu.synchronize().map_err(fail("sync"))?;
-    let (kl, vl) = (TokenLayout::vllm_k(PAGED), TokenLayout::vllm_v(PAGED));
+    let (kl, vl) = (TokenLayout::vllm_k(SHAPE), TokenLayout::vllm_v(SHAPE));
     let (kl, vl) = (kl.map_err(fail("layout"))?, vl.map_err(fail("layout"))?);
     for (cache, layout) in [(k, kl), (v, vl)] {
         let mut host = vec![0u8; cache.len()];
@@ -400,11 +361,11 @@ fn tail<'a>(
     v: &'a DeviceBuffer<u8>,
 ) -> Result<KvPair<DeviceRealKv<'a>>, String> {
     let source = |bytes: &'a DeviceBuffer<u8>, layout| {
-        DeviceRealKvSource::paged(bytes, BLOCKS, layout, PAGED, PAGED.token_bytes())
+        DeviceRealKvSource::paged(bytes, BLOCKS, layout, SHAPE, SHAPE.token_bytes())
             .map_err(fail("paged source"))
     };
-    let k = source(k, TokenLayout::vllm_k(PAGED).map_err(fail("layout"))?)?;
-    let v = source(v, TokenLayout::vllm_v(PAGED).map_err(fail("layout"))?)?;
+    let k = source(k, TokenLayout::vllm_k(SHAPE).map_err(fail("layout"))?)?;
+    let v = source(v, TokenLayout::vllm_v(SHAPE).map_err(fail("layout"))?)?;
     Ok(KvPair {
         k: DeviceRealKv::new(RealKvHashMode::All, [k]),
         v: DeviceRealKv::new(RealKvHashMode::All, [v]),
@@ -538,7 +499,7 @@ fn device_detection(gpu: &Gpu, plan: FaultPlan) -> Result<(u64, Option<(u64, Det
         vocab: 32000,
     };
     let stream = Stream::new(gpu).map_err(fail("stream"))?;
-    let cache = || DeviceBuffer::from_slice(&vec![0u8; BLOCKS * PAGED.block_bytes()]);
+    let cache = || DeviceBuffer::from_slice(&vec![0u8; BLOCKS * SHAPE.block_bytes()]);
     let zeros = || DeviceBuffer::from_slice(&[0i64; 8]).map_err(fail("arrays"));
     let mut e = DeviceEngine {
         gpu,
@@ -558,11 +519,11 @@ fn device_detection(gpu: &Gpu, plan: FaultPlan) -> Result<(u64, Option<(u64, Det
     let idle_blocks = [5u32, 0];
     let idle: Vec<i64> = (0..12).map(|p| block_slot(&idle_blocks, p)).collect();
     let k_byte = |s: i64| {
-        let layout = TokenLayout::vllm_k(PAGED).ok()?;
+        let layout = TokenLayout::vllm_k(SHAPE).ok()?;
         let TokenLayout::Pieces(p) = layout else {
             return None;
         };
-        Some((s as usize / 16) * PAGED.block_bytes() + (s as usize % 16) * p.token_stride)
+        Some((s as usize / 16) * SHAPE.block_bytes() + (s as usize % 16) * p.token_stride)
     };
     let mut first: Option<(u64, Detector)> = None;
     let mut note = |step: u64, rows: &[kv_canary::Violation]| {
@@ -637,25 +598,9 @@ fn device_detection(gpu: &Gpu, plan: FaultPlan) -> Result<(u64, Option<(u64, Det
 /// (`tests/faults.rs`).
 pub fn device_detection_table(gpu: &Gpu) -> Result<(), String> {
     gpu.make_current().map_err(fail("context"))?;
-    let plan = |fault| FaultPlan {
-        fault,
-        probability: 1.0,
-        warmup: 3,
-        limit: 1,
-    };
-    let expected = [
-        (Fault::TableCell, &[Detector::HeadVerify][..]),
-        (Fault::LiveKv, &[Detector::TailVerify][..]),
-        (Fault::IdleKv, &[Detector::Sweep][..]),
-        (
-            Fault::AfterStamp,
-            &[Detector::HeadVerify, Detector::TailVerify, Detector::Sweep][..],
-        ),
-        (Fault::TokenSwap, &[Detector::WriteInputCheck][..]),
-    ];
     println!("    | fault | injected at step | detector (device) | steps to detection |");
-    for (fault, detectors) in expected {
-        let (injected, first) = device_detection(gpu, plan(fault))?;
+    for (fault, detectors) in EXPECTED {
+        let (injected, first) = device_detection(gpu, scenario_plan(fault))?;
         let (step, detector) = first.ok_or(format!("{fault:?} was not detected on the GPU"))?;
         ensure!(
             detectors.contains(&detector),

@@ -15,6 +15,9 @@
 mod block_tables;
 mod canary;
 #[cfg(feature = "faults")]
+#[path = "../shared/fault_scenario.rs"]
+mod fault_scenario;
+#[cfg(feature = "faults")]
 mod faults;
 mod graph;
 mod hostile;
