@@ -155,10 +155,10 @@ pub use input::{
     Batch, BatchColumns, BatchRow, BatchView, ExpectedTokenPool, ExpectedTokenTable,
     ExpectedTokenTableView, ExpectedTokens, ExpectedWriteInputs, ExpectedWriteInputsMut, Full,
     Group, HostWriteInputs, IndexElement, InputAssertOff, InputAssertOn, NoExpectedTokens,
-    PlanInputs, PoolRows, PositionOffset, QueryLens, QueryStarts, ReqTable, ReqTableView,
-    ReqToToken, ReqToTokenView, RuntimePlanInputs, SlotIds, Swa, SwaWindow, TableKind, TokenIds,
-    WriteInputAssert, WriteInputSource, WriteInputs, WriteInputsMut, WriteInputsView,
-    MAX_BLOCK_SIZE,
+    PagedStepArrays, PagedStepSlices, PlanInputs, PoolRows, PositionOffset, QueryLens, QueryStarts,
+    ReqTable, ReqTableView, ReqToToken, ReqToTokenView, RuntimePlanInputs, SlotIds, Swa, SwaWindow,
+    TableKind, TokenIds, WriteInputAssert, WriteInputSource, WriteInputs, WriteInputsMut,
+    WriteInputsView, MAX_BLOCK_SIZE,
 };
 #[cfg(feature = "cuda")]
 pub use memory::Device;

@@ -4,8 +4,8 @@
 //! every output untouched.
 
 use kv_canary::{
-    cpu, BatchColumns, BatchView, Cap, Error, IndexElement, PlanInputs, ReqToTokenView, Shape, Swa,
-    VerifyPlan, WritePlan,
+    cpu, BatchColumns, BatchView, Cap, Error, IndexElement, PagedStepArrays, PlanInputs,
+    ReqToTokenView, Shape, Swa, VerifyPlan, WritePlan,
 };
 use rand::{RngExt as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
@@ -177,8 +177,29 @@ fn compare_rounds<T: IndexElement>(seed: u64, rounds: usize, cast: impl Fn(i64) 
             table,
             swa,
         );
+        // The same step as an engine names its arrays (PagedStepArrays): the views it derives.
+        let none: [i64; 0] = [];
+        let arrays = PagedStepArrays {
+            block_tables: &blocks[..],
+            blocks_per_row,
+            block_size,
+            context_lens: &step.context_lens[..],
+            query_lens: &step.query_lens[..],
+            bs: step.bs,
+            input_ids: &none[..],
+            positions: &none[..],
+            slot_mapping: &none[..],
+        };
+        let inputs = arrays
+            .plan_inputs()
+            .unwrap_or_else(|e| panic!("round {round}: paged arrays: {e}"));
+        let by_arrays = plan_of(inputs.batch, inputs.req_to_token, swa);
         let expected = expected.unwrap_or_else(|e| panic!("round {round}: expanded plan: {e}"));
-        for (name, got) in [("query_lens", by_lens), ("query_starts", by_starts)] {
+        for (name, got) in [
+            ("query_lens", by_lens),
+            ("query_starts", by_starts),
+            ("paged step arrays", by_arrays),
+        ] {
             let got = got.unwrap_or_else(|e| panic!("round {round} {name}: {e}"));
             assert!(
                 got == expected,
@@ -492,4 +513,43 @@ fn sweep_entries_of_block_table_rows_are_their_expansions() {
         Error::BlockOutOfRange { block: -3, .. }
     ));
     assert!(e.as_slice().is_empty());
+}
+
+#[test]
+fn paged_step_arrays_name_their_bad_geometry() {
+    let blocks = [1u32, 2, 3, 4, 5];
+    let lens = [4u32, 1];
+    let slots = [5i64, -1];
+    let arrays = |blocks_per_row, block_size| PagedStepArrays {
+        block_tables: &blocks[..],
+        blocks_per_row,
+        block_size,
+        context_lens: &lens[..],
+        query_lens: &lens[1..],
+        bs: 1,
+        input_ids: &[7u32, 0][..],
+        positions: &[3i64, 0][..],
+        slot_mapping: &slots[..],
+    };
+    let err = |a: PagedStepArrays<_, _, _, _, _, _>| a.plan_inputs().unwrap_err().to_string();
+    let e = err(arrays(0, 4));
+    assert!(
+        e.starts_with("kv-canary:") && e.contains("blocks_per_row"),
+        "{e}"
+    );
+    // 5 cells are not rows of 2: the table is ragged, named with its length.
+    let e = err(arrays(2, 4));
+    assert!(e.contains("block_tables") && e.contains('5'), "{e}");
+    let e = err(arrays(5, 0));
+    assert!(e.contains("block_size"), "{e}");
+    // One row of 5 blocks of 4: valid, and the write inputs take the first 2 tokens.
+    let a = arrays(5, 4);
+    assert_eq!(a.plan_inputs().unwrap().batch.len(), 1);
+    let w = a.write_inputs(Cap::<2>).unwrap();
+    assert_eq!(w.out_cache_loc(), &slots);
+    let e = a.write_inputs(Cap::<3>).unwrap_err().to_string();
+    assert!(
+        e.starts_with("kv-canary:") && e.contains("input_ids"),
+        "{e}"
+    );
 }

@@ -576,7 +576,7 @@ impl<BB: Capacity, X: DeviceGroupTokens> PlanInputsOf<crate::Full>
     for PlanInputs<'_, BB, crate::Full, X>
 {
     fn checks_tokens(&self) -> bool {
-        X::HAS_POOL
+        self.expected.has_pool()
     }
 }
 
@@ -585,7 +585,7 @@ impl<BB: Capacity, X: DeviceGroupTokens> PlanInputsOf<SwaGroup>
     for PlanInputs<'_, BB, super::Swa<'_>, X>
 {
     fn checks_tokens(&self) -> bool {
-        X::HAS_POOL
+        self.expected.has_pool()
     }
 }
 
@@ -593,15 +593,26 @@ impl<BB: Capacity, X: DeviceGroupTokens> PlanInputsOf<SwaGroup>
 /// tokens).
 pub trait DeviceGroupTokens {
     /// `true` for a pool.
-    const HAS_POOL: bool;
+    fn has_pool(&self) -> bool;
 }
 
 impl DeviceGroupTokens for crate::input::NoExpectedTokens {
-    const HAS_POOL: bool = false;
+    fn has_pool(&self) -> bool {
+        false
+    }
 }
 
 impl<LB: Capacity> DeviceGroupTokens for super::DeviceExpectedPool<'_, LB> {
-    const HAS_POOL: bool = true;
+    fn has_pool(&self) -> bool {
+        true
+    }
+}
+
+/// A pool chosen at run time ([`PagedStepViews`](super::PagedStepViews)'s plan inputs).
+impl<LB: Capacity> DeviceGroupTokens for Option<super::DeviceExpectedPool<'_, LB>> {
+    fn has_pool(&self) -> bool {
+        self.is_some()
+    }
 }
 
 impl Reports for Stream {

@@ -215,6 +215,9 @@ pub use device::borrowed::{Borrowed, Shared};
 pub use device::cudarc_views::CudarcKvSource;
 pub use device::custom_module::{CustomKernel, CustomModule};
 pub use device::gpu::Gpu;
+#[cfg(feature = "cudarc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
+pub use device::paged_views::PagedStepViews;
 pub use device::plan_inputs::{
     DeviceBatch, DeviceColumns, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens,
     DeviceGroup, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable, DeviceTableCell,

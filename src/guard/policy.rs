@@ -29,6 +29,25 @@ pub struct Policy {
     pub watchdog: Action,
 }
 
+impl Policy {
+    /// The policy of an engine that recovers request by request: violations
+    /// [`Action::PerRequest`] (victims recompute, culprits abort), unverified steps and watchdog
+    /// stalls [`Action::Log`] (reported, every request kept).
+    ///
+    /// ```
+    /// use kv_canary::guard::{Action, Policy};
+    /// let p = Policy::per_request();
+    /// assert_eq!((p.violations, p.unverified, p.watchdog), (Action::PerRequest, Action::Log, Action::Log));
+    /// ```
+    pub fn per_request() -> Self {
+        Policy {
+            violations: Action::PerRequest,
+            unverified: Action::Log,
+            watchdog: Action::Log,
+        }
+    }
+}
+
 /// What happens to one request, weakest first (a request concerned twice gets the stronger).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]

@@ -12,6 +12,7 @@ mod choice;
 mod element;
 mod expected;
 mod group;
+mod paged;
 mod table;
 mod write_inputs;
 
@@ -21,6 +22,7 @@ pub use element::IndexElement;
 pub(crate) use element::{check_fits, read_i64};
 pub use expected::{ExpectedTokenPool, ExpectedTokens, NoExpectedTokens};
 pub use group::{Full, Group, Swa, SwaWindow};
+pub use paged::{PagedStepArrays, PagedStepSlices};
 pub use table::{
     ExpectedTokenTable, ExpectedTokenTableView, ReqTable, ReqTableView, ReqToToken, ReqToTokenView,
     SlotIds, TableKind, TokenIds, MAX_BLOCK_SIZE,

@@ -37,6 +37,18 @@ impl<T> KvPair<T> {
     }
 }
 
+impl KvPair<HealthCounters> {
+    /// The slots both halves' launches have checked since their counters began (K's
+    /// `slot_run_counter` plus V's; the counters are cumulative, so a step's or a sweep's own
+    /// share is the difference from the report before). Negative counters (a corrupted readback)
+    /// count as 0.
+    pub fn slots_run(&self) -> u64 {
+        self.iter()
+            .map(|c| u64::try_from(c.slot_run_counter()).unwrap_or(0))
+            .sum()
+    }
+}
+
 /// The real-KV fingerprints of the tail launches: the K half folds the K bytes of each slot, the
 /// V half the V bytes (spec §2.10, §2.11). Head launches never fold (spec §1).
 ///

@@ -160,6 +160,9 @@ fn clean_steps_report_nothing_and_count_every_launch() {
         assert_eq!(counters.kernel_run_counter(), 12, "{tag}");
         assert_eq!(counters.slot_run_counter(), 25 + 10, "{tag}");
     }
+    // A pair's slots: K's and V's together.
+    assert_eq!(last.head_counters.slots_run(), 2 * 35);
+    assert_eq!(last.tail_counters.slots_run(), 2 * 35);
     // No sweep ran: the sweep launches' counters are still at 0.
     let sweep = canary.counters(LaunchTag::SweepKFull).unwrap();
     assert_eq!(

@@ -23,6 +23,8 @@ mod graph;
 mod hostile;
 mod moves;
 mod nothing_lost;
+#[cfg(feature = "cudarc")]
+mod paged_views;
 mod plan;
 mod plan_verify;
 mod probe;
@@ -191,6 +193,11 @@ const TESTS: &[(&str, TestFn)] = &[
     (
         "block_tables_over_cudarc_match_cpu",
         block_tables::block_tables_over_cudarc_match_cpu,
+    ),
+    #[cfg(feature = "cudarc")]
+    (
+        "paged_step_views_match_cpu",
+        paged_views::paged_step_views_match_cpu,
     ),
     (
         "views_step_over_sub_slices_matches_cpu",

@@ -7,7 +7,8 @@
 use crate::attention::AttentionInputs;
 use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
-use crate::canary::{EngineCanary, Finding};
+use crate::canary::EngineCanary;
+use crate::canary_common::Finding;
 use crate::config::{MAX_BLOCKS, SWEEP_BUDGET};
 use crate::kv_cache::{Half, PagedKvCache};
 use crate::model::{greedy, ForwardInputs, Model};

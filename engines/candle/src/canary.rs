@@ -6,36 +6,15 @@
 
 use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
+use crate::canary_common::{block_slots, findings, paged, Finding, IdleBlocks, VERIFY};
 use crate::config::{
-    BLOCK_SIZE, HEAD_DIM, KV_HEADS, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS,
-    NUM_SLOTS,
+    BLOCK_SIZE, HEAD_DIM, KV_HEADS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS, NUM_SLOTS,
 };
 use crate::kv_cache::PagedKvCache;
 use crate::Result;
-use kv_canary::guard::{Action, CachedPrefixes, CachedRun, Guard, Judgement, Policy, SweepCadence};
+use kv_canary::guard::{Guard, Policy, SweepCadence};
 use kv_canary::step::{Canary, SlotRows, TailKv};
-use kv_canary::{
-    BatchView, Cap, ExpectedTokenTableView, PagedShape, PlanInputs, RealKvHashMode, ReqToTokenView,
-    Shape, WriteInputsView,
-};
-
-/// Verify entries a step may need: every row's whole context.
-pub(crate) const VERIFY: usize = MAX_ROWS * MAX_CONTEXT;
-
-/// What a report said, in the engine's terms.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    /// The engine step (or the sweep after it) that reported it.
-    pub step: u64,
-    /// The launch that recorded it (`HEAD_K_FULL`, `TAIL_K_FULL`, `SWEEP_K_FULL`, ...).
-    pub launch: String,
-    /// The slot.
-    pub slot: i64,
-    /// The requests it concerns: (id, verdict, role), as the guard judged them.
-    pub requests: Vec<(u64, String)>,
-    /// The slot's cached KV failed a verify: the prefix cache drops it (every sweep finding).
-    pub evict: bool,
-}
+use kv_canary::{Cap, ExpectedTokenTableView, PagedShape, RealKvHashMode, Shape};
 
 /// The engine's canary: the CPU canary, its guard and the sweep cadence.
 pub struct EngineCanary {
@@ -59,68 +38,14 @@ fn tail_kv<'a>(k: &'a [u8], v: &'a [u8]) -> Result<TailKv<'a>> {
     )?)
 }
 
-pub(crate) fn findings(step: u64, j: &Judgement<u64>) -> Vec<Finding> {
-    let verdicts: Vec<(i64, u64, String)> = (j.verdicts.iter())
-        .map(|v| (v.slot, v.request, format!("{:?} ({:?})", v.verdict, v.role)))
-        .collect();
-    let unverified = j.unverified.map(|u| Finding {
-        step,
-        launch: format!("UNVERIFIED ({u})"),
-        slot: -1,
-        requests: Vec::new(),
-        evict: false,
-    });
-    (j.new_violations.iter())
-        .map(|v| Finding {
-            step,
-            launch: v.launch_tag().map_or("?".into(), |t| t.to_string()),
-            slot: v.slot,
-            requests: (verdicts.iter().filter(|x| x.0 == v.slot))
-                .map(|x| (x.1, x.2.clone()))
-                .collect(),
-            evict: j.lost_slots.contains(&v.slot),
-        })
-        .chain(unverified)
-        .collect()
-}
-
-/// The slots of block `b`.
-pub(crate) fn block_slots(b: u32) -> Vec<i64> {
-    let n = BLOCK_SIZE as i64;
-    (0..n).map(|i| i64::from(b) * n + i).collect()
-}
-
-/// The prefix cache's idle blocks, as the sweep cadence walks them.
-pub(crate) struct IdleBlocks<'a>(pub(crate) &'a BlockAllocator);
-
-impl CachedPrefixes for IdleBlocks<'_> {
-    fn idle_runs(&self, visit: &mut dyn FnMut(CachedRun<'_>)) {
-        for (block, c) in self.0.idle_cached() {
-            let slots = block_slots(block);
-            let predecessor = c.parent.map(|(p, _)| block_slots(p)[BLOCK_SIZE - 1]);
-            let first_position = c.index * BLOCK_SIZE;
-            visit(CachedRun {
-                slots: &slots,
-                first_position,
-                predecessor,
-            });
-        }
-    }
-}
-
 impl EngineCanary {
     /// A canary over the whole pool, violations judged per request, `sweep_budget` idle
     /// cached slots swept a step.
     pub fn new(sweep_budget: usize) -> Self {
         let shape = Shape::<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>>::new();
-        let policy = Policy {
-            violations: Action::PerRequest,
-            unverified: Action::Log,
-            ..Policy::default()
-        };
         EngineCanary {
             canary: Canary::full(shape, Cap, Cap),
-            guard: Guard::new(policy),
+            guard: Guard::new(Policy::per_request()),
             cadence: SweepCadence::new(sweep_budget),
             checked: (0, 0),
         }
@@ -135,18 +60,11 @@ impl EngineCanary {
         kv: &PagedKvCache,
         forward: impl FnOnce() -> Result<R>,
     ) -> Result<(R, Vec<Finding>)> {
-        let table = ReqToTokenView::block_table(MAX_ROWS, MAX_BLOCKS, BLOCK_SIZE, &a.block_tables)?;
-        let batch = BatchView::from_query_lens(a.bs, &a.context_lens, &a.query_lens)?;
+        let arrays = paged(a);
         let tokens = ExpectedTokenTableView::new(MAX_ROWS, MAX_CONTEXT, &a.token_table)?;
-        let inputs = PlanInputs::from_views(batch, table)
-            .with_expected(tokens.with_valid_lens(&a.context_lens));
-        let write = WriteInputsView::new(
-            Cap::<MAX_TOKENS>,
-            &a.input_ids,
-            &a.positions,
-            &a.slot_mapping,
-        )?
-        .with_expected(&a.expected_ids, &a.expected_positions)?;
+        let inputs = (arrays.plan_inputs()?).with_expected(tokens.with_valid_lens(&a.context_lens));
+        let write = (arrays.write_inputs(Cap::<MAX_TOKENS>)?)
+            .with_expected(&a.expected_ids, &a.expected_positions)?;
         let written = self.canary.plan(&inputs)?.verify_head()?.write(&write)?;
         let out = forward()?;
         let report = kv.with_bytes(0, |k, v| -> Result<_> {

@@ -5,7 +5,7 @@
 use crate::backend::{CpuBackend, ModelBackend};
 use crate::batch::StepArrays;
 use crate::bugs::{Bug, BugState, Made};
-use crate::canary::Finding;
+use crate::canary_common::Finding;
 use crate::config::BLOCK_SIZE;
 use crate::scheduler::Scheduler;
 use crate::workload::{Request, Workload};

@@ -9,7 +9,7 @@
 
 use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
-use crate::canary::{block_slots, findings, Finding, IdleBlocks, VERIFY};
+use crate::canary_common::{block_slots, findings, paged, Finding, IdleBlocks, VERIFY};
 use crate::config::{
     BLOCK_SIZE, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS, NUM_SLOTS, SWEEP_BUDGET,
 };
@@ -18,16 +18,10 @@ use crate::gpu_serve::ServeArrays;
 use crate::Result;
 use candle_core::cuda_backend::cudarc::driver::CudaStream;
 use candle_core::Tensor;
-use kv_canary::cuda::{
-    CudarcKvSource, DeviceBatch, DeviceExpectedTable, DeviceReqToToken, DeviceValidLens, Gpu,
-    PendingDeviceReport, PlanInputs, Shared, Stream,
-};
-use kv_canary::guard::{Action, Guard, Policy, SweepCadence};
+use kv_canary::cuda::{CudarcKvSource, Gpu, PagedStepViews, PendingDeviceReport, Stream};
+use kv_canary::guard::{Guard, Policy, SweepCadence};
 use kv_canary::step::{Canary, KvPair, SlotRows};
-use kv_canary::{
-    BatchView, Cap, Device, Full, InputAssertOn, PagedShape, RealKvHashMode, ReqToTokenView, Shape,
-    WriteInputs,
-};
+use kv_canary::{Cap, Full, InputAssertOn, PagedShape, PagedStepArrays, RealKvHashMode, Shape};
 use std::sync::Arc;
 
 type DeviceCanary =
@@ -42,20 +36,10 @@ fn bytes<T>(t: &Tensor) -> Result<Arc<DeviceBytes<T>>> {
     }))
 }
 
-/// Slots a K and V pair of launches has checked since the canary began (the device reports'
-/// counters are cumulative).
-fn slots_run(c: &KvPair<kv_canary::HealthCounters>) -> u64 {
-    (c.k.slot_run_counter() + c.v.slot_run_counter()) as u64
-}
-
 /// The engine's canary on the GPU.
 pub struct GpuEngineCanary {
     canary: DeviceCanary,
-    table: Shared<DeviceReqToToken>,
-    batch: Shared<DeviceBatch<Cap<MAX_ROWS>>>,
-    tokens: Shared<DeviceExpectedTable>,
-    lens: Shared<DeviceValidLens<Cap<MAX_ROWS>>>,
-    write: Shared<WriteInputs<Cap<MAX_TOKENS>, InputAssertOn, Device>>,
+    views: PagedStepViews<Cap<MAX_ROWS>, Cap<MAX_TOKENS>, InputAssertOn>,
     kv: KvPair<CudarcKvSource<'static>>,
     guard: Guard<u64>,
     cadence: SweepCadence,
@@ -71,56 +55,31 @@ impl GpuEngineCanary {
         let gpu = Gpu::new()?;
         let stream = Stream::from_cudarc(&gpu, stream)?;
         let shape = Shape::<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>>::new();
-        let paged = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
-        let (rows_n, bs) = (Cap::<MAX_ROWS>, Some(bytes::<i32>(&a.bs)?));
-        let write = WriteInputs::from_cudarc_shared(
-            &gpu,
-            Cap::<MAX_TOKENS>,
-            bytes::<u32>(&a.input_ids)?,
-            bytes::<i64>(&a.positions)?,
-            bytes::<i64>(&a.slot_mapping)?,
-        )?;
-        let lens = bytes::<u32>(&a.context_lens)?;
-        Ok(GpuEngineCanary {
-            canary: Canary::full_on(stream, shape, Cap, Cap)?,
-            table: DeviceReqToToken::block_table_from_cudarc_shared(
-                &gpu,
-                bytes::<u32>(&a.block_tables)?,
-                MAX_ROWS,
-                MAX_BLOCKS,
-                BLOCK_SIZE,
-            )?,
-            batch: DeviceBatch::from_cudarc_query_lens_shared(
-                &gpu,
-                rows_n,
-                lens.clone(),
-                bytes::<u32>(&a.query_lens)?,
-                bs.clone(),
-            )?,
-            tokens: DeviceExpectedTable::from_cudarc_shared(
-                &gpu,
-                bytes::<u32>(&a.token_table)?,
-                MAX_ROWS,
-                MAX_CONTEXT,
-            )?,
-            lens: DeviceValidLens::from_cudarc_shared(&gpu, rows_n, lens, bs)?,
-            write: write.with_expected_cudarc(
+        let arrays = PagedStepArrays {
+            block_tables: bytes::<u32>(&a.block_tables)?,
+            blocks_per_row: MAX_BLOCKS,
+            block_size: BLOCK_SIZE,
+            context_lens: bytes::<u32>(&a.context_lens)?,
+            query_lens: bytes::<u32>(&a.query_lens)?,
+            bs: Some(bytes::<i32>(&a.bs)?),
+            input_ids: bytes::<u32>(&a.input_ids)?,
+            positions: bytes::<i64>(&a.positions)?,
+            slot_mapping: bytes::<i64>(&a.slot_mapping)?,
+        };
+        let views = PagedStepViews::from_cudarc(&gpu, Cap, Cap, arrays)?
+            .with_expected_tokens(&gpu, bytes::<u32>(&a.token_table)?, MAX_CONTEXT)?
+            .with_expected_inputs(
                 &gpu,
                 bytes::<u32>(&a.expected_ids)?,
                 bytes::<i64>(&a.expected_positions)?,
-            )?,
-            kv: KvPair::vllm_paged_cudarc(
-                &gpu,
-                bytes::<u8>(&kv.k[0])?,
-                bytes::<u8>(&kv.v[0])?,
-                NUM_BLOCKS,
-                paged,
-            )?,
-            guard: Guard::new(Policy {
-                violations: Action::PerRequest,
-                unverified: Action::Log,
-                ..Policy::default()
-            }),
+            )?;
+        let (k, v) = (bytes::<u8>(&kv.k[0])?, bytes::<u8>(&kv.v[0])?);
+        let paged = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
+        Ok(GpuEngineCanary {
+            canary: Canary::full_on(stream, shape, Cap, Cap)?,
+            views,
+            kv: KvPair::vllm_paged_cudarc(&gpu, k, v, NUM_BLOCKS, paged)?,
+            guard: Guard::new(Policy::per_request()),
             cadence: SweepCadence::new(SWEEP_BUDGET),
             pending: None,
             checked: (0, 0),
@@ -136,9 +95,8 @@ impl GpuEngineCanary {
         a: &StepArrays,
         forward: impl FnOnce() -> Result<R>,
     ) -> Result<(R, Vec<Finding>)> {
-        let expected = self.tokens.with_valid_lens(&self.lens);
-        let inputs = PlanInputs::full(&self.batch, &self.table).with_expected(expected);
-        let written = (self.canary.plan(&inputs)?.verify_head()?).write(&*self.write)?;
+        let planned = self.canary.plan(&self.views.plan_inputs())?;
+        let written = planned.verify_head()?.write(self.views.write_inputs())?;
         let out = forward()?;
         let report = written.verify_tail(self.kv.fingerprints(RealKvHashMode::All))?;
         let before = self.pending.replace((step, Box::new(a.clone()), report));
@@ -154,11 +112,9 @@ impl GpuEngineCanary {
             return Ok(Vec::new());
         };
         let report = report.wait()?;
-        self.checked.0 = slots_run(&report.head_counters) + slots_run(&report.tail_counters);
-        let table = ReqToTokenView::block_table(MAX_ROWS, MAX_BLOCKS, BLOCK_SIZE, &a.block_tables)?;
-        let batch = BatchView::from_query_lens(a.bs, &a.context_lens, &a.query_lens)?;
-        let inputs = kv_canary::PlanInputs::from_views(batch, table);
-        let rows = SlotRows::new(&inputs, &a.slot_mapping)?;
+        self.checked.0 = report.head_counters.slots_run() + report.tail_counters.slots_run();
+        let host = paged(&a);
+        let rows = SlotRows::new(&host.plan_inputs()?, host.slot_mapping)?;
         let judgement = self.guard.judge(&report, &rows, &a.requests[..a.bs])?;
         Ok(findings(step, &judgement))
     }
@@ -181,7 +137,7 @@ impl GpuEngineCanary {
         let entries = self.cadence.next_entries(&IdleBlocks(alloc))?;
         let tail = self.kv.fingerprints(RealKvHashMode::All);
         let report = self.canary.sweep(entries.as_slice(), tail)?.wait()?;
-        self.checked.1 = slots_run(&report.counters);
+        self.checked.1 = report.counters.slots_run();
         let judgement = self.guard.judge_sweep(&report)?;
         Ok(findings(step, &judgement))
     }

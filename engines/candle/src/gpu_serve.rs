@@ -19,7 +19,7 @@
 use crate::backend::{ModelBackend, Stepped};
 use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
-use crate::canary::Finding;
+use crate::canary_common::Finding;
 use crate::config::{BLOCK_SIZE, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS};
 use crate::gpu::{attend_causal, flip_k_byte, upload, GpuKv, GpuModel, HEADS, HEAD_DIM, KV_HEADS};
 use crate::gpu_canary::GpuEngineCanary;

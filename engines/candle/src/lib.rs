@@ -12,7 +12,8 @@
 //! | [`scheduler`] | admission, chunked prefill, decode, preemption, forks, bucketed arrays |
 //! | [`batch`] | the step arrays the model and the canary read |
 //! | [`workload`] | seeded arrivals |
-//! | [`canary`] | **everything the engine adds for kv-canary** |
+//! | [`canary`] | **everything the engine adds for kv-canary** (with [`canary_common`]) |
+//! | [`canary_common`] | the canary helpers the CPU and GPU paths share |
 //! | [`bugs`] | the bug flags |
 //! | [`engine`] | the loop |
 //! | [`footprint`] | the canary integration's line and name counts |
@@ -27,6 +28,7 @@ pub mod batch;
 pub mod block_allocator;
 pub mod bugs;
 pub mod canary;
+pub mod canary_common;
 pub mod config;
 pub mod engine;
 pub mod footprint;

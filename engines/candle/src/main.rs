@@ -24,7 +24,7 @@ fn main() -> kv_canary_candle_engine::Result<()> {
     }
     let (lines, names) = canary_footprint();
     println!(
-        "canary integration (src/canary.rs): {lines} code lines, {} kv-canary names: {}",
+        "canary integration (src/canary.rs, src/canary_common.rs): {lines} code lines, {} kv-canary names: {}",
         names.len(),
         names.join(", ")
     );

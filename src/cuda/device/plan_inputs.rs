@@ -1052,6 +1052,22 @@ where
     }
 }
 
+impl<W: Capacity> sealed::Sealed for Option<DeviceExpectedPool<'_, W>> {}
+/// An expected-token pool chosen at run time ([`PagedStepViews`](crate::cuda::PagedStepViews)'s
+/// plan inputs): `None` plans as [`NoExpectedTokens`], `Some` as its pool.
+impl<'a, 'l: 'a, W, LB> DeviceExpectedTokens<'a, W> for Option<DeviceExpectedPool<'l, LB>>
+where
+    W: SameWriteReqCapacity<LB>,
+    LB: Capacity,
+{
+    fn pool(&self, w: W) -> Result<Option<ExpectedPoolPtrs<'a>>, Error> {
+        match self {
+            Some(pool) => pool.pool(w),
+            None => Ok(None),
+        }
+    }
+}
+
 /// Everything the device plan reads besides its output buffers (the twin of
 /// [`crate::PlanInputs`]), every buffer borrowed for `'a`.
 pub struct PlanInputs<'a, B: Capacity, G, X> {

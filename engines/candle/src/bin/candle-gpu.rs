@@ -39,7 +39,7 @@ fn serve(mut args: impl Iterator<Item = String>) -> kv_canary_candle_engine::Res
     let (lines, names) = gpu_canary_footprint();
     println!(
         "GPU serving loop: hidden {HIDDEN}, 32 query heads, 8 KV heads of 128, bf16, block 16, \
-         {layers} layers; canary integration (src/gpu_canary.rs): {lines} code lines, {} \
+         {layers} layers; canary integration (src/gpu_canary.rs, src/canary_common.rs): {lines} code lines, {} \
          kv-canary names: {}",
         names.len(),
         names.join(", ")

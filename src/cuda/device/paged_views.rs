@@ -1,0 +1,224 @@
+//! [`PagedStepViews`] (feature `cudarc`): every device view the canary reads in a vLLM-style
+//! engine's step, made once from the engine's [`PagedStepArrays`] of cudarc memory and kept in
+//! the engine's struct. The plan inputs and write inputs of each step come from it, so an engine
+//! meets one name where it would otherwise assemble a block table, a batch, valid lengths, an
+//! expected-token table and write inputs itself (each of which stays available as its own type
+//! for an engine that needs only some).
+
+use super::borrowed::Shared;
+use super::gpu::Gpu;
+use super::plan_inputs::{
+    DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceIndex, DeviceReqToToken,
+    DeviceTableCell, DeviceValidLens, PlanInputs,
+};
+use super::stream::Stream;
+use crate::capacity::Capacity;
+use crate::input::{
+    Full, InputAssertOff, InputAssertOn, PagedStepArrays, WriteInputAssert, WriteInputs,
+};
+use crate::memory::Device;
+use crate::Error;
+use cudarc::driver::DevicePtr;
+use std::sync::Arc;
+
+/// The device views of a vLLM-style engine's step arrays, read in place every step: the block
+/// table, the batch (context and query lengths, the device `bs`), the valid lengths of the
+/// optional expected-token table, and the write inputs (the input assert `X` on once the
+/// engine's expected ids and positions are added). `R` is the batch-row capacity, `E` the
+/// write-entry capacity; both must be the canary's shape's.
+///
+/// Every view keeps its memory alive and reads it where the engine writes it: uploading the
+/// step's arrays in place is all an engine does per step. The views borrow nothing, so the
+/// engine's struct holds them; dropping them synchronises the memory's context (the
+/// [`Shared`] rule).
+pub struct PagedStepViews<R: Capacity, E: Capacity, X: WriteInputAssert = InputAssertOff> {
+    table: Shared<DeviceReqToToken>,
+    batch: Shared<DeviceBatch<R>>,
+    valid_lens: Shared<DeviceValidLens<R>>,
+    expected: Option<Shared<DeviceExpectedTable>>,
+    write: Shared<WriteInputs<E, X, Device>>,
+}
+
+/// The rows of a row-major device array of `width` columns (`what` names it in errors).
+fn rows_of<T, S: DevicePtr<T>>(
+    what: &'static str,
+    array: &S,
+    width: usize,
+) -> Result<usize, Error> {
+    if width == 0 {
+        return Err(Error::OutOfRange {
+            what,
+            value: 0,
+            allowed: "a row width of at least 1",
+        });
+    }
+    let (len, rows) = (array.len(), array.len() / width);
+    if rows * width != len {
+        return Err(Error::LengthMismatch {
+            what,
+            expected: (rows + 1) * width,
+            found: len,
+        });
+    }
+    Ok(rows)
+}
+
+impl<R: Capacity, E: Capacity> PagedStepViews<R, E, InputAssertOff> {
+    /// The views of `arrays` (each an `Arc` of the engine's cudarc memory: a `CudaSlice`, or a
+    /// type implementing `DevicePtr` over a tensor's storage), for `rows` batch rows and
+    /// `tokens` write entries.
+    ///
+    /// The block table has `block_tables.len() / blocks_per_row` rows of `u32` or `i32` cells;
+    /// the lengths are `i64`, `i32` or `u32`, read in their type; `bs` is the engine's device
+    /// `i32` count of live rows, or `None` (then set it with the batch's `set_len_on` each step;
+    /// name its type, `None::<Arc<CudaSlice<i32>>>`). Checked as
+    /// [`DeviceReqToToken::block_table_from_cudarc_shared`],
+    /// [`DeviceBatch::from_cudarc_query_lens_shared`] and [`WriteInputs::from_cudarc_shared`]
+    /// check them (lengths at least the capacities); a block table whose length is not a
+    /// multiple of `blocks_per_row` is [`Error::LengthMismatch`].
+    #[allow(clippy::type_complexity)]
+    pub fn from_cudarc<T, L, I, P, M, ST, SL, SB, SI, SP, SM>(
+        gpu: &Gpu,
+        rows: R,
+        tokens: E,
+        arrays: PagedStepArrays<Arc<ST>, Arc<SL>, Option<Arc<SB>>, Arc<SI>, Arc<SP>, Arc<SM>>,
+    ) -> Result<Self, Error>
+    where
+        T: DeviceTableCell,
+        L: DeviceIndex,
+        I: DeviceIndex,
+        P: DeviceIndex,
+        M: DeviceIndex,
+        ST: DevicePtr<T> + Send + Sync + 'static,
+        SL: DevicePtr<L> + Send + Sync + 'static,
+        SB: DevicePtr<i32> + Send + Sync + 'static,
+        SI: DevicePtr<I> + Send + Sync + 'static,
+        SP: DevicePtr<P> + Send + Sync + 'static,
+        SM: DevicePtr<M> + Send + Sync + 'static,
+    {
+        let PagedStepArrays {
+            block_tables,
+            blocks_per_row,
+            block_size,
+            context_lens,
+            query_lens,
+            bs,
+            input_ids,
+            positions,
+            slot_mapping,
+        } = arrays;
+        let table_rows = rows_of("block_tables", &*block_tables, blocks_per_row)?;
+        Ok(PagedStepViews {
+            table: DeviceReqToToken::block_table_from_cudarc_shared::<T, ST>(
+                gpu,
+                block_tables,
+                table_rows,
+                blocks_per_row,
+                block_size,
+            )?,
+            batch: DeviceBatch::from_cudarc_query_lens_shared::<L, L, SL, SL, SB>(
+                gpu,
+                rows,
+                Arc::clone(&context_lens),
+                query_lens,
+                bs.clone(),
+            )?,
+            valid_lens: DeviceValidLens::from_cudarc_shared::<L, SL, SB>(
+                gpu,
+                rows,
+                context_lens,
+                bs,
+            )?,
+            expected: None,
+            write: WriteInputs::from_cudarc_shared::<I, P, M, SI, SP, SM>(
+                gpu,
+                tokens,
+                input_ids,
+                positions,
+                slot_mapping,
+            )?,
+        })
+    }
+
+    /// Turns the write op's input assert on over the engine's expected token ids and positions
+    /// of each write entry (`i64`, `i32` or `u32` each; at least `tokens` long): a written
+    /// token or position that differs is a write violation (`INPUT_ASSERT`).
+    pub fn with_expected_inputs<I, P, SI, SP>(
+        self,
+        gpu: &Gpu,
+        expected_ids: Arc<SI>,
+        expected_positions: Arc<SP>,
+    ) -> Result<PagedStepViews<R, E, InputAssertOn>, Error>
+    where
+        I: DeviceIndex,
+        P: DeviceIndex,
+        SI: DevicePtr<I> + Send + Sync + 'static,
+        SP: DevicePtr<P> + Send + Sync + 'static,
+    {
+        Ok(PagedStepViews {
+            write: self.write.with_expected_cudarc::<I, P, SI, SP>(
+                gpu,
+                expected_ids,
+                expected_positions,
+            )?,
+            table: self.table,
+            batch: self.batch,
+            valid_lens: self.valid_lens,
+            expected: self.expected,
+        })
+    }
+}
+
+impl<R: Capacity, E: Capacity, X: WriteInputAssert> PagedStepViews<R, E, X> {
+    /// Adds the expected-token check: `token_table` holds each batch row's token ids by
+    /// position (`[rows, max_context]`, `u32` or `i32`), valid up to the row's context length
+    /// (so this step's tokens are in it before the step is planned). Every verified entry's
+    /// canary token is compared with it (a stale or swapped token is a verify violation).
+    pub fn with_expected_tokens<T, S>(
+        self,
+        gpu: &Gpu,
+        token_table: Arc<S>,
+        max_context: usize,
+    ) -> Result<Self, Error>
+    where
+        T: DeviceTableCell,
+        S: DevicePtr<T> + Send + Sync + 'static,
+    {
+        let rows = rows_of("token_table", &*token_table, max_context)?;
+        let table =
+            DeviceExpectedTable::from_cudarc_shared::<T, S>(gpu, token_table, rows, max_context)?;
+        Ok(PagedStepViews {
+            expected: Some(table),
+            ..self
+        })
+    }
+
+    /// The step's plan inputs (FULL group, offset 0), with the expected-token table when one
+    /// was added: what [`Canary::plan`](crate::step::Canary::plan) takes.
+    pub fn plan_inputs(&self) -> PlanInputs<'_, R, Full, Option<DeviceExpectedPool<'_, R>>> {
+        let expected = self
+            .expected
+            .as_deref()
+            .map(|table| table.with_valid_lens(&self.valid_lens));
+        PlanInputs::full(&self.batch, &self.table).with_expected(expected)
+    }
+
+    /// The step's write inputs: what the planned stage's `write` takes.
+    pub fn write_inputs(&self) -> &WriteInputs<E, X, Device> {
+        &self.write
+    }
+
+    /// The block table's view (to upload rows on a stream, or read its geometry).
+    pub fn table(&self) -> &DeviceReqToToken {
+        &self.table
+    }
+
+    /// Sets the step's live rows on `stream` (the batch's and the valid lengths' count), for an
+    /// engine that keeps no device `bs` ([`from_cudarc`](PagedStepViews::from_cudarc) with
+    /// `None`); with a device count the engine updates its own memory instead. Queued, no
+    /// wait. A count over `R` is [`Error::BatchExceedsWriteCapacity`], nothing queued.
+    pub fn set_len_on(&self, stream: &Stream, bs: usize) -> Result<(), Error> {
+        self.batch.set_len_on(stream, bs)?;
+        self.valid_lens.set_len_on(stream, bs)
+    }
+}
