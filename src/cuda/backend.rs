@@ -99,6 +99,13 @@ use crate::Error;
 #[cfg(feature = "cudarc")]
 use std::sync::Arc;
 
+/// A canary whose launches run on a CUDA [`Stream`]: the type an engine's struct holds for
+/// [`Canary::full_on`](crate::step::Canary::full_on) (`G` = [`Full`](crate::Full)) or
+/// [`Canary::swa_on`](crate::step::Canary::swa_on) (`G` = [`SwaGroup`]) on a stream, capacities
+/// as for [`Canary`](crate::step::Canary).
+pub type StreamCanary<V, W, E, S, R, G = crate::input::Full> =
+    crate::step::Canary<V, W, E, S, R, G, Stream>;
+
 /// The real-KV fingerprints of a device step's tail launches (K half, V half).
 pub type TailKvOnDevice<'a> = KvPair<DeviceRealKv<'a>>;
 

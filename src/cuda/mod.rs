@@ -203,7 +203,7 @@ mod step_graph;
 mod sweep;
 mod watchdog;
 
-pub use backend::{DeviceGroupTokens, TailKvOnDevice};
+pub use backend::{DeviceGroupTokens, StreamCanary, TailKvOnDevice};
 /// The driver's result codes ([`CudaErrorCode::is`] takes one).
 pub use cust::sys::CUresult;
 /// The driver's stream handle, which [`Stream::from_raw`] wraps (re-exported so that an engine

@@ -181,8 +181,8 @@ pub fn paged_step_views_match_cpu(gpu: &Gpu) -> Result<(), String> {
         );
         engine.synchronize().map_err(cudarc_err)?;
         let views = PagedStepViews::from_cudarc(gpu, Cap::<ROWS>, Cap::<TOKENS>, arrays)
-            .and_then(|v| v.with_expected_tokens(gpu, token_table, WIDTH))
-            .and_then(|v| v.with_expected_inputs(gpu, expected_ids, expected_positions))
+            .and_then(|v| v.with_expected_tokens(token_table, WIDTH))
+            .and_then(|v| v.with_expected_inputs(expected_ids, expected_positions))
             .map_err(fail("views"))?;
         let d = dev
             .plan(&views.plan_inputs())

@@ -87,6 +87,16 @@ pub struct DeviceBytes<T> {
 type CdPtr = CUdeviceptr;
 
 impl<T> DeviceBytes<T> {
+    /// The memory of `t` (contiguous; `i64`, `bf16` or 32-bit elements) as elements of `T`,
+    /// shared: what a kv-canary view keeps alive.
+    pub fn shared(t: &Tensor) -> R<Arc<Self>> {
+        Ok(Arc::new(match t.dtype() {
+            DType::I64 => Self::of::<i64>(t)?,
+            DType::BF16 => Self::of::<half::bf16>(t)?,
+            _ => Self::of::<u32>(t)?,
+        }))
+    }
+
     /// The memory of `t` (contiguous, elements of `E`) as elements of `T`.
     pub fn of<E: DeviceRepr + candle_core::cuda_backend::CudaDType>(t: &Tensor) -> R<Self> {
         if !t.is_contiguous() {

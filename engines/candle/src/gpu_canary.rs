@@ -17,30 +17,19 @@ use crate::gpu::{DeviceBytes, GpuKv, HEAD_DIM, KV_HEADS};
 use crate::gpu_serve::ServeArrays;
 use crate::Result;
 use candle_core::cuda_backend::cudarc::driver::CudaStream;
-use candle_core::Tensor;
-use kv_canary::cuda::{CudarcKvSource, Gpu, PagedStepViews, PendingDeviceReport, Stream};
+use kv_canary::cuda::{Gpu, PagedStepViews, PendingDeviceReport, Stream, StreamCanary};
 use kv_canary::guard::{Guard, Policy, SweepCadence};
-use kv_canary::step::{Canary, KvPair, SlotRows};
-use kv_canary::{Cap, Full, InputAssertOn, PagedShape, PagedStepArrays, RealKvHashMode, Shape};
+use kv_canary::step::SlotRows;
+use kv_canary::{Cap, InputAssertOn, PagedShape, PagedStepArrays, RealKvHashMode, Shape};
 use std::sync::Arc;
 
 type DeviceCanary =
-    Canary<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>, Cap<NUM_SLOTS>, Cap<64>, Full, Stream>;
-
-/// A tensor's memory as the canary's views keep it alive.
-fn bytes<T>(t: &Tensor) -> Result<Arc<DeviceBytes<T>>> {
-    Ok(Arc::new(match t.dtype() {
-        candle_core::DType::I64 => DeviceBytes::of::<i64>(t)?,
-        candle_core::DType::BF16 => DeviceBytes::of::<half::bf16>(t)?,
-        _ => DeviceBytes::of::<u32>(t)?,
-    }))
-}
+    StreamCanary<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>, Cap<NUM_SLOTS>, Cap<64>>;
 
 /// The engine's canary on the GPU.
 pub struct GpuEngineCanary {
     canary: DeviceCanary,
     views: PagedStepViews<Cap<MAX_ROWS>, Cap<MAX_TOKENS>, InputAssertOn>,
-    kv: KvPair<CudarcKvSource<'static>>,
     guard: Guard<u64>,
     cadence: SweepCadence,
     /// The step whose report is still on its way: its number and host arrays.
@@ -55,30 +44,33 @@ impl GpuEngineCanary {
         let gpu = Gpu::new()?;
         let stream = Stream::from_cudarc(&gpu, stream)?;
         let shape = Shape::<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>>::new();
+        let paged = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
         let arrays = PagedStepArrays {
-            block_tables: bytes::<u32>(&a.block_tables)?,
+            block_tables: DeviceBytes::<u32>::shared(&a.block_tables)?,
             blocks_per_row: MAX_BLOCKS,
             block_size: BLOCK_SIZE,
-            context_lens: bytes::<u32>(&a.context_lens)?,
-            query_lens: bytes::<u32>(&a.query_lens)?,
-            bs: Some(bytes::<i32>(&a.bs)?),
-            input_ids: bytes::<u32>(&a.input_ids)?,
-            positions: bytes::<i64>(&a.positions)?,
-            slot_mapping: bytes::<i64>(&a.slot_mapping)?,
+            context_lens: DeviceBytes::<u32>::shared(&a.context_lens)?,
+            query_lens: DeviceBytes::<u32>::shared(&a.query_lens)?,
+            bs: Some(DeviceBytes::<i32>::shared(&a.bs)?),
+            input_ids: DeviceBytes::<u32>::shared(&a.input_ids)?,
+            positions: DeviceBytes::<i64>::shared(&a.positions)?,
+            slot_mapping: DeviceBytes::<i64>::shared(&a.slot_mapping)?,
         };
         let views = PagedStepViews::from_cudarc(&gpu, Cap, Cap, arrays)?
-            .with_expected_tokens(&gpu, bytes::<u32>(&a.token_table)?, MAX_CONTEXT)?
+            .with_expected_tokens(DeviceBytes::<u32>::shared(&a.token_table)?, MAX_CONTEXT)?
             .with_expected_inputs(
-                &gpu,
-                bytes::<u32>(&a.expected_ids)?,
-                bytes::<i64>(&a.expected_positions)?,
+                DeviceBytes::<u32>::shared(&a.expected_ids)?,
+                DeviceBytes::<i64>::shared(&a.expected_positions)?,
+            )?
+            .with_kv_cache(
+                DeviceBytes::<u8>::shared(&kv.k[0])?,
+                DeviceBytes::<u8>::shared(&kv.v[0])?,
+                NUM_BLOCKS,
+                paged,
             )?;
-        let (k, v) = (bytes::<u8>(&kv.k[0])?, bytes::<u8>(&kv.v[0])?);
-        let paged = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
         Ok(GpuEngineCanary {
-            canary: Canary::full_on(stream, shape, Cap, Cap)?,
+            canary: DeviceCanary::full_on(stream, shape, Cap, Cap)?,
             views,
-            kv: KvPair::vllm_paged_cudarc(&gpu, k, v, NUM_BLOCKS, paged)?,
             guard: Guard::new(Policy::per_request()),
             cadence: SweepCadence::new(SWEEP_BUDGET),
             pending: None,
@@ -98,7 +90,7 @@ impl GpuEngineCanary {
         let planned = self.canary.plan(&self.views.plan_inputs())?;
         let written = planned.verify_head()?.write(self.views.write_inputs())?;
         let out = forward()?;
-        let report = written.verify_tail(self.kv.fingerprints(RealKvHashMode::All))?;
+        let report = written.verify_tail(self.views.fingerprints(RealKvHashMode::All))?;
         let before = self.pending.replace((step, Box::new(a.clone()), report));
         Ok((out, self.judge(before)?))
     }
@@ -135,7 +127,7 @@ impl GpuEngineCanary {
     /// Between steps: sweeps the next idle cached slots of the prefix cache.
     pub fn sweep(&mut self, step: u64, alloc: &BlockAllocator) -> Result<Vec<Finding>> {
         let entries = self.cadence.next_entries(&IdleBlocks(alloc))?;
-        let tail = self.kv.fingerprints(RealKvHashMode::All);
+        let tail = self.views.fingerprints(RealKvHashMode::All);
         let report = self.canary.sweep(entries.as_slice(), tail)?.wait()?;
         self.checked.1 = report.counters.slots_run();
         let judgement = self.guard.judge_sweep(&report)?;

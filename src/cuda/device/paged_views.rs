@@ -1,9 +1,10 @@
 //! [`PagedStepViews`] (feature `cudarc`): every device view the canary reads in a vLLM-style
-//! engine's step, made once from the engine's [`PagedStepArrays`] of cudarc memory and kept in
-//! the engine's struct. The plan inputs and write inputs of each step come from it, so an engine
-//! meets one name where it would otherwise assemble a block table, a batch, valid lengths, an
-//! expected-token table and write inputs itself (each of which stays available as its own type
-//! for an engine that needs only some).
+//! engine's step, made once from the engine's [`PagedStepArrays`] of cudarc memory (and its
+//! layer-0 K and V caches) and kept in the engine's struct. The plan inputs, write inputs and
+//! tail fingerprints of each step come from it, so an engine meets one name where it would
+//! otherwise assemble a block table, a batch, valid lengths, an expected-token table, write
+//! inputs and real-KV sources itself (each of which stays available as its own type for an
+//! engine that needs only some).
 
 use super::borrowed::Shared;
 use super::gpu::Gpu;
@@ -13,18 +14,23 @@ use super::plan_inputs::{
 };
 use super::stream::Stream;
 use crate::capacity::Capacity;
+use crate::cuda::backend::TailKvOnDevice;
+use crate::cuda::device::cudarc_views::CudarcKvSource;
 use crate::input::{
     Full, InputAssertOff, InputAssertOn, PagedStepArrays, WriteInputAssert, WriteInputs,
 };
 use crate::memory::Device;
+use crate::real_kv::{PagedShape, RealKvHashMode};
+use crate::step::KvPair;
 use crate::Error;
 use cudarc::driver::DevicePtr;
 use std::sync::Arc;
 
 /// The device views of a vLLM-style engine's step arrays, read in place every step: the block
 /// table, the batch (context and query lengths, the device `bs`), the valid lengths of the
-/// optional expected-token table, and the write inputs (the input assert `X` on once the
-/// engine's expected ids and positions are added). `R` is the batch-row capacity, `E` the
+/// optional expected-token table, the write inputs (the input assert `X` on once the engine's
+/// expected ids and positions are added), and optionally the K and V caches the tail verify
+/// and sweeps fingerprint. `R` is the batch-row capacity, `E` the
 /// write-entry capacity; both must be the canary's shape's.
 ///
 /// Every view keeps its memory alive and reads it where the engine writes it: uploading the
@@ -37,6 +43,9 @@ pub struct PagedStepViews<R: Capacity, E: Capacity, X: WriteInputAssert = InputA
     valid_lens: Shared<DeviceValidLens<R>>,
     expected: Option<Shared<DeviceExpectedTable>>,
     write: Shared<WriteInputs<E, X, Device>>,
+    kv: Option<KvPair<CudarcKvSource<'static>>>,
+    /// The device the views were made on (the later builder steps' too).
+    gpu: Gpu,
 }
 
 /// The rows of a row-major device array of `width` columns (`what` names it in errors).
@@ -65,8 +74,8 @@ fn rows_of<T, S: DevicePtr<T>>(
 
 impl<R: Capacity, E: Capacity> PagedStepViews<R, E, InputAssertOff> {
     /// The views of `arrays` (each an `Arc` of the engine's cudarc memory: a `CudaSlice`, or a
-    /// type implementing `DevicePtr` over a tensor's storage), for `rows` batch rows and
-    /// `tokens` write entries.
+    /// type implementing `DevicePtr` over a tensor's storage) on `gpu`, for `rows` batch rows
+    /// and `tokens` write entries; the `with_*` steps add their views on the same `gpu`.
     ///
     /// The block table has `block_tables.len() / blocks_per_row` rows of `u32` or `i32` cells;
     /// the lengths are `i64`, `i32` or `u32`, read in their type; `bs` is the engine's device
@@ -130,6 +139,8 @@ impl<R: Capacity, E: Capacity> PagedStepViews<R, E, InputAssertOff> {
                 bs,
             )?,
             expected: None,
+            kv: None,
+            gpu: gpu.clone(),
             write: WriteInputs::from_cudarc_shared::<I, P, M, SI, SP, SM>(
                 gpu,
                 tokens,
@@ -145,7 +156,6 @@ impl<R: Capacity, E: Capacity> PagedStepViews<R, E, InputAssertOff> {
     /// token or position that differs is a write violation (`INPUT_ASSERT`).
     pub fn with_expected_inputs<I, P, SI, SP>(
         self,
-        gpu: &Gpu,
         expected_ids: Arc<SI>,
         expected_positions: Arc<SP>,
     ) -> Result<PagedStepViews<R, E, InputAssertOn>, Error>
@@ -157,7 +167,7 @@ impl<R: Capacity, E: Capacity> PagedStepViews<R, E, InputAssertOff> {
     {
         Ok(PagedStepViews {
             write: self.write.with_expected_cudarc::<I, P, SI, SP>(
-                gpu,
+                &self.gpu,
                 expected_ids,
                 expected_positions,
             )?,
@@ -165,6 +175,8 @@ impl<R: Capacity, E: Capacity> PagedStepViews<R, E, InputAssertOff> {
             batch: self.batch,
             valid_lens: self.valid_lens,
             expected: self.expected,
+            kv: self.kv,
+            gpu: self.gpu,
         })
     }
 }
@@ -176,7 +188,6 @@ impl<R: Capacity, E: Capacity, X: WriteInputAssert> PagedStepViews<R, E, X> {
     /// canary token is compared with it (a stale or swapped token is a verify violation).
     pub fn with_expected_tokens<T, S>(
         self,
-        gpu: &Gpu,
         token_table: Arc<S>,
         max_context: usize,
     ) -> Result<Self, Error>
@@ -185,12 +196,46 @@ impl<R: Capacity, E: Capacity, X: WriteInputAssert> PagedStepViews<R, E, X> {
         S: DevicePtr<T> + Send + Sync + 'static,
     {
         let rows = rows_of("token_table", &*token_table, max_context)?;
-        let table =
-            DeviceExpectedTable::from_cudarc_shared::<T, S>(gpu, token_table, rows, max_context)?;
+        let table = DeviceExpectedTable::from_cudarc_shared::<T, S>(
+            &self.gpu,
+            token_table,
+            rows,
+            max_context,
+        )?;
         Ok(PagedStepViews {
             expected: Some(table),
             ..self
         })
+    }
+
+    /// Adds the K and V caches of the layer the canary fingerprints: `num_blocks` blocks of
+    /// `shape` in vLLM's layouts, in the engine's cudarc memory (any element type: a bf16
+    /// cache is read as its bytes), every byte of a token read. Checked as
+    /// [`KvPair::vllm_paged_cudarc`] checks them.
+    pub fn with_kv_cache<T, S>(
+        self,
+        k: Arc<S>,
+        v: Arc<S>,
+        num_blocks: usize,
+        shape: PagedShape,
+    ) -> Result<Self, Error>
+    where
+        S: DevicePtr<T> + Send + Sync + 'static,
+    {
+        let kv = KvPair::vllm_paged_cudarc::<T, S>(&self.gpu, k, v, num_blocks, shape)?;
+        Ok(PagedStepViews {
+            kv: Some(kv),
+            ..self
+        })
+    }
+
+    /// The tail fingerprints of the K and V caches under `mode` (a step's `verify_tail` or a
+    /// sweep's), or [`TailKvOnDevice::NONE`] when no cache was added.
+    pub fn fingerprints(&self, mode: RealKvHashMode) -> TailKvOnDevice<'_> {
+        match &self.kv {
+            Some(kv) => kv.fingerprints(mode),
+            None => TailKvOnDevice::NONE,
+        }
     }
 
     /// The step's plan inputs (FULL group, offset 0), with the expected-token table when one
