@@ -197,6 +197,8 @@ mod faults;
 mod head_findings;
 mod moves;
 mod ops;
+#[cfg(feature = "cudarc")]
+mod paged_views;
 mod pending;
 mod report;
 mod step_graph;
@@ -215,9 +217,6 @@ pub use device::borrowed::{Borrowed, Shared};
 pub use device::cudarc_views::CudarcKvSource;
 pub use device::custom_module::{CustomKernel, CustomModule};
 pub use device::gpu::Gpu;
-#[cfg(feature = "cudarc")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
-pub use device::paged_views::PagedStepViews;
 pub use device::plan_inputs::{
     DeviceBatch, DeviceColumns, DeviceExpectedPool, DeviceExpectedTable, DeviceExpectedTokens,
     DeviceGroup, DeviceIndex, DeviceLut, DeviceReqToToken, DeviceTable, DeviceTableCell,
@@ -245,6 +244,9 @@ pub use ops::prepared::{PreparedLaunch, RawLaunchParts};
 pub use ops::scatter::scatter_req_token_ids;
 pub use ops::verify::{verify, verify_pair};
 pub use ops::write::{write, write_ends, write_ends_k, write_pair};
+#[cfg(feature = "cudarc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
+pub use paged_views::PagedStepViews;
 pub use pending::{Landed, PendingReadback};
 pub use report::{CapturedReport, DeviceStepReport, PendingDeviceReport, Polled};
 pub use step_graph::{NamedStepGraph, StepGraph};

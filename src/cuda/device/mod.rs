@@ -8,8 +8,6 @@ pub(crate) mod canary_state;
 pub(crate) mod cudarc_views;
 pub(crate) mod custom_module;
 pub(crate) mod gpu;
-#[cfg(feature = "cudarc")]
-pub(crate) mod paged_views;
 pub(crate) mod plan_buffers;
 pub(crate) mod plan_inputs;
 pub(crate) mod readbacks;

@@ -6,16 +6,16 @@
 //! inputs and real-KV sources itself (each of which stays available as its own type for an
 //! engine that needs only some).
 
-use super::borrowed::Shared;
-use super::gpu::Gpu;
-use super::plan_inputs::{
+use super::backend::TailKvOnDevice;
+use super::device::borrowed::Shared;
+use super::device::cudarc_views::CudarcKvSource;
+use super::device::gpu::Gpu;
+use super::device::plan_inputs::{
     DeviceBatch, DeviceExpectedPool, DeviceExpectedTable, DeviceIndex, DeviceReqToToken,
     DeviceTableCell, DeviceValidLens, PlanInputs,
 };
-use super::stream::Stream;
+use super::device::stream::Stream;
 use crate::capacity::Capacity;
-use crate::cuda::backend::TailKvOnDevice;
-use crate::cuda::device::cudarc_views::CudarcKvSource;
 use crate::input::{
     Full, InputAssertOff, InputAssertOn, PagedStepArrays, WriteInputAssert, WriteInputs,
 };
