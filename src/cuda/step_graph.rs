@@ -2,6 +2,7 @@
 //! tail verify, the report's copies) captured into CUDA graphs that the graph owns, with the
 //! canary and the inputs they replay over, and replayed over refilled inputs.
 
+use super::backend::StreamCanary;
 use super::device::gpu::Gpu;
 use super::device::settings::DeviceRealKv;
 use super::device::stream::Stream;
@@ -11,11 +12,8 @@ use super::sweep::PendingSweepReport;
 use crate::backend::PlanWith;
 use crate::capacity::{Capacity, SameVerifyCapacity, SameWriteReqCapacity};
 use crate::plan::VerifyEntry;
-use crate::step::{Canary, GroupKind, PlanInputsOf};
+use crate::step::{GroupKind, PlanInputsOf};
 use crate::Error;
-
-/// The canary of a [`StepGraph`]: on a CUDA [`Stream`].
-type DeviceCanary<V, W, E, S, R, G> = Canary<V, W, E, S, R, G, Stream>;
 
 /// Graph instances a [`StepGraph`] alternates between.
 const INSTANCES: usize = 2;
@@ -23,7 +21,7 @@ const INSTANCES: usize = 2;
 /// The step closure of a [`StepGraph`]: runs one step on the canary with the inputs, returns
 /// what `verify_tail` returned.
 type StepFn<V, W, E, S, R, G, K> = Box<
-    dyn FnMut(&mut DeviceCanary<V, W, E, S, R, G>, &K) -> Result<PendingDeviceReport, Error> + Send,
+    dyn FnMut(&mut StreamCanary<V, W, E, S, R, G>, &K) -> Result<PendingDeviceReport, Error> + Send,
 >;
 
 /// One captured step: its executable graph and its report staging.
@@ -38,7 +36,7 @@ struct Instance {
 ///
 /// # Shape
 ///
-/// A step graph owns the [`Canary`] (moved in, [`StepGraph::into_canary`] gives it back), the
+/// A step graph owns the [`Canary`](crate::step::Canary) (moved in, [`StepGraph::into_canary`] gives it back), the
 /// engine's inputs `K` (owned or `Arc`s: the batch, the table, the write inputs, ...) and the
 /// step closure, which runs the step stages on the canary with those inputs and the engine's
 /// forward-pass work between `write` and `verify_tail`. The closure runs only while the
@@ -141,7 +139,7 @@ where
 {
     /// Dropped first: each waits for its last replay before its graph is destroyed.
     instances: Vec<Instance>,
-    canary: DeviceCanary<V, W, E, S, R, G>,
+    canary: StreamCanary<V, W, E, S, R, G>,
     inputs: K,
     step: StepFn<V, W, E, S, R, G, K>,
     /// Replays queued so far.
@@ -182,9 +180,9 @@ where
     /// (plan, head verify, write, the engine's forward pass on the canary's stream, tail
     /// verify) with the inputs it is given, and returns what `verify_tail` returned.
     pub fn new(
-        canary: DeviceCanary<V, W, E, S, R, G>,
+        canary: StreamCanary<V, W, E, S, R, G>,
         inputs: K,
-        step: impl FnMut(&mut DeviceCanary<V, W, E, S, R, G>, &K) -> Result<PendingDeviceReport, Error>
+        step: impl FnMut(&mut StreamCanary<V, W, E, S, R, G>, &K) -> Result<PendingDeviceReport, Error>
             + Send
             + 'static,
     ) -> Self {
@@ -321,7 +319,7 @@ where
 
     /// The canary: its buffers, counters and stream (for the engine's own launches between
     /// replays, or a test's fault injection).
-    pub fn canary(&self) -> &DeviceCanary<V, W, E, S, R, G> {
+    pub fn canary(&self) -> &StreamCanary<V, W, E, S, R, G> {
         &self.canary
     }
 
@@ -332,14 +330,14 @@ where
 
     /// The canary and the inputs back, after waiting for every replay queued (untaken reports
     /// are discarded).
-    pub fn into_parts(mut self) -> (DeviceCanary<V, W, E, S, R, G>, K) {
+    pub fn into_parts(mut self) -> (StreamCanary<V, W, E, S, R, G>, K) {
         self.instances.clear();
         (self.canary, self.inputs)
     }
 
     /// The canary back, after waiting for every replay queued (untaken reports are
     /// discarded).
-    pub fn into_canary(self) -> DeviceCanary<V, W, E, S, R, G> {
+    pub fn into_canary(self) -> StreamCanary<V, W, E, S, R, G> {
         self.into_parts().0
     }
 }
@@ -353,7 +351,7 @@ where
     R: Capacity,
     G: GroupKind,
 {
-    /// Sweeps idle cached slots between replays: [`Canary::sweep`] on the graph's canary over
+    /// Sweeps idle cached slots between replays: [`Canary::sweep`](crate::step::Canary::sweep) on the graph's canary over
     /// `entries`, folding the real-KV sources that `real_kv` makes from the graph's inputs (the
     /// KV pool the step closure folds lives there, or behind `'static` views), queued on the
     /// canary's stream after the replays queued so far and before the next; no host sync beyond
@@ -361,7 +359,7 @@ where
     /// plan and ring after the replays' report copies, and every replay's plan and ring clear
     /// overwrite them again, so neither disturbs the other; its report's staging comes from the
     /// stream's pool, not the graph's two (the first sweep allocates one, later ones reuse it).
-    /// Errors as [`Canary::sweep`] (nothing queued).
+    /// Errors as [`Canary::sweep`](crate::step::Canary::sweep) (nothing queued).
     pub fn sweep<F>(
         &mut self,
         entries: &[VerifyEntry],
@@ -375,13 +373,13 @@ where
     }
 
     /// Sweeps the cached prefixes of request-table rows between replays:
-    /// [`Canary::sweep_table_rows`] on the graph's canary, the entries derived on the device
+    /// [`Canary::sweep_table_rows`](crate::step::Canary::sweep_table_rows) on the graph's canary, the entries derived on the device
     /// from `rows` (device plan inputs: a batch of the rows and their cached tokens over the
     /// engine's `DeviceReqToToken`, say a second [`Shared`](super::Shared) view of the table
     /// buffer the graph's inputs view), folding the sources `real_kv` makes from the graph's
     /// inputs. Queued as [`sweep`](Self::sweep) is, with the plan launch in place of the
     /// entries' copies: no host sync, and no copy of the table. Errors as
-    /// [`Canary::sweep_table_rows`] on a stream (a malformed row with the report).
+    /// [`Canary::sweep_table_rows`](crate::step::Canary::sweep_table_rows) on a stream (a malformed row with the report).
     pub fn sweep_table_rows<I, F>(
         &mut self,
         rows: &I,
