@@ -353,6 +353,13 @@ pub enum Error {
         /// What is wrong, with the offending values.
         detail: String,
     },
+    /// The engine's own work failed inside a step the crate drives: the forward pass a
+    /// `cuda::StepGraph`'s step closure queues between `write` and `verify_tail` (a capture
+    /// its framework refused, a kernel launch that failed). `detail` is the engine's error.
+    EngineWork {
+        /// The engine's error, as it describes it.
+        detail: String,
+    },
     /// A replay of a captured step would overwrite the report of an earlier replay that was
     /// not taken yet (feature `cuda`): take that report first.
     ReportUnread {
@@ -670,6 +677,7 @@ impl Error {
                 "at most {max} RealKvSource entries supported by the CUDA ABI, got {count}"
             ),
             Malformed { detail } => f.write_str(detail),
+            EngineWork { detail } => write!(f, "the engine's work inside the step failed: {detail}"),
             ReportUnread { unread, replay } => write!(
                 f,
                 "replay {replay} of the captured step would overwrite the unread report of \
@@ -786,6 +794,9 @@ mod tests {
             },
             Error::Malformed {
                 detail: "unknown device status code 9".into(),
+            },
+            Error::EngineWork {
+                detail: "operation not permitted when stream is capturing".into(),
             },
         ];
         for e in samples {

@@ -137,6 +137,7 @@ impl<T> DevicePtr<T> for DeviceBytes<T> {
     }
 }
 
+#[derive(Clone)]
 struct Layer {
     attn_norm: Tensor,
     wq: Tensor,
@@ -149,7 +150,8 @@ struct Layer {
     down: Tensor,
 }
 
-/// The decoder: random bf16 weights on the GPU.
+/// The decoder: random bf16 weights on the GPU (cloning shares them).
+#[derive(Clone)]
 pub struct GpuModel {
     dev: Device,
     embed: Tensor,
@@ -365,7 +367,8 @@ pub fn attend_causal(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> R<Ten
     Tensor::cat(&outs, 1)?.transpose(0, 1)?.contiguous()
 }
 
-/// Every layer's K and V caches in vLLM's layouts, bf16.
+/// Every layer's K and V caches in vLLM's layouts, bf16 (cloning shares them).
+#[derive(Clone)]
 pub struct GpuKv {
     /// `[blocks, kv_heads, head_dim / 8, 16, 8]` per layer.
     pub k: Vec<Tensor>,
@@ -393,7 +396,8 @@ impl GpuKv {
 }
 
 /// The engine's step arrays on the device, allocated once at their capacities and uploaded in
-/// place each step (as an engine with CUDA graphs keeps them).
+/// place each step (as an engine with CUDA graphs keeps them; cloning shares them).
+#[derive(Clone)]
 pub struct DeviceArrays {
     /// `[ROWS, MAX_BLOCKS]` u32.
     pub block_tables: Tensor,
@@ -551,13 +555,13 @@ pub struct Bench {
 }
 
 /// A CUDA event pair on candle's stream, timing what is queued between them.
-struct Timer {
-    start: candle_core::cuda_backend::cudarc::driver::CudaEvent,
-    end: candle_core::cuda_backend::cudarc::driver::CudaEvent,
+pub(crate) struct Timer {
+    pub(crate) start: candle_core::cuda_backend::cudarc::driver::CudaEvent,
+    pub(crate) end: candle_core::cuda_backend::cudarc::driver::CudaEvent,
 }
 
 impl Timer {
-    fn new(stream: &Arc<CudaStream>) -> AnyResult<Self> {
+    pub(crate) fn new(stream: &Arc<CudaStream>) -> AnyResult<Self> {
         use candle_core::cuda_backend::cudarc::driver::sys::CUevent_flags;
         let ctx = stream.context();
         Ok(Timer {
@@ -567,7 +571,7 @@ impl Timer {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
@@ -743,7 +747,7 @@ impl Bench {
     /// Fills the first `bs` rows' `prefix` tokens through the canary (chunks of
     /// `TOKENS / prefix` rows, random K/V written by `reshape_and_cache` into layer 0): the
     /// canary's records of every prefix slot.
-    fn fill(
+    pub(crate) fn fill(
         &self,
         canary: &mut GpuCanary,
         sv: &StepViews<'_>,

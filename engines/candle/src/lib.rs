@@ -37,6 +37,8 @@ pub mod gpu;
 #[cfg(feature = "cuda")]
 pub mod gpu_canary;
 #[cfg(feature = "cuda")]
+pub mod gpu_graph;
+#[cfg(feature = "cuda")]
 pub mod gpu_serve;
 pub mod kv_cache;
 pub mod model;

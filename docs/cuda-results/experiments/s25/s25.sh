@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 25's device call (binaries built from cf19ad9, staged in .devnew.tgz; the write base from 9d4124d): every GPU test
 # (quick, issue 32's typed SGLang columns among them), the cuda_engine example (issue 33), the
-# candle serving loop and benchmark (issue 34), initcheck and synccheck (issue 35; run beside the
+# candle serving loop, benchmark and graph experiment (issue 34), initcheck and synccheck (issue 35; run beside the
 # serving loop, which is not timed), then the write A/B (issue 35) alone on the card. Logs in $OUT.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; S=$OUT/summary.txt
@@ -19,9 +19,10 @@ run "cuda_engine example" 25 "$OUT/cuda_engine.log" .device-run/cuda_engine
 ) &
 run "candle serve" 110 "$OUT/candle-serve.log" .device-candle/run.sh --serve --layers 4 --steps 300
 wait
-run "candle bench" 120 "$OUT/candle-bench.log" .device-candle/run.sh --bs 1,64,256 --steps 10
-run "write base" 120 "$OUT/write_ab.log" .device-base/cuda_bench_base --only write --reps 50 --out "$OUT/wb"
-run "write new" 30 "$OUT/write_ab.log" .device-run/cuda_bench --only write --reps 50 --out "$OUT/wn"
+run "candle bench" 100 "$OUT/candle-bench.log" .device-candle/run.sh --bs 1,64,256 --steps 10
+run "candle graph" 70 "$OUT/candle-graph.log" .device-candle/run.sh --graph --bs 1,64 --steps 20 --no-prefill
+run "write base" 100 "$OUT/write_ab.log" .device-base/cuda_bench_base --only write --reps 50 --out "$OUT/wb"
+run "write new" 25 "$OUT/write_ab.log" .device-run/cuda_bench --only write --reps 50 --out "$OUT/wn"
 grep -E "ERROR SUMMARY|test result" "$OUT/sanitizer.log" >> "$S"
 grep -E "test result" "$OUT/tests.log" >> "$S"
 cat "$S"

@@ -68,6 +68,7 @@ fn main() -> kv_canary_candle_engine::Result<()> {
     }
     let (mut layers, mut steps, mut prefix) = (None, 20usize, 2048usize);
     let (mut sizes, mut prefill, mut bug) = (vec![1usize, 64, 256], Some(TOKENS), None);
+    let mut graph = false;
     let mut modes = vec![RealKvHashMode::Partial, RealKvHashMode::All];
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} takes a value"));
@@ -83,6 +84,7 @@ fn main() -> kv_canary_candle_engine::Result<()> {
             }
             "--prefill" => prefill = Some(value()?.parse()?),
             "--no-prefill" => prefill = None,
+            "--graph" => graph = true,
             "--modes" => {
                 modes = value()?
                     .split(',')
@@ -117,6 +119,14 @@ fn main() -> kv_canary_candle_engine::Result<()> {
         bench.gpu.name(),
         bench.gpu.sm_count()
     );
+    if graph {
+        for bs in sizes {
+            for &mode in &modes {
+                bench.graph_rows(bs, prefix, steps, mode)?;
+            }
+        }
+        return Ok(());
+    }
     if let Some(bug) = bug {
         println!("bug {bug:?} at bs 4 (mode ALL):");
         bench.decode_rows(4, prefix, 12, &[RealKvHashMode::All], Some(bug))?;

@@ -1,0 +1,200 @@
+//! Issue 34's graph experiment (feature `cuda`, `candle-gpu --graph`): can the decode step be
+//! captured as a CUDA graph the way mistral.rs captures it (cudarc stream capture on candle's
+//! stream), with the canary's launches inside; and if candle's ops refuse capture, the
+//! canary's launches alone as a [`StepGraph`] replayed after the eager model step.
+//!
+//! For one decode batch (`bs` rows of `prefix` cached tokens, the same arrays every replay), it
+//! times with CUDA events: the eager model step; the model step as a captured graph (when it
+//! captures); the model step and the canary in one `StepGraph` (when it captures); the eager
+//! model step followed by the canary-only `StepGraph`. Each line says what captured and, when
+//! something refused, the driver's or candle's error.
+
+use crate::gpu::{median, Attend, Bench, DeviceBytes, Timer, MAX_BLOCKS, MAX_DECODE_CONTEXT};
+use crate::gpu::{BLOCK_SIZE, HEAD_DIM, KV_HEADS, NUM_BLOCKS, ROWS, TOKENS};
+use crate::Result;
+use candle_core::cuda_backend::cudarc::driver::sys::{
+    CUgraphInstantiate_flags, CUstreamCaptureMode,
+};
+use kv_canary::cuda::{PagedStepViews, StepGraph};
+use kv_canary::{Cap, Error, PagedShape, PagedStepArrays, RealKvHashMode};
+
+/// The canary's views of the benchmark's arrays and layer 0's caches, owned (a `StepGraph`'s
+/// inputs).
+type Views = PagedStepViews<Cap<ROWS>, Cap<TOKENS>>;
+
+fn views(bench: &Bench) -> Result<Views> {
+    let a = &bench.arrays;
+    let arrays = PagedStepArrays {
+        block_tables: DeviceBytes::<u32>::shared(&a.block_tables)?,
+        blocks_per_row: MAX_BLOCKS,
+        block_size: BLOCK_SIZE,
+        context_lens: DeviceBytes::<u32>::shared(&a.context_lens)?,
+        query_lens: DeviceBytes::<u32>::shared(&a.query_lens)?,
+        bs: Some(DeviceBytes::<i32>::shared(&a.bs)?),
+        input_ids: DeviceBytes::<i64>::shared(&a.input_ids)?,
+        positions: DeviceBytes::<i64>::shared(&a.positions)?,
+        slot_mapping: DeviceBytes::<i64>::shared(&a.slot_mapping)?,
+    };
+    let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
+    Ok(
+        PagedStepViews::from_cudarc(&bench.gpu, Cap, Cap, arrays)?.with_kv_cache(
+            DeviceBytes::<u8>::shared(&bench.kv.k[0])?,
+            DeviceBytes::<u8>::shared(&bench.kv.v[0])?,
+            NUM_BLOCKS,
+            shape,
+        )?,
+    )
+}
+
+/// The median ms of `steps` runs of `run` between two events on candle's stream (after 3
+/// untimed ones).
+fn time(bench: &Bench, steps: usize, mut run: impl FnMut() -> Result<()>) -> Result<f64> {
+    let timer = Timer::new(&bench.stream)?;
+    let mut times = Vec::new();
+    for s in 0..steps + 3 {
+        timer.start.record(&bench.stream)?;
+        run()?;
+        timer.end.record(&bench.stream)?;
+        timer.end.synchronize()?;
+        if s >= 3 {
+            times.push(f64::from(timer.start.elapsed_ms(&timer.end)?));
+        }
+    }
+    Ok(median(times))
+}
+
+/// Replays `graph` once and takes every report that is ready; counts those with violations.
+fn replay<K: Send + 'static>(
+    graph: &mut StepGraph<
+        Cap<{ crate::gpu::VERIFY }>,
+        Cap<ROWS>,
+        Cap<TOKENS>,
+        Cap<{ crate::gpu::SLOTS }>,
+        Cap<64>,
+        kv_canary::Full,
+        K,
+    >,
+    dirty: &mut u64,
+) -> Result<()> {
+    if graph.unread() == 2 {
+        if let Some((_, r)) = graph.wait()? {
+            *dirty += u64::from(!r.is_clean());
+        }
+    }
+    graph.replay()?;
+    while let Some((_, r)) = graph.try_take()? {
+        *dirty += u64::from(!r.is_clean());
+    }
+    Ok(())
+}
+
+impl Bench {
+    /// The graph experiment at decode `bs` over `prefix`-token contexts, `steps` timed steps a
+    /// variant, tail fingerprints under `mode`. Prints one line per variant.
+    pub fn graph_rows(
+        &self,
+        bs: usize,
+        prefix: usize,
+        steps: usize,
+        mode: RealKvHashMode,
+    ) -> Result<()> {
+        let mut canary = self.canary()?;
+        {
+            let cv = crate::gpu::CanaryViews::new(&self.gpu, &self.arrays, &self.kv)?;
+            let sv = crate::gpu::StepViews::new(&self.gpu, &cv)?;
+            self.fill(&mut canary, &sv, mode, bs, prefix)?;
+        }
+        // One decode step's arrays, the same every replay (the token at position `prefix`).
+        self.arrays
+            .upload(&Self::decode_step(bs, prefix + 1, 0), false)?;
+        let max = MAX_DECODE_CONTEXT;
+        let (model, kv, arrays) = (self.model.clone(), self.kv.clone(), self.arrays.clone());
+        let forward = move || model.forward(&kv, &arrays, bs, bs, Attend::Decode, max);
+        forward()?;
+        let eager = time(self, steps, || Ok(forward().map(drop)?))?;
+        println!("graph bs {bs:>3} mode {mode:?}: eager model step {eager:.3} ms");
+
+        // 1. The model's step alone, captured on candle's stream as mistral.rs captures it.
+        self.stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let ran = forward();
+        let captured = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        let model_graph = match (ran, captured) {
+            (Ok(_), Ok(Some(g))) => Some(g),
+            (ran, captured) => {
+                println!(
+                    "graph bs {bs:>3}: the model step did not capture: forward {:?}, end_capture {:?}",
+                    ran.err().map(|e| e.to_string()),
+                    captured.err().map(|e| e.to_string())
+                );
+                None
+            }
+        };
+        let mut model_graph_ms = None;
+        if let Some(g) = &model_graph {
+            let ms = time(self, steps, || Ok(g.launch()?))?;
+            model_graph_ms = Some(ms);
+            println!("graph bs {bs:>3}: the model step captured: graph replay {ms:.3} ms");
+        }
+
+        // 2. The model step and the canary in one StepGraph (the forward between write and the
+        //    tail verify), when the model captured.
+        let mut canary = Some(canary);
+        if model_graph.is_some() {
+            let forward = forward.clone();
+            let mut graph = StepGraph::new(canary.take().unwrap(), views(self)?, move |c, v| {
+                let written = c
+                    .plan(&v.plan_inputs())?
+                    .verify_head()?
+                    .write(v.write_inputs())?;
+                forward().map_err(|e| Error::EngineWork {
+                    detail: e.to_string(),
+                })?;
+                written.verify_tail(v.fingerprints(mode))
+            });
+            match graph.capture() {
+                Ok(()) => {
+                    let mut dirty = 0;
+                    let ms = time(self, steps, || replay(&mut graph, &mut dirty))?;
+                    while let Some((_, r)) = graph.wait()? {
+                        dirty += u64::from(!r.is_clean());
+                    }
+                    let base = model_graph_ms.unwrap_or(eager);
+                    println!(
+                        "graph bs {bs:>3}: model + canary in one StepGraph: {ms:.3} ms, canary {:.3} ms ({:.2} % of the model graph), reports with violations {dirty}",
+                        ms - base,
+                        100.0 * (ms - base) / base
+                    );
+                }
+                Err(e) => {
+                    println!("graph bs {bs:>3}: model + canary StepGraph did not capture: {e}")
+                }
+            }
+            canary = Some(graph.into_canary());
+        }
+
+        // 3. The canary alone as a StepGraph (plan, head verify, write, tail verify), replayed
+        //    after the eager model step.
+        let mut graph = StepGraph::new(canary.take().unwrap(), views(self)?, move |c, v| {
+            c.plan(&v.plan_inputs())?
+                .verify_head()?
+                .write(v.write_inputs())?
+                .verify_tail(v.fingerprints(mode))
+        });
+        graph.capture()?;
+        let mut dirty = 0;
+        let ms = time(self, steps, || {
+            forward()?;
+            replay(&mut graph, &mut dirty)
+        })?;
+        while let Some((_, r)) = graph.wait()? {
+            dirty += u64::from(!r.is_clean());
+        }
+        println!(
+            "graph bs {bs:>3}: eager model + canary-only StepGraph: {ms:.3} ms, canary {:.3} ms ({:.2} %), reports with violations {dirty}",
+            ms - eager,
+            100.0 * (ms - eager) / eager
+        );
+        Ok(())
+    }
+}
