@@ -19,10 +19,10 @@ run "cuda_engine example" 25 "$OUT/cuda_engine.log" .device-run/cuda_engine
 ) &
 run "candle serve" 110 "$OUT/candle-serve.log" .device-candle/run.sh --serve --layers 4 --steps 300
 wait
-run "candle bench" 100 "$OUT/candle-bench.log" .device-candle/run.sh --bs 1,64,256 --steps 10
-run "candle graph" 70 "$OUT/candle-graph.log" .device-candle/run.sh --graph --bs 1,64 --steps 20 --no-prefill
 run "write base" 100 "$OUT/write_ab.log" .device-base/cuda_bench_base --only write --reps 50 --out "$OUT/wb"
 run "write new" 25 "$OUT/write_ab.log" .device-run/cuda_bench --only write --reps 50 --out "$OUT/wn"
+run "candle bench" 100 "$OUT/candle-bench.log" .device-candle/run.sh --bs 1,64,256 --steps 10
+run "candle graph" 70 "$OUT/candle-graph.log" .device-candle/run.sh --graph --bs 1,64 --steps 20 --no-prefill
 grep -E "ERROR SUMMARY|test result" "$OUT/sanitizer.log" >> "$S"
 grep -E "test result" "$OUT/tests.log" >> "$S"
 cat "$S"
