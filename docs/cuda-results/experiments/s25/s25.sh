@@ -17,7 +17,8 @@ run "cuda_engine example" 25 "$OUT/cuda_engine.log" .device-run/cuda_engine
   run "sanitizer initcheck" 110 "$OUT/sanitizer.log" compute-sanitizer --tool initcheck --error-exitcode 97 --print-limit 20 .device-run/cuda_gpu
   run "sanitizer synccheck" 60 "$OUT/sanitizer.log" compute-sanitizer --tool synccheck --error-exitcode 97 --print-limit 20 .device-run/cuda_gpu
 ) &
-run "candle serve" 110 "$OUT/candle-serve.log" .device-candle/run.sh --serve --layers 4 --steps 300
+run "candle serve" 80 "$OUT/candle-serve.log" .device-candle/run.sh --serve --layers 2 --steps 300
+run "candle serve clean 1000" 85 "$OUT/candle-serve.log" .device-candle/run.sh --serve --clean --layers 2 --steps 1000
 wait
 run "write base" 100 "$OUT/write_ab.log" .device-base/cuda_bench_base --only write --reps 50 --out "$OUT/wb"
 run "write new" 25 "$OUT/write_ab.log" .device-run/cuda_bench --only write --reps 50 --out "$OUT/wn"
