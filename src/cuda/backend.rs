@@ -615,7 +615,7 @@ impl<LB: Capacity> DeviceGroupTokens for super::DeviceExpectedPool<'_, LB> {
     }
 }
 
-/// A pool chosen at run time ([`PagedStepViews`](super::PagedStepViews)'s plan inputs).
+/// A pool chosen at run time (the plan inputs of `PagedStepViews`, feature `cudarc`).
 impl<LB: Capacity> DeviceGroupTokens for Option<super::DeviceExpectedPool<'_, LB>> {
     fn has_pool(&self) -> bool {
         self.is_some()

@@ -1053,8 +1053,8 @@ where
 }
 
 impl<W: Capacity> sealed::Sealed for Option<DeviceExpectedPool<'_, W>> {}
-/// An expected-token pool chosen at run time ([`PagedStepViews`](crate::cuda::PagedStepViews)'s
-/// plan inputs): `None` plans as [`NoExpectedTokens`], `Some` as its pool.
+/// An expected-token pool chosen at run time (the plan inputs of `PagedStepViews`, feature
+/// `cudarc`): `None` plans as [`NoExpectedTokens`], `Some` as its pool.
 impl<'a, 'l: 'a, W, LB> DeviceExpectedTokens<'a, W> for Option<DeviceExpectedPool<'l, LB>>
 where
     W: SameWriteReqCapacity<LB>,
