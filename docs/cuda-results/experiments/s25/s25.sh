@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 25's device call (binaries built from cf19ad9, staged in .devnew.tgz; the write base from 9d4124d): every GPU test
+# Session 25's device call (binaries built from cf19ad9 (cuda_gpu from f4bafc9), staged in .devnew.tgz; the write base from 9d4124d): every GPU test
 # (quick, issue 32's typed SGLang columns among them), the cuda_engine example (issue 33), the
 # candle serving loop, benchmark and graph experiment (issue 34), initcheck and synccheck (issue 35; run beside the
 # serving loop, which is not timed), then the write A/B (issue 35) alone on the card. Logs in $OUT.
