@@ -4,10 +4,12 @@
 //! canary's launches alone as a [`StepGraph`] replayed after the eager model step.
 //!
 //! For one decode batch (`bs` rows of `prefix` cached tokens, the same arrays every replay), it
-//! times with CUDA events: the eager model step; the model step as a captured graph (when it
-//! captures); the model step and the canary in one `StepGraph` (when it captures); the eager
-//! model step followed by the canary-only `StepGraph`. Each line says what captured and, when
-//! something refused, the driver's or candle's error.
+//! times with CUDA events, in this order: the eager model step; the eager model step followed by
+//! the canary-only `StepGraph`; the model step as a captured graph (when it captures); the model
+//! step and the canary in one `StepGraph` (when it captures). Each line says what captured and,
+//! when something refused, the driver's or candle's error. Session 25's run (H100): the model
+//! step refused capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`: cudarc's event tracking), and
+//! the canary-only graph, tried after it then, failed too; it now runs first.
 
 use crate::gpu::{median, Attend, Bench, DeviceBytes, Timer, MAX_BLOCKS, MAX_DECODE_CONTEXT};
 use crate::gpu::{BLOCK_SIZE, HEAD_DIM, KV_HEADS, NUM_BLOCKS, ROWS, TOKENS};
@@ -114,7 +116,32 @@ impl Bench {
         let eager = time(self, steps, || Ok(forward().map(drop)?))?;
         println!("graph bs {bs:>3} mode {mode:?}: eager model step {eager:.3} ms");
 
-        // 1. The model's step alone, captured on candle's stream as mistral.rs captures it.
+        // 1. The canary alone as a StepGraph (plan, head verify, write, tail verify), replayed
+        //    after the eager model step (first: a refused model capture can leave the context
+        //    unable to capture, as session 25's run found).
+        let mut graph = StepGraph::new(canary, views(self)?, move |c, v| {
+            c.plan(&v.plan_inputs())?
+                .verify_head()?
+                .write(v.write_inputs())?
+                .verify_tail(v.fingerprints(mode))
+        });
+        graph.capture()?;
+        let mut dirty = 0;
+        let ms = time(self, steps, || {
+            forward()?;
+            replay(&mut graph, &mut dirty)
+        })?;
+        while let Some((_, r)) = graph.wait()? {
+            dirty += u64::from(!r.is_clean());
+        }
+        println!(
+            "graph bs {bs:>3}: eager model + canary-only StepGraph: {ms:.3} ms, canary {:.3} ms ({:.2} %), reports with violations {dirty}",
+            ms - eager,
+            100.0 * (ms - eager) / eager
+        );
+        let canary = graph.into_canary();
+
+        // 2. The model's step alone, captured on candle's stream as mistral.rs captures it.
         self.stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
         let ran = forward();
@@ -137,12 +164,11 @@ impl Bench {
             println!("graph bs {bs:>3}: the model step captured: graph replay {ms:.3} ms");
         }
 
-        // 2. The model step and the canary in one StepGraph (the forward between write and the
+        // 3. The model step and the canary in one StepGraph (the forward between write and the
         //    tail verify), when the model captured.
-        let mut canary = Some(canary);
         if model_graph.is_some() {
             let forward = forward.clone();
-            let mut graph = StepGraph::new(canary.take().unwrap(), views(self)?, move |c, v| {
+            let mut graph = StepGraph::new(canary, views(self)?, move |c, v| {
                 let written = c
                     .plan(&v.plan_inputs())?
                     .verify_head()?
@@ -170,31 +196,8 @@ impl Bench {
                     println!("graph bs {bs:>3}: model + canary StepGraph did not capture: {e}")
                 }
             }
-            canary = Some(graph.into_canary());
         }
 
-        // 3. The canary alone as a StepGraph (plan, head verify, write, tail verify), replayed
-        //    after the eager model step.
-        let mut graph = StepGraph::new(canary.take().unwrap(), views(self)?, move |c, v| {
-            c.plan(&v.plan_inputs())?
-                .verify_head()?
-                .write(v.write_inputs())?
-                .verify_tail(v.fingerprints(mode))
-        });
-        graph.capture()?;
-        let mut dirty = 0;
-        let ms = time(self, steps, || {
-            forward()?;
-            replay(&mut graph, &mut dirty)
-        })?;
-        while let Some((_, r)) = graph.wait()? {
-            dirty += u64::from(!r.is_clean());
-        }
-        println!(
-            "graph bs {bs:>3}: eager model + canary-only StepGraph: {ms:.3} ms, canary {:.3} ms ({:.2} %), reports with violations {dirty}",
-            ms - eager,
-            100.0 * (ms - eager) / eager
-        );
         Ok(())
     }
 }

@@ -240,7 +240,10 @@ impl ModelBackend for GpuBackend {
     fn copy_block(&mut self, from: u32, to: u32) -> Result<()> {
         let (from, to) = (from as usize, to as usize);
         for cache in self.kv.k.iter().chain(&self.kv.v) {
-            cache.slice_set(&cache.narrow(0, from, 1)?.contiguous()?, 0, to)?;
+            // A copy of the source block: `narrow` along dim 0 of a contiguous cache is already
+            // contiguous (`contiguous()` would return the same storage, which `slice_set`
+            // refuses: the serving loop's first GPU run stopped there).
+            cache.slice_set(&cache.narrow(0, from, 1)?.copy()?, 0, to)?;
         }
         if let Some(c) = &mut self.canary {
             c.copy_block(from as u32, to as u32)?;
