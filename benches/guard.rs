@@ -13,7 +13,7 @@ mod common;
 
 use common::Timing;
 use criterion::{criterion_group, criterion_main, Criterion};
-use kv_canary::guard::{Action, CachedPrefixes, CachedRun, Guard, Policy, SweepCadence};
+use kv_canary::guard::{Action, CachedPrefixes, CachedRun, Guard, Policy, SweepCadence, Watchdog};
 use kv_canary::step::{Canary, SlotRows, TailKv};
 use kv_canary::{Batch, Cap, PlanInputs, ReqToToken, Shape, WriteInputs};
 use std::hint::black_box;
@@ -118,6 +118,13 @@ fn benches(c: &mut Criterion) {
             let rows = SlotRows::new(&plan_inputs, inputs.out_cache_loc()).expect("rows");
             black_box(guard.judge(&report, &rows, &requests).expect("judged"));
         })
+    });
+    // The watchdog at its worst: a check every step (SGLang's default checks every 100 steps
+    // after 100, so a step pays this a hundredth of the time; off, an engine has no watchdog).
+    let mut watchdog = Watchdog::new(1, 0);
+    watchdog.mark_initialised(&mut canary);
+    group.bench_function("watchdog_check", |b| {
+        b.iter(|| black_box(watchdog.after_step(black_box(&canary))))
     });
     let idle = Idle {
         runs: 256,
