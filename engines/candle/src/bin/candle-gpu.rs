@@ -138,7 +138,7 @@ fn main() -> kv_canary_candle_engine::Result<()> {
         }
     }
     if let Some(tokens) = prefill {
-        for row in bench.prefill_rows(tokens, steps.min(10), &modes)? {
+        for row in bench.prefill_rows(tokens, steps.min(3), &modes)? {
             println!("{}", row.line());
         }
     }
