@@ -1,63 +1,13 @@
 //! The guard's operator records (issue 33 item 4): one stable line per new violation and a
 //! statistics line every `stats_every` steps; with `serde` the same as JSON lines, with
-//! `tracing` as events, with `metrics` as counters (`cargo test --features
-//! serde,tracing,metrics --test guard_records`; `.ci/run` runs it).
+//! `tracing` as events (`tests/guard_tracing.rs`, a binary of its own), with `metrics` as
+//! counters (`cargo test --features serde,tracing,metrics --test guard_records`; `.ci/run`
+//! runs both).
 
-use kv_canary::guard::{Action, Guard, Judgement, Policy};
-use kv_canary::step::{Canary, SlotRows, TailKv};
-use kv_canary::{Batch, BatchRow, Cap, PlanInputs, ReqToToken, Shape, WriteInputsView};
+#[path = "shared/stray_write.rs"]
+mod stray_write;
 
-type C = Canary<Cap<32>, Cap<2>, Cap<8>, Cap<16>, Cap<16>>;
-
-/// Request "a" prefills slots 1, 2, 3; "c" prefills 5, 6, then decodes into "a"'s slot 2; "a"
-/// decodes and its verify reports slot 2. Returns every step's judgement.
-fn stray_write(guard: &mut Guard<&'static str>) -> Vec<Judgement<&'static str>> {
-    let table = ReqToToken::from_vec(3, 4, vec![0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
-    let mut canary: C = Canary::full(Shape::new(), Cap::<16>, Cap::<16>);
-    let steps: [(i64, i64, i64, &str, &[i64]); 4] = [
-        (1, 0, 3, "a", &[1, 2, 3]),
-        (2, 0, 2, "c", &[5, 6]),
-        (2, 2, 1, "c", &[2]),
-        (1, 3, 1, "a", &[4]),
-    ];
-    steps
-        .iter()
-        .map(|&(rp, cached, new, who, slots)| {
-            let batch: Batch = [BatchRow {
-                req_pool_index: rp,
-                prefix_len: cached,
-                extend_len: new,
-            }]
-            .into_iter()
-            .collect();
-            let mut loc = slots.to_vec();
-            loc.resize(8, -1);
-            let ids = vec![9i64; 8];
-            let positions: Vec<i64> = (cached..cached + 8).collect();
-            let inputs = PlanInputs::full(&batch, &table);
-            let write = WriteInputsView::new(Cap::<8>, &ids, &positions, &loc).unwrap();
-            let report = canary
-                .plan(&inputs)
-                .unwrap()
-                .verify_head()
-                .unwrap()
-                .write(&write)
-                .unwrap()
-                .verify_tail(TailKv::NONE)
-                .unwrap();
-            let rows = SlotRows::new(&inputs, &loc).unwrap();
-            guard.judge(&report, &rows, &[Some(who)]).unwrap()
-        })
-        .collect()
-}
-
-fn guard() -> Guard<&'static str> {
-    Guard::new(Policy {
-        violations: Action::Log,
-        ..Policy::default()
-    })
-    .with_stats_every(2)
-}
+use stray_write::{guard, stray_write};
 
 #[test]
 fn stable_lines_per_violation_and_stats() {
@@ -114,54 +64,6 @@ fn records_are_json_lines() {
     assert_eq!(
         serde_json::to_string(&stall).unwrap(),
         r#"{"AssertOff":{"steps":3}}"#
-    );
-}
-
-#[cfg(feature = "tracing")]
-#[test]
-fn records_are_tracing_events() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use tracing_core::{span, Event, Level, Metadata, Subscriber};
-
-    /// Counts the guard's events by level.
-    struct Count(Arc<[AtomicUsize; 2]>);
-    impl Subscriber for Count {
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-            span::Id::from_u64(1)
-        }
-        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-        fn event(&self, event: &Event<'_>) {
-            if event.metadata().target() == "kv_canary" {
-                let k = usize::from(*event.metadata().level() == Level::INFO);
-                self.0[k].fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        fn enter(&self, _: &span::Id) {}
-        fn exit(&self, _: &span::Id) {}
-    }
-    let counts = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
-    let dispatch = tracing_core::Dispatch::new(Count(Arc::clone(&counts)));
-    let judgements =
-        tracing_core::dispatcher::with_default(&dispatch, || stray_write(&mut guard()));
-    let violations: usize = judgements
-        .iter()
-        .flat_map(|j| &j.records)
-        .filter(|r| matches!(r, kv_canary::guard::Record::Violation { .. }))
-        .count();
-    assert_eq!(
-        counts[0].load(Ordering::Relaxed),
-        violations,
-        "a WARN a violation"
-    );
-    assert_eq!(
-        counts[1].load(Ordering::Relaxed),
-        2,
-        "an INFO a stats record"
     );
 }
 
