@@ -17,7 +17,7 @@ use super::device::plan_inputs::{
 use super::device::stream::Stream;
 use crate::capacity::Capacity;
 use crate::input::{
-    Full, InputAssertOff, InputAssertOn, PagedStepArrays, WriteInputAssert, WriteInputs,
+    whole_rows, Full, InputAssertOff, InputAssertOn, PagedStepArrays, WriteInputAssert, WriteInputs,
 };
 use crate::memory::Device;
 use crate::real_kv::{PagedShape, RealKvHashMode};
@@ -46,30 +46,6 @@ pub struct PagedStepViews<R: Capacity, E: Capacity, X: WriteInputAssert = InputA
     kv: Option<KvPair<CudarcKvSource<'static>>>,
     /// The device the views were made on (the later builder steps' too).
     gpu: Gpu,
-}
-
-/// The rows of a row-major device array of `width` columns (`what` names it in errors).
-fn rows_of<T, S: DevicePtr<T>>(
-    what: &'static str,
-    array: &S,
-    width: usize,
-) -> Result<usize, Error> {
-    if width == 0 {
-        return Err(Error::OutOfRange {
-            what,
-            value: 0,
-            allowed: "a row width of at least 1",
-        });
-    }
-    let (len, rows) = (array.len(), array.len() / width);
-    if rows * width != len {
-        return Err(Error::LengthMismatch {
-            what,
-            expected: (rows + 1) * width,
-            found: len,
-        });
-    }
-    Ok(rows)
 }
 
 impl<R: Capacity, E: Capacity> PagedStepViews<R, E, InputAssertOff> {
@@ -116,7 +92,12 @@ impl<R: Capacity, E: Capacity> PagedStepViews<R, E, InputAssertOff> {
             positions,
             slot_mapping,
         } = arrays;
-        let table_rows = rows_of("block_tables", &*block_tables, blocks_per_row)?;
+        let table_rows = whole_rows(
+            "block_tables",
+            "blocks_per_row",
+            block_tables.len(),
+            blocks_per_row,
+        )?;
         Ok(PagedStepViews {
             table: DeviceReqToToken::block_table_from_cudarc_shared::<T, ST>(
                 gpu,
@@ -195,7 +176,7 @@ impl<R: Capacity, E: Capacity, X: WriteInputAssert> PagedStepViews<R, E, X> {
         T: DeviceTableCell,
         S: DevicePtr<T> + Send + Sync + 'static,
     {
-        let rows = rows_of("token_table", &*token_table, max_context)?;
+        let rows = whole_rows("token_table", "max_context", token_table.len(), max_context)?;
         let table = DeviceExpectedTable::from_cudarc_shared::<T, S>(
             &self.gpu,
             token_table,

@@ -22,6 +22,8 @@ pub use element::IndexElement;
 pub(crate) use element::{check_fits, read_i64};
 pub use expected::{ExpectedTokenPool, ExpectedTokens, NoExpectedTokens};
 pub use group::{Full, Group, Swa, SwaWindow};
+#[cfg(feature = "cudarc")]
+pub(crate) use paged::whole_rows;
 pub use paged::{PagedStepArrays, PagedStepSlices};
 pub use table::{
     ExpectedTokenTable, ExpectedTokenTableView, ReqTable, ReqTableView, ReqToToken, ReqToTokenView,

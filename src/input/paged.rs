@@ -96,21 +96,12 @@ where
     pub fn plan_inputs(
         &self,
     ) -> Result<PlanInputs<'a, Full, NoExpectedTokens, QueryLens<L, L>, T>, Error> {
-        if self.blocks_per_row == 0 {
-            return Err(Error::OutOfRange {
-                what: "blocks_per_row",
-                value: 0,
-                allowed: "at least 1",
-            });
-        }
-        let rows = self.block_tables.len() / self.blocks_per_row;
-        if rows * self.blocks_per_row != self.block_tables.len() {
-            return Err(Error::LengthMismatch {
-                what: "block_tables (rows x blocks_per_row)",
-                expected: (rows + 1) * self.blocks_per_row,
-                found: self.block_tables.len(),
-            });
-        }
+        let rows = whole_rows(
+            "block_tables (rows x blocks_per_row)",
+            "blocks_per_row",
+            self.block_tables.len(),
+            self.blocks_per_row,
+        )?;
         let table = ReqToTokenView::block_table(
             rows,
             self.blocks_per_row,
@@ -129,4 +120,31 @@ where
     ) -> Result<WriteInputsView<'a, E, InputAssertOff, I, P, M>, Error> {
         WriteInputsView::new(capacity, self.input_ids, self.positions, self.slot_mapping)
     }
+}
+
+/// The rows of a row-major array of `len` elements in rows of `width` (host slice or device
+/// memory alike): a `width` of 0 is [`Error::OutOfRange`] naming `width_name`; a `len` that is
+/// not a whole number of rows is [`Error::LengthMismatch`] naming `array`.
+pub(crate) fn whole_rows(
+    array: &'static str,
+    width_name: &'static str,
+    len: usize,
+    width: usize,
+) -> Result<usize, Error> {
+    if width == 0 {
+        return Err(Error::OutOfRange {
+            what: width_name,
+            value: 0,
+            allowed: "at least 1",
+        });
+    }
+    let rows = len / width;
+    if rows * width != len {
+        return Err(Error::LengthMismatch {
+            what: array,
+            expected: (rows + 1) * width,
+            found: len,
+        });
+    }
+    Ok(rows)
 }
