@@ -576,15 +576,37 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// CUDA device 0 with a stream of its own (`new_cuda_with_stream`, so the canary can wrap it)
+/// and that stream, cudarc's per-buffer event tracking off (as for mistral.rs's graph capture).
+/// Call it before making any tensor: tracking is decided when a buffer is allocated.
+///
+/// Event tracking makes every use of a buffer wait on events recorded by its earlier uses, so
+/// that several streams may share it; inside a stream capture such a wait on an event recorded
+/// before the capture breaks it (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, session 25's H100 run).
+/// This engine queues everything on the one stream, so stream order alone orders every use.
+pub fn cuda_device() -> R<(Device, Arc<CudaStream>)> {
+    let dev = Device::new_cuda_with_stream(0)?;
+    let Device::Cuda(cd) = &dev else {
+        bail!("not a CUDA device")
+    };
+    // SAFETY: with tracking off the caller must order each buffer's uses and frees across
+    // streams. This engine has one stream: every candle op, every `mistralrs-paged-attn`
+    // kernel and every canary launch (the canary wraps this stream, `Stream::from_cudarc`) is
+    // queued on it, in program order; no other stream of this context touches a tensor. No
+    // tensor exists yet (the device was just made), so none keeps tracking.
+    #[allow(unsafe_code)]
+    unsafe {
+        cd.disable_event_tracking()
+    };
+    let stream = cd.cuda_stream();
+    Ok((dev, stream))
+}
+
 impl Bench {
     /// A benchmark engine of `layers` layers on CUDA device 0 (candle's stream is a real one,
     /// `new_cuda_with_stream`, so the canary can wrap it).
     pub fn new(layers: usize) -> AnyResult<Self> {
-        let dev = Device::new_cuda_with_stream(0)?;
-        let Device::Cuda(cd) = &dev else {
-            return Err("not a CUDA device".into());
-        };
-        let stream = cd.cuda_stream();
+        let (dev, stream) = cuda_device()?;
         let gpu = Gpu::new()?;
         Ok(Bench {
             model: GpuModel::new(&dev, layers)?,

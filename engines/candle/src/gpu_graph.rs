@@ -8,8 +8,9 @@
 //! the canary-only `StepGraph`; the model step as a captured graph (when it captures); the model
 //! step and the canary in one `StepGraph` (when it captures). Each line says what captured and,
 //! when something refused, the driver's or candle's error. Session 25's run (H100): the model
-//! step refused capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`: cudarc's event tracking), and
-//! the canary-only graph, tried after it then, failed too; it now runs first.
+//! step refused capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`: cudarc's event tracking, now
+//! off, [`crate::gpu::cuda_device`]), and the canary-only graph, tried after it then, failed
+//! too; it now runs first.
 
 use crate::gpu::{median, Attend, Bench, DeviceBytes, Timer, MAX_BLOCKS, MAX_DECODE_CONTEXT};
 use crate::gpu::{BLOCK_SIZE, HEAD_DIM, KV_HEADS, NUM_BLOCKS, ROWS, TOKENS};
@@ -144,8 +145,12 @@ impl Bench {
         // 2. The model's step alone, captured on candle's stream as mistral.rs captures it.
         self.stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let ran = forward();
-        let captured = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        // The step's output is dropped inside the capture, so its free is captured with its
+        // allocation (stream-ordered, a graph memory node pair).
+        let ran = forward().map(drop);
+        let captured = self
+            .stream
+            .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
         let model_graph = match (ran, captured) {
             (Ok(_), Ok(Some(g))) => Some(g),
             (ran, captured) => {

@@ -21,12 +21,12 @@ use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
 use crate::canary_common::Finding;
 use crate::config::{BLOCK_SIZE, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS};
-use crate::gpu::{attend_causal, flip_k_byte, upload, GpuKv, GpuModel, HEADS, HEAD_DIM, KV_HEADS};
+use crate::gpu::{
+    attend_causal, cuda_device, flip_k_byte, upload, GpuKv, GpuModel, HEADS, HEAD_DIM, KV_HEADS,
+};
 use crate::gpu_canary::GpuEngineCanary;
 use crate::Result;
-use candle_core::cuda_backend::cudarc::driver::CudaStream;
 use candle_core::{DType, Device, Tensor};
-use std::sync::Arc;
 
 type R<T> = candle_core::Result<T>;
 
@@ -102,11 +102,7 @@ impl GpuBackend {
     /// `layers` layers of random weights on CUDA device 0 (candle's stream a real one, so the
     /// canary can share it), caches of the engine's 48 blocks, the canary if `canary`.
     pub fn new(layers: usize, canary: bool) -> Result<Self> {
-        let dev = Device::new_cuda_with_stream(0)?;
-        let Device::Cuda(cd) = &dev else {
-            return Err("not a CUDA device".into());
-        };
-        let stream: Arc<CudaStream> = cd.cuda_stream();
+        let (dev, stream) = cuda_device()?;
         let kv = GpuKv::with_blocks(&dev, layers, NUM_BLOCKS)?;
         let arrays = ServeArrays::new(&dev)?;
         let canary = match canary {

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Session 26's second device call (issue 34), alone on the card: the candle decode benchmark
+# (bs 1, 64, 256 over 2048-token prefixes, PARTIAL and ALL, 10 timed steps a variant) and the
+# 8192-token prefill row (3 timed steps a variant, after one bs-1 decode row).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; S=$OUT/summary.txt
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$S"
+run() { local name=$1 t=$2 log=$3; shift 3; local t0=$SECONDS
+  echo "=== $name (timeout ${t}s): $* ===" >> "$log"
+  timeout -k 5 "$t" "$@" >> "$log" 2>&1; echo "$name rc=$? $((SECONDS - t0))s" >> "$S"; }
+run "candle bench decode" 200 "$OUT/candle-bench.log" .device-candle/run.sh --bs 1,64,256 --steps 10 --no-prefill
+run "candle prefill 8192" 360 "$OUT/candle-prefill.log" .device-candle/run.sh --bs 1 --steps 3 --prefill 8192
+cat "$S"
