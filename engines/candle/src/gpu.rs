@@ -53,6 +53,8 @@ pub const TOKENS: usize = 8192;
 pub const MAX_BLOCKS: usize = TOKENS / BLOCK_SIZE;
 /// Blocks a decode row holds at most (a ~2k prefix and the timed steps).
 pub const ROW_BLOCKS: usize = 136;
+/// Rounds of alternating guarded and model-only decode steps a benchmark row times.
+const ROUNDS: usize = 5;
 /// Longest decode context.
 pub const MAX_DECODE_CONTEXT: usize = ROW_BLOCKS * BLOCK_SIZE;
 /// Blocks of the pool (block 0 the null block).
@@ -486,14 +488,36 @@ pub struct CanaryViews {
 }
 
 /// What a benchmark row measured.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Timing {
-    /// Median step time (ms).
-    pub median_ms: f64,
+    /// Each timed step's time (ms).
+    pub times: Vec<f64>,
     /// Canary reports with violations.
     pub reports_with_violations: u64,
+    /// Library copies (host to device, device to host) and the steps they were counted over.
+    pub copies: (u64, u64, u64),
+}
+
+impl Timing {
+    /// Median step time (ms).
+    pub fn median_ms(&self) -> f64 {
+        median(self.times.clone())
+    }
+
     /// Library copies per step (host to device, device to host).
-    pub copies_per_step: (f64, f64),
+    pub fn copies_per_step(&self) -> (f64, f64) {
+        let n = self.copies.2.max(1) as f64;
+        (self.copies.0 as f64 / n, self.copies.1 as f64 / n)
+    }
+
+    /// `other`'s steps added to these.
+    fn add(&mut self, other: Timing) {
+        self.times.extend(other.times);
+        self.reports_with_violations += other.reports_with_violations;
+        self.copies.0 += other.copies.0;
+        self.copies.1 += other.copies.1;
+        self.copies.2 += other.copies.2;
+    }
 }
 
 type AnyResult<T> = crate::Result<T>;
@@ -716,7 +740,7 @@ impl<'a> StepViews<'a> {
 
 /// A benchmark row: the model's step alone and guarded by the canary, same arrays, same
 /// caches.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Row {
     /// Rows.
     pub bs: usize,
@@ -733,7 +757,8 @@ pub struct Row {
 impl Row {
     /// One line.
     pub fn line(&self) -> String {
-        let (m, g) = (self.model.median_ms, self.guarded.median_ms);
+        let (m, g) = (self.model.median_ms(), self.guarded.median_ms());
+        let copies = self.guarded.copies_per_step();
         let kind = if self.tokens == self.bs {
             "decode"
         } else {
@@ -749,8 +774,8 @@ impl Row {
             g,
             g - m,
             100.0 * (g - m) / m,
-            self.guarded.copies_per_step.0,
-            self.guarded.copies_per_step.1,
+            copies.0,
+            copies.1,
             self.guarded.reports_with_violations
         )
     }
@@ -916,19 +941,20 @@ impl Bench {
             dirty += u64::from(!p.wait()?.is_clean());
         }
         let after = transfers_issued();
-        let n = (steps + 3) as f64;
         Ok(Timing {
-            median_ms: median(times),
+            times,
             reports_with_violations: dirty,
-            copies_per_step: (
-                (after.host_to_device - before.host_to_device) as f64 / n,
-                (after.device_to_host - before.device_to_host) as f64 / n,
+            copies: (
+                after.host_to_device - before.host_to_device,
+                after.device_to_host - before.device_to_host,
+                (steps + 3) as u64,
             ),
         })
     }
 
     /// Decode rows at `bs` (contexts from `prefix`): for each mode, a fresh canary fills the
-    /// prefixes, then `steps` guarded steps and `steps` unguarded ones are timed.
+    /// prefixes, then `steps` guarded steps and `steps` unguarded ones are timed, alternating
+    /// in `ROUNDS` rounds (one round with a bug, or fewer than `2 * ROUNDS` steps).
     pub fn decode_rows(
         &self,
         bs: usize,
@@ -947,23 +973,45 @@ impl Bench {
                 println!("  (prefix fill: {dirty} report(s) with violations)");
             }
             let max = MAX_DECODE_CONTEXT;
-            let guarded = self.timed(
-                Some((&mut canary, &sv, mode)),
-                steps,
-                Attend::Decode,
-                max,
-                |s| Self::decode_step(bs, prefix + 1 + s, s as i64),
-                bug,
-            )?;
-            let off = prefix + steps + 4;
-            let model = self.timed(
-                None,
-                steps,
-                Attend::Decode,
-                max,
-                |s| Self::decode_step(bs, off + 1 + s, s as i64),
-                None,
-            )?;
+            // Guarded and model-only steps alternate in rounds, so a drift of the machine (the
+            // host's launch rate at bs 1 moves by several % between runs) falls on both alike.
+            // Guarded rounds write the positions after the prefix in order (the canary's
+            // chains run on); model-only rounds write positions past them.
+            let rounds = match bug {
+                None if steps >= 2 * ROUNDS => ROUNDS,
+                _ => 1,
+            };
+            let chunk = steps.div_ceil(rounds);
+            let span = chunk + 3;
+            let off = prefix + rounds * span + 1;
+            if off + rounds * span > max {
+                return Err(format!(
+                    "{steps} steps in {rounds} rounds over a {prefix}-token prefix need contexts                      of {} tokens; the rows hold {max}",
+                    off + rounds * span
+                )
+                .into());
+            }
+            let (mut guarded, mut model) = (Timing::default(), Timing::default());
+            for r in 0..rounds {
+                let g = prefix + r * span;
+                guarded.add(self.timed(
+                    Some((&mut canary, &sv, mode)),
+                    chunk,
+                    Attend::Decode,
+                    max,
+                    |s| Self::decode_step(bs, g + 1 + s, s as i64),
+                    bug,
+                )?);
+                let m = off + r * span;
+                model.add(self.timed(
+                    None,
+                    chunk,
+                    Attend::Decode,
+                    max,
+                    |s| Self::decode_step(bs, m + 1 + s, s as i64),
+                    None,
+                )?);
+            }
             rows.push(Row {
                 bs,
                 tokens: bs,

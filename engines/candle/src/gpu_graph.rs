@@ -49,9 +49,12 @@ fn views(bench: &Bench) -> Result<Views> {
     )
 }
 
-/// The median ms of `steps` runs of `run` between two events on candle's stream (after 3
+/// Rounds of alternating variants (see `gpu::decode_rows`).
+const ROUNDS: usize = 5;
+
+/// The ms of each of `steps` runs of `run` between two events on candle's stream (after 3
 /// untimed ones).
-fn time(bench: &Bench, steps: usize, mut run: impl FnMut() -> Result<()>) -> Result<f64> {
+fn time(bench: &Bench, steps: usize, mut run: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
     let timer = Timer::new(&bench.stream)?;
     let mut times = Vec::new();
     for s in 0..steps + 3 {
@@ -63,7 +66,7 @@ fn time(bench: &Bench, steps: usize, mut run: impl FnMut() -> Result<()>) -> Res
             times.push(f64::from(timer.start.elapsed_ms(&timer.end)?));
         }
     }
-    Ok(median(times))
+    Ok(times)
 }
 
 /// Replays `graph` once and takes every report that is ready; counts those with violations.
@@ -93,13 +96,20 @@ fn replay<K: Send + 'static>(
 
 impl Bench {
     /// The graph experiment at decode `bs` over `prefix`-token contexts, `steps` timed steps a
-    /// variant, tail fingerprints under `mode`. Prints one line per variant.
+    /// variant, tail fingerprints under `mode`. Prints one line per variant. The model step's
+    /// capture is tried only with `capture_model`: with candle 0.10.2 it captures, but its
+    /// replay reads out of bounds and leaves the context unusable (session 26, H100:
+    /// `CUDA_ERROR_ILLEGAL_ADDRESS`; memcheck: `index_select`'s kernel `is_i64_bf16`). Each of
+    /// candle's strided ops uploads its dims and strides from a temporary host `Vec`
+    /// (`clone_htod`), so the captured copy node replays from freed host memory; mistral.rs's
+    /// candle fork caches those uploads for capture (`enable_cuda_graph_htod_cache`).
     pub fn graph_rows(
         &self,
         bs: usize,
         prefix: usize,
         steps: usize,
         mode: RealKvHashMode,
+        capture_model: bool,
     ) -> Result<()> {
         let mut canary = self.canary()?;
         {
@@ -114,12 +124,11 @@ impl Bench {
         let (model, kv, arrays) = (self.model.clone(), self.kv.clone(), self.arrays.clone());
         let forward = move || model.forward(&kv, &arrays, bs, bs, Attend::Decode, max);
         forward()?;
-        let eager = time(self, steps, || Ok(forward().map(drop)?))?;
-        println!("graph bs {bs:>3} mode {mode:?}: eager model step {eager:.3} ms");
 
         // 1. The canary alone as a StepGraph (plan, head verify, write, tail verify), replayed
         //    after the eager model step (first: a refused model capture can leave the context
-        //    unable to capture, as session 25's run found).
+        //    unable to capture, as session 25's run found). The eager step alone and the eager
+        //    step with the replay alternate in rounds (the machine's drift falls on both).
         let mut graph = StepGraph::new(canary, views(self)?, move |c, v| {
             c.plan(&v.plan_inputs())?
                 .verify_head()?
@@ -127,20 +136,29 @@ impl Bench {
                 .verify_tail(v.fingerprints(mode))
         });
         graph.capture()?;
-        let mut dirty = 0;
-        let ms = time(self, steps, || {
-            forward()?;
-            replay(&mut graph, &mut dirty)
-        })?;
+        let (mut dirty, mut alone, mut guarded) = (0, Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let chunk = steps.div_ceil(ROUNDS);
+            alone.extend(time(self, chunk, || Ok(forward().map(drop)?))?);
+            guarded.extend(time(self, chunk, || {
+                forward()?;
+                replay(&mut graph, &mut dirty)
+            })?);
+        }
         while let Some((_, r)) = graph.wait()? {
             dirty += u64::from(!r.is_clean());
         }
+        let (eager, ms) = (median(alone), median(guarded));
+        println!("graph bs {bs:>3} mode {mode:?}: eager model step {eager:.3} ms");
         println!(
             "graph bs {bs:>3}: eager model + canary-only StepGraph: {ms:.3} ms, canary {:.3} ms ({:.2} %), reports with violations {dirty}",
             ms - eager,
             100.0 * (ms - eager) / eager
         );
         let canary = graph.into_canary();
+        if !capture_model {
+            return Ok(());
+        }
 
         // 2. The model's step alone, captured on candle's stream as mistral.rs captures it.
         self.stream
@@ -164,7 +182,7 @@ impl Bench {
         };
         let mut model_graph_ms = None;
         if let Some(g) = &model_graph {
-            let ms = time(self, steps, || Ok(g.launch()?))?;
+            let ms = median(time(self, steps, || Ok(g.launch()?))?);
             model_graph_ms = Some(ms);
             println!("graph bs {bs:>3}: the model step captured: graph replay {ms:.3} ms");
         }
@@ -186,7 +204,7 @@ impl Bench {
             match graph.capture() {
                 Ok(()) => {
                     let mut dirty = 0;
-                    let ms = time(self, steps, || replay(&mut graph, &mut dirty))?;
+                    let ms = median(time(self, steps, || replay(&mut graph, &mut dirty))?);
                     while let Some((_, r)) = graph.wait()? {
                         dirty += u64::from(!r.is_clean());
                     }

@@ -9,5 +9,9 @@ run() { local name=$1 t=$2 log=$3; shift 3; local t0=$SECONDS
   echo "=== $name (timeout ${t}s): $* ===" >> "$log"
   timeout -k 5 "$t" "$@" >> "$log" 2>&1; echo "$name rc=$? $((SECONDS - t0))s" >> "$S"; }
 run "candle bench decode" 200 "$OUT/candle-bench.log" .device-candle/run.sh --bs 1,64,256 --steps 10 --no-prefill
-run "candle prefill 8192" 360 "$OUT/candle-prefill.log" .device-candle/run.sh --bs 1 --steps 3 --prefill 8192
+run "candle prefill 8192" 250 "$OUT/candle-prefill.log" .device-candle/run.sh --bs 1 --steps 3 --prefill 8192
+cat "$S"
+# The graph experiment's model capture hit CUDA_ERROR_ILLEGAL_ADDRESS in s26a (27 layers): where,
+# under memcheck, at 2 layers (the canary-only graph and the model capture; not a timing).
+run "candle graph memcheck (2 layers)" 120 "$OUT/candle-graph-memcheck.log" compute-sanitizer --tool memcheck --print-limit 8 .device-candle/run.sh --graph --layers 2 --bs 1 --steps 2 --no-prefill --modes partial
 cat "$S"

@@ -10,6 +10,7 @@
 //! ```text
 //! candle-gpu [--layers N] [--steps N] [--prefix N] [--bs 1,64,256] [--prefill N | --no-prefill]
 //!            [--modes partial,all] [--bug slot-off-by-one|live-kv-flip]
+//!            [--graph | --graph-model]
 //! candle-gpu --serve [--layers N] [--steps N] [--seed S] [--bug NAME | --clean] [--no-canary]
 //! ```
 
@@ -68,7 +69,7 @@ fn main() -> kv_canary_candle_engine::Result<()> {
     }
     let (mut layers, mut steps, mut prefix) = (None, 20usize, 2048usize);
     let (mut sizes, mut prefill, mut bug) = (vec![1usize, 64, 256], Some(TOKENS), None);
-    let mut graph = false;
+    let (mut graph, mut capture_model) = (false, false);
     let mut modes = vec![RealKvHashMode::Partial, RealKvHashMode::All];
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} takes a value"));
@@ -85,6 +86,7 @@ fn main() -> kv_canary_candle_engine::Result<()> {
             "--prefill" => prefill = Some(value()?.parse()?),
             "--no-prefill" => prefill = None,
             "--graph" => graph = true,
+            "--graph-model" => (graph, capture_model) = (true, true),
             "--modes" => {
                 modes = value()?
                     .split(',')
@@ -122,7 +124,7 @@ fn main() -> kv_canary_candle_engine::Result<()> {
     if graph {
         for bs in sizes {
             for &mode in &modes {
-                bench.graph_rows(bs, prefix, steps, mode)?;
+                bench.graph_rows(bs, prefix, steps, mode, capture_model)?;
             }
         }
         return Ok(());
