@@ -526,3 +526,70 @@ fn a_culprit_of_the_same_step() {
     assert_eq!(j.verdict_of(&"a"), Some(Verdict::Recompute), "{j:?}");
     assert_eq!(j.verdict_of(&"c"), Some(Verdict::Abort), "{j:?}");
 }
+
+/// A block-granular prefix cache (`CachedBlocks`) walks as the runs of its blocks' slots: the
+/// cadence's entries over it equal those over the same runs written out by hand (each block's
+/// slots, its first position, the last slot of the block before it), for every budget and
+/// block size; bad blocks are named.
+#[test]
+fn cached_blocks_sweep_as_their_slot_runs() {
+    use kv_canary::guard::{CachedBlocks, SweepCadence};
+    for block_size in [1usize, 2, 4, 16] {
+        // Sequence A: blocks 5, 2, 9 (indices 0..3); sequence B's second block 7 (block 3
+        // before it, not idle); an i32 block table's ids.
+        let blocks: [(i32, Option<i32>, usize); 4] = [
+            (5, None, 0),
+            (2, Some(5), 1),
+            (9, Some(2), 2),
+            (7, Some(3), 1),
+        ];
+        let bs = block_size as i64;
+        let by_hand = Radix {
+            nodes: blocks
+                .iter()
+                .map(|&(b, before, index)| {
+                    let first = i64::from(b) * bs;
+                    let slots: Vec<i64> = (0..bs).map(|i| first + i).collect();
+                    (
+                        slots,
+                        index * block_size,
+                        before.map(|p| i64::from(p) * bs + bs - 1),
+                    )
+                })
+                .collect(),
+        };
+        let cached = CachedBlocks::new(block_size, blocks).unwrap();
+        for budget in [1, 3, 4 * block_size, 100] {
+            let (mut ours, mut theirs) = (SweepCadence::new(budget), SweepCadence::new(budget));
+            for step in 0..(4 * block_size).div_ceil(budget) + 1 {
+                let a = ours.next_entries(&cached).unwrap().as_slice().to_vec();
+                let b = theirs.next_entries(&by_hand).unwrap().as_slice().to_vec();
+                assert_eq!(
+                    a, b,
+                    "block size {block_size}, budget {budget}, step {step}"
+                );
+            }
+        }
+    }
+    let zero = CachedBlocks::new(0, [(1u32, None, 0)])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        zero.starts_with("kv-canary:") && zero.contains("block size"),
+        "{zero}"
+    );
+    let negative = CachedBlocks::new(16, [(-3i32, None, 0)])
+        .unwrap_err()
+        .to_string();
+    assert!(negative.contains("-3"), "{negative}");
+    let past = CachedBlocks::new(16, [(i64::MAX / 8, None, 0)])
+        .unwrap_err()
+        .to_string();
+    assert!(past.contains(&(i64::MAX / 8).to_string()), "{past}");
+    let before = CachedBlocks::new(16, [(1i64, Some(-1), 1)])
+        .unwrap_err()
+        .to_string();
+    assert!(before.contains("-1"), "{before}");
+    let index = CachedBlocks::new(16, [(1u32, None, usize::MAX / 4)]).unwrap_err();
+    assert!(index.to_string().contains("index"), "{index}");
+}

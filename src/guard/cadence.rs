@@ -33,6 +33,97 @@ pub trait CachedPrefixes {
     fn idle_runs(&self, visit: &mut dyn FnMut(CachedRun<'_>));
 }
 
+/// A block-granular prefix cache's idle blocks (vLLM's and mistral.rs's caches), as the
+/// cadence walks them: block `b` holds slots `b * block_size ..` in position order, and each
+/// idle block comes with the block before it in its sequence (`None` for a sequence's first
+/// block) and its index in the sequence (its first position is `index * block_size`).
+///
+/// ```
+/// use kv_canary::guard::{CachedBlocks, SweepCadence};
+/// // Blocks of 16 tokens: block 7 holds a cached sequence's positions 0..16, block 3 the
+/// // next 16 (the block before it is 7). (block, block before, index in the sequence):
+/// let idle = CachedBlocks::new(16, [(7u32, None, 0), (3, Some(7), 1)])?;
+/// let mut cadence = SweepCadence::new(20);
+/// let entries = cadence.next_entries(&idle)?; // the 20 slots 112..128, 48..52
+/// assert_eq!(entries.as_slice().len(), 20);
+/// # Ok::<(), kv_canary::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CachedBlocks {
+    block_size: i64,
+    /// (first slot, the slot before it, first position) of each idle block.
+    blocks: Vec<(i64, Option<i64>, usize)>,
+}
+
+impl CachedBlocks {
+    /// The idle blocks `blocks`, each `(block, block before, index in its sequence)`, of a
+    /// cache of `block_size`-token blocks (block ids in the engine's block-table type: `u32`,
+    /// `i32` or `i64`). [`Error::OutOfRange`] names a zero block size, a negative block and
+    /// a block whose slots or positions do not fit in `i64`.
+    pub fn new<B: Into<i64>>(
+        block_size: usize,
+        blocks: impl IntoIterator<Item = (B, Option<B>, usize)>,
+    ) -> Result<Self, Error> {
+        let size = i64::try_from(block_size)
+            .ok()
+            .filter(|&s| s > 0)
+            .ok_or(Error::OutOfRange {
+                what: "cached block size",
+                value: i64::try_from(block_size).unwrap_or(i64::MAX),
+                allowed: "[1, i64::MAX]",
+            })?;
+        // The first slot of `block`, when all of its slots fit in `i64`.
+        let first_slot = |block: i64| {
+            block
+                .checked_mul(size)
+                .filter(|first| block >= 0 && first.checked_add(size - 1).is_some())
+                .ok_or(Error::OutOfRange {
+                    what: "cached block",
+                    value: block,
+                    allowed: "[0, i64::MAX / block size)",
+                })
+        };
+        let blocks = blocks
+            .into_iter()
+            .map(|(block, before, index)| {
+                let first = first_slot(block.into())?;
+                let before = before.map(|b| first_slot(b.into())).transpose()?;
+                let position = index
+                    .checked_mul(block_size)
+                    .filter(|p| {
+                        p.checked_add(block_size)
+                            .is_some_and(|e| i64::try_from(e).is_ok())
+                    })
+                    .ok_or(Error::OutOfRange {
+                        what: "cached block's index in its sequence",
+                        value: i64::try_from(index).unwrap_or(i64::MAX),
+                        allowed: "positions below i64::MAX",
+                    })?;
+                Ok((first, before.map(|b| b + size - 1), position))
+            })
+            .collect::<Result<_, Error>>()?;
+        Ok(CachedBlocks {
+            block_size: size,
+            blocks,
+        })
+    }
+}
+
+impl CachedPrefixes for CachedBlocks {
+    fn idle_runs(&self, visit: &mut dyn FnMut(CachedRun<'_>)) {
+        let mut slots = Vec::new();
+        for &(first, predecessor, first_position) in &self.blocks {
+            slots.clear();
+            slots.extend(first..first + self.block_size);
+            visit(CachedRun {
+                slots: &slots,
+                first_position,
+                predecessor,
+            });
+        }
+    }
+}
+
 /// Spreads sweeps of a prefix cache's idle slots over steps, `budget` slots a step.
 #[derive(Clone, Debug)]
 pub struct SweepCadence {

@@ -58,7 +58,7 @@ mod policy;
 mod records;
 mod watchdog;
 
-pub use cadence::{CachedPrefixes, CachedRun, SweepCadence};
+pub use cadence::{CachedBlocks, CachedPrefixes, CachedRun, SweepCadence};
 pub use judge::{Guard, Judgement, RequestVerdict, Role};
 pub use policy::{Action, Policy, Verdict};
 pub use records::{Record, Stats};

@@ -6,7 +6,7 @@
 
 use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
-use crate::canary_common::{block_slots, findings, paged, Finding, IdleBlocks, VERIFY};
+use crate::canary_common::{block_slots, findings, idle_blocks, paged, Finding, VERIFY};
 use crate::config::{
     BLOCK_SIZE, HEAD_DIM, KV_HEADS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS, NUM_SLOTS,
 };
@@ -42,9 +42,8 @@ impl EngineCanary {
     /// A canary over the whole pool, violations judged per request, `sweep_budget` idle
     /// cached slots swept a step.
     pub fn new(sweep_budget: usize) -> Self {
-        let shape = Shape::<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>>::new();
         EngineCanary {
-            canary: Canary::full(shape, Cap, Cap),
+            canary: Canary::full(Shape::new(), Cap, Cap),
             guard: Guard::new(Policy::per_request()),
             cadence: SweepCadence::new(sweep_budget),
             checked: (0, 0),
@@ -90,7 +89,7 @@ impl EngineCanary {
         alloc: &BlockAllocator,
         kv: &PagedKvCache,
     ) -> Result<Vec<Finding>> {
-        let entries = self.cadence.next_entries(&IdleBlocks(alloc))?;
+        let entries = self.cadence.next_entries(&idle_blocks(alloc)?)?;
         let canary = &mut self.canary;
         let report = kv.with_bytes(0, |k, v| -> Result<_> {
             Ok(canary.sweep(entries.as_slice(), tail_kv(k, v)?)?)

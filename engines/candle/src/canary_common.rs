@@ -6,7 +6,7 @@
 use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
 use crate::config::{BLOCK_SIZE, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS};
-use kv_canary::guard::{CachedPrefixes, CachedRun, Judgement};
+use kv_canary::guard::{CachedBlocks, Judgement};
 use kv_canary::PagedStepSlices;
 
 /// Verify entries a step may need: every row's whole context.
@@ -59,21 +59,9 @@ pub(crate) fn block_slots(b: u32) -> Vec<i64> {
 }
 
 /// The prefix cache's idle blocks, as the sweep cadence walks them.
-pub(crate) struct IdleBlocks<'a>(pub(crate) &'a BlockAllocator);
-
-impl CachedPrefixes for IdleBlocks<'_> {
-    fn idle_runs(&self, visit: &mut dyn FnMut(CachedRun<'_>)) {
-        for (block, c) in self.0.idle_cached() {
-            let slots = block_slots(block);
-            let predecessor = c.parent.map(|(p, _)| block_slots(p)[BLOCK_SIZE - 1]);
-            let first_position = c.index * BLOCK_SIZE;
-            visit(CachedRun {
-                slots: &slots,
-                first_position,
-                predecessor,
-            });
-        }
-    }
+pub(crate) fn idle_blocks(alloc: &BlockAllocator) -> crate::Result<CachedBlocks> {
+    let blocks = (alloc.idle_cached()).map(|(b, c)| (b, c.parent.map(|(p, _)| p), c.index));
+    Ok(CachedBlocks::new(BLOCK_SIZE, blocks)?)
 }
 
 /// The step arrays as kv-canary names them (the views its host side reads).

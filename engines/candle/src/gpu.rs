@@ -7,17 +7,15 @@
 //! The canary runs on candle's own stream (`Stream::from_cudarc`), over the engine's own device
 //! arrays (u32 block tables and lengths, a u32 `bs` read as an i32, i64 ids, positions and slot mapping) and
 //! layer 0's K and V caches read in place in vLLM's layouts: every view is made once over
-//! [`DeviceBytes`], an engine-side `DevicePtr` of a candle tensor's memory that keeps the tensor
-//! alive and holds no storage lock (so the engine's in-place uploads still run), and the
+//! `kv_canary_candle::TensorMemory`, a `DevicePtr` of a candle tensor's memory that keeps the
+//! tensor alive and holds no storage lock (so the engine's in-place uploads still run), and the
 //! canary copies nothing (`kv_canary::cuda::transfers_issued()` is printed per step).
 //!
 //! [`bench`] times decode steps (bs 1, 64, 256, ~2k-token prefixes) and a prefill of 8192
 //! tokens with CUDA events, without the canary and with it in PARTIAL and ALL modes.
 
-use candle_core::cuda_backend::cudarc::driver::{
-    sys::CUdeviceptr, CudaStream, DevicePtr, DeviceRepr, DeviceSlice, SyncOnDrop,
-};
-use candle_core::{bail, DType, Device, Storage, Tensor, D};
+use candle_core::cuda_backend::cudarc::driver::CudaStream;
+use candle_core::{bail, DType, Device, Tensor, D};
 use kv_canary::cuda::{
     transfers_issued, CudarcKvSource, DeviceBatch, DeviceRealKv, DeviceReqToToken, Gpu, Stream,
 };
@@ -26,7 +24,7 @@ use kv_canary::{
     Cap, Full, InputAssertOff, PagedShape, RealKvHashMode, RealKvParams, RowLayout, Shape,
     TokenLayout, WriteInputs,
 };
-use std::marker::PhantomData;
+use kv_canary_candle::TensorMemory;
 use std::sync::Arc;
 
 /// Hidden width.
@@ -72,72 +70,6 @@ const MAX_POS: usize = TOKENS;
 pub type GpuCanary = Canary<Cap<VERIFY>, Cap<ROWS>, Cap<TOKENS>, Cap<SLOTS>, Cap<64>, Full, Stream>;
 
 type R<T> = candle_core::Result<T>;
-
-/// An engine-side view of a candle CUDA tensor's memory as `len` elements of `T` (bytes of a
-/// bf16 KV cache as `u8`, say): a cudarc `DevicePtr` that keeps the tensor alive and holds no
-/// lock on its storage, so the canary's views can be made once and kept while the engine keeps
-/// writing the tensor in place. Reads need no cudarc event: the engine and the canary share
-/// candle's one stream.
-pub struct DeviceBytes<T> {
-    _tensor: Tensor,
-    stream: Arc<CudaStream>,
-    ptr: CdPtr,
-    len: usize,
-    _t: PhantomData<fn() -> T>,
-}
-
-type CdPtr = CUdeviceptr;
-
-impl<T> DeviceBytes<T> {
-    /// The memory of `t` (contiguous; `i64`, `bf16` or 32-bit elements) as elements of `T`,
-    /// shared: what a kv-canary view keeps alive.
-    pub fn shared(t: &Tensor) -> R<Arc<Self>> {
-        Ok(Arc::new(match t.dtype() {
-            DType::I64 => Self::of::<i64>(t)?,
-            DType::BF16 => Self::of::<half::bf16>(t)?,
-            _ => Self::of::<u32>(t)?,
-        }))
-    }
-
-    /// The memory of `t` (contiguous, elements of `E`) as elements of `T`.
-    pub fn of<E: DeviceRepr + candle_core::cuda_backend::CudaDType>(t: &Tensor) -> R<Self> {
-        if !t.is_contiguous() {
-            bail!("DeviceBytes: a contiguous tensor");
-        }
-        let (storage, layout) = t.storage_and_layout();
-        let Storage::Cuda(cs) = &*storage else {
-            bail!("DeviceBytes: a CUDA tensor")
-        };
-        let slice = cs.as_cuda_slice::<E>()?;
-        let stream = Arc::clone(slice.stream());
-        let (base, guard) = slice.device_ptr(&stream);
-        drop(guard);
-        let e = std::mem::size_of::<E>();
-        let bytes = t.elem_count() * e;
-        Ok(DeviceBytes {
-            _tensor: t.clone(),
-            stream,
-            ptr: base + (layout.start_offset() * e) as u64,
-            len: bytes / std::mem::size_of::<T>().max(1),
-            _t: PhantomData,
-        })
-    }
-}
-
-impl<T> DeviceSlice<T> for DeviceBytes<T> {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-}
-
-impl<T> DevicePtr<T> for DeviceBytes<T> {
-    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr, SyncOnDrop::Sync(None))
-    }
-}
 
 #[derive(Clone)]
 struct Layer {
@@ -478,11 +410,11 @@ impl DeviceArrays {
 
 /// The canary's views of the engine's arrays and layer 0's caches, made once.
 pub struct CanaryViews {
-    table: DeviceBytes<u32>,
-    context_lens: DeviceBytes<u32>,
-    query_lens: DeviceBytes<u32>,
-    bs: DeviceBytes<i32>,
-    write: [DeviceBytes<i64>; 3],
+    table: TensorMemory<u32>,
+    context_lens: TensorMemory<u32>,
+    query_lens: TensorMemory<u32>,
+    bs: TensorMemory<i32>,
+    write: [TensorMemory<i64>; 3],
     k: CudarcKvSource<'static>,
     v: CudarcKvSource<'static>,
 }
@@ -528,18 +460,18 @@ impl CanaryViews {
         let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
         let rows = RowLayout::dense(NUM_BLOCKS, shape.block_bytes());
         let params = RealKvParams::from_sizes(BLOCK_SIZE, shape.token_bytes(), TOKEN_BYTES);
-        let bytes = |t: &Tensor| -> AnyResult<Arc<DeviceBytes<u8>>> {
-            Ok(Arc::new(DeviceBytes::<u8>::of::<half::bf16>(t)?))
+        let bytes = |t: &Tensor| -> AnyResult<Arc<TensorMemory<u8>>> {
+            Ok(Arc::new(TensorMemory::<u8>::new(t)?))
         };
         Ok(CanaryViews {
-            table: DeviceBytes::of::<u32>(&a.block_tables)?,
-            context_lens: DeviceBytes::of::<u32>(&a.context_lens)?,
-            query_lens: DeviceBytes::of::<u32>(&a.query_lens)?,
-            bs: DeviceBytes::<i32>::of::<u32>(&a.bs)?,
+            table: TensorMemory::<u32>::new(&a.block_tables)?,
+            context_lens: TensorMemory::<u32>::new(&a.context_lens)?,
+            query_lens: TensorMemory::<u32>::new(&a.query_lens)?,
+            bs: TensorMemory::<i32>::new(&a.bs)?,
             write: [
-                DeviceBytes::of::<i64>(&a.input_ids)?,
-                DeviceBytes::of::<i64>(&a.positions)?,
-                DeviceBytes::of::<i64>(&a.slot_mapping)?,
+                TensorMemory::<i64>::new(&a.input_ids)?,
+                TensorMemory::<i64>::new(&a.positions)?,
+                TensorMemory::<i64>::new(&a.slot_mapping)?,
             ],
             k: CudarcKvSource::shared(gpu, bytes(&kv.k[0])?, 0, rows, params)?,
             v: CudarcKvSource::shared(gpu, bytes(&kv.v[0])?, 0, rows, params)?,

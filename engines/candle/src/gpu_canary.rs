@@ -9,11 +9,11 @@
 
 use crate::batch::StepArrays;
 use crate::block_allocator::BlockAllocator;
-use crate::canary_common::{block_slots, findings, paged, Finding, IdleBlocks, VERIFY};
+use crate::canary_common::{block_slots, findings, idle_blocks, paged, Finding, VERIFY};
 use crate::config::{
     BLOCK_SIZE, MAX_BLOCKS, MAX_CONTEXT, MAX_ROWS, MAX_TOKENS, NUM_BLOCKS, NUM_SLOTS, SWEEP_BUDGET,
 };
-use crate::gpu::{DeviceBytes, GpuKv, HEAD_DIM, KV_HEADS};
+use crate::gpu::{GpuKv, HEAD_DIM, KV_HEADS};
 use crate::gpu_serve::ServeArrays;
 use crate::Result;
 use candle_core::cuda_backend::cudarc::driver::CudaStream;
@@ -21,7 +21,11 @@ use kv_canary::cuda::{Gpu, PagedStepViews, PendingDeviceReport, Stream, StreamCa
 use kv_canary::guard::{Guard, Policy, SweepCadence};
 use kv_canary::step::SlotRows;
 use kv_canary::{Cap, InputAssertOn, PagedShape, PagedStepArrays, RealKvHashMode, Shape};
+use kv_canary_candle::TensorMemory;
 use std::sync::Arc;
+
+/// A step taken one step late: its number, batch rows, requests and report on its way.
+type Late = (u64, SlotRows, Vec<Option<u64>>, PendingDeviceReport);
 
 type DeviceCanary =
     StreamCanary<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>, Cap<NUM_SLOTS>, Cap<64>>;
@@ -32,8 +36,8 @@ pub struct GpuEngineCanary {
     views: PagedStepViews<Cap<MAX_ROWS>, Cap<MAX_TOKENS>, InputAssertOn>,
     guard: Guard<u64>,
     cadence: SweepCadence,
-    /// The step whose report is still on its way: its number and host arrays.
-    pending: Option<(u64, Box<StepArrays>, PendingDeviceReport)>,
+    /// The step whose report is still on its way.
+    pending: Option<Late>,
     /// Canary slots checked by steps and by sweeps (K and V each), since the canary began.
     pub checked: (u64, u64),
 }
@@ -43,33 +47,32 @@ impl GpuEngineCanary {
     pub fn new(stream: Arc<CudaStream>, a: &ServeArrays, kv: &GpuKv) -> Result<Self> {
         let gpu = Gpu::new()?;
         let stream = Stream::from_cudarc(&gpu, stream)?;
-        let shape = Shape::<Cap<VERIFY>, Cap<MAX_ROWS>, Cap<MAX_TOKENS>>::new();
         let paged = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
         let arrays = PagedStepArrays {
-            block_tables: DeviceBytes::<u32>::shared(&a.block_tables)?,
+            block_tables: TensorMemory::<u32>::shared(&a.block_tables)?,
             blocks_per_row: MAX_BLOCKS,
             block_size: BLOCK_SIZE,
-            context_lens: DeviceBytes::<u32>::shared(&a.context_lens)?,
-            query_lens: DeviceBytes::<u32>::shared(&a.query_lens)?,
-            bs: Some(DeviceBytes::<i32>::shared(&a.bs)?),
-            input_ids: DeviceBytes::<u32>::shared(&a.input_ids)?,
-            positions: DeviceBytes::<i64>::shared(&a.positions)?,
-            slot_mapping: DeviceBytes::<i64>::shared(&a.slot_mapping)?,
+            context_lens: TensorMemory::<u32>::shared(&a.context_lens)?,
+            query_lens: TensorMemory::<u32>::shared(&a.query_lens)?,
+            bs: Some(TensorMemory::<i32>::shared(&a.bs)?),
+            input_ids: TensorMemory::<u32>::shared(&a.input_ids)?,
+            positions: TensorMemory::<i64>::shared(&a.positions)?,
+            slot_mapping: TensorMemory::<i64>::shared(&a.slot_mapping)?,
         };
         let views = PagedStepViews::from_cudarc(&gpu, Cap, Cap, arrays)?
-            .with_expected_tokens(DeviceBytes::<u32>::shared(&a.token_table)?, MAX_CONTEXT)?
+            .with_expected_tokens(TensorMemory::<u32>::shared(&a.token_table)?, MAX_CONTEXT)?
             .with_expected_inputs(
-                DeviceBytes::<u32>::shared(&a.expected_ids)?,
-                DeviceBytes::<i64>::shared(&a.expected_positions)?,
+                TensorMemory::<u32>::shared(&a.expected_ids)?,
+                TensorMemory::<i64>::shared(&a.expected_positions)?,
             )?
             .with_kv_cache(
-                DeviceBytes::<u8>::shared(&kv.k[0])?,
-                DeviceBytes::<u8>::shared(&kv.v[0])?,
+                TensorMemory::<u8>::shared(&kv.k[0])?,
+                TensorMemory::<u8>::shared(&kv.v[0])?,
                 NUM_BLOCKS,
                 paged,
             )?;
         Ok(GpuEngineCanary {
-            canary: DeviceCanary::full_on(stream, shape, Cap, Cap)?,
+            canary: DeviceCanary::full_on(stream, Shape::new(), Cap, Cap)?,
             views,
             guard: Guard::new(Policy::per_request()),
             cadence: SweepCadence::new(SWEEP_BUDGET),
@@ -91,24 +94,23 @@ impl GpuEngineCanary {
         let written = planned.verify_head()?.write(self.views.write_inputs())?;
         let out = forward()?;
         let report = written.verify_tail(self.views.fingerprints(RealKvHashMode::All))?;
-        let before = self.pending.replace((step, Box::new(a.clone()), report));
+        let host = paged(a);
+        let rows = SlotRows::new(&host.plan_inputs()?, host.slot_mapping)?;
+        let before = (self.pending).replace((step, rows, a.requests[..a.bs].to_vec(), report));
         Ok((out, self.judge(before)?))
     }
 
     /// The findings of a step's report (waits for it).
-    fn judge(
-        &mut self,
-        step: Option<(u64, Box<StepArrays>, PendingDeviceReport)>,
-    ) -> Result<Vec<Finding>> {
-        let Some((step, a, report)) = step else {
+    fn judge(&mut self, late: Option<Late>) -> Result<Vec<Finding>> {
+        let Some((step, rows, requests, report)) = late else {
             return Ok(Vec::new());
         };
         let report = report.wait()?;
         self.checked.0 = report.head_counters.slots_run() + report.tail_counters.slots_run();
-        let host = paged(&a);
-        let rows = SlotRows::new(&host.plan_inputs()?, host.slot_mapping)?;
-        let judgement = self.guard.judge(&report, &rows, &a.requests[..a.bs])?;
-        Ok(findings(step, &judgement))
+        Ok(findings(
+            step,
+            &self.guard.judge(&report, &rows, &requests)?,
+        ))
     }
 
     /// The last step's report, at the end of a run.
@@ -126,7 +128,7 @@ impl GpuEngineCanary {
 
     /// Between steps: sweeps the next idle cached slots of the prefix cache.
     pub fn sweep(&mut self, step: u64, alloc: &BlockAllocator) -> Result<Vec<Finding>> {
-        let entries = self.cadence.next_entries(&IdleBlocks(alloc))?;
+        let entries = self.cadence.next_entries(&idle_blocks(alloc)?)?;
         let tail = self.views.fingerprints(RealKvHashMode::All);
         let report = self.canary.sweep(entries.as_slice(), tail)?.wait()?;
         self.checked.1 = report.counters.slots_run();

@@ -12,7 +12,7 @@
 //! off, [`crate::gpu::cuda_device`]), and the canary-only graph, tried after it then, failed
 //! too; it now runs first.
 
-use crate::gpu::{median, Attend, Bench, DeviceBytes, Timer, MAX_BLOCKS, MAX_DECODE_CONTEXT};
+use crate::gpu::{median, Attend, Bench, Timer, MAX_BLOCKS, MAX_DECODE_CONTEXT};
 use crate::gpu::{BLOCK_SIZE, HEAD_DIM, KV_HEADS, NUM_BLOCKS, ROWS, TOKENS};
 use crate::Result;
 use candle_core::cuda_backend::cudarc::driver::sys::{
@@ -20,6 +20,7 @@ use candle_core::cuda_backend::cudarc::driver::sys::{
 };
 use kv_canary::cuda::{PagedStepViews, StepGraph};
 use kv_canary::{Cap, Error, PagedShape, PagedStepArrays, RealKvHashMode};
+use kv_canary_candle::TensorMemory;
 
 /// The canary's views of the benchmark's arrays and layer 0's caches, owned (a `StepGraph`'s
 /// inputs).
@@ -28,21 +29,21 @@ type Views = PagedStepViews<Cap<ROWS>, Cap<TOKENS>>;
 fn views(bench: &Bench) -> Result<Views> {
     let a = &bench.arrays;
     let arrays = PagedStepArrays {
-        block_tables: DeviceBytes::<u32>::shared(&a.block_tables)?,
+        block_tables: TensorMemory::<u32>::shared(&a.block_tables)?,
         blocks_per_row: MAX_BLOCKS,
         block_size: BLOCK_SIZE,
-        context_lens: DeviceBytes::<u32>::shared(&a.context_lens)?,
-        query_lens: DeviceBytes::<u32>::shared(&a.query_lens)?,
-        bs: Some(DeviceBytes::<i32>::shared(&a.bs)?),
-        input_ids: DeviceBytes::<i64>::shared(&a.input_ids)?,
-        positions: DeviceBytes::<i64>::shared(&a.positions)?,
-        slot_mapping: DeviceBytes::<i64>::shared(&a.slot_mapping)?,
+        context_lens: TensorMemory::<u32>::shared(&a.context_lens)?,
+        query_lens: TensorMemory::<u32>::shared(&a.query_lens)?,
+        bs: Some(TensorMemory::<i32>::shared(&a.bs)?),
+        input_ids: TensorMemory::<i64>::shared(&a.input_ids)?,
+        positions: TensorMemory::<i64>::shared(&a.positions)?,
+        slot_mapping: TensorMemory::<i64>::shared(&a.slot_mapping)?,
     };
     let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
     Ok(
         PagedStepViews::from_cudarc(&bench.gpu, Cap, Cap, arrays)?.with_kv_cache(
-            DeviceBytes::<u8>::shared(&bench.kv.k[0])?,
-            DeviceBytes::<u8>::shared(&bench.kv.v[0])?,
+            TensorMemory::<u8>::shared(&bench.kv.k[0])?,
+            TensorMemory::<u8>::shared(&bench.kv.v[0])?,
             NUM_BLOCKS,
             shape,
         )?,

@@ -161,15 +161,17 @@ fn the_canary_integration_is_small() {
     );
     assert!(lines < 150, "{lines} lines");
     assert!(names.len() < 20, "{} names: {names:?}", names.len());
-    // The GPU path (src/gpu_canary.rs, built with feature `cuda`) counts the same way. Its names
-    // meet the goal; its lines do not yet (176: one-step-late reports and the device views'
-    // construction on top of the shared helpers), so this bounds them against regressions.
+    // The GPU path (src/gpu_canary.rs, built with feature `cuda`) counts the same way (candle
+    // tensors wrapped by the kv-canary-candle adapter, whose name counts). Its names meet the
+    // goal; its lines do not yet (165: one-step-late reports and the device views' construction,
+    // one wrapped tensor a line, on top of the shared helpers), so this bounds them against
+    // regressions.
     let (lines, names) = gpu_canary_footprint();
     eprintln!(
         "src/gpu_canary.rs + src/canary_common.rs: {lines} code lines, {} kv-canary names: {names:?}",
         names.len()
     );
-    assert!(lines <= 176, "GPU path: {lines} lines");
+    assert!(lines <= 165, "GPU path: {lines} lines");
     assert!(
         names.len() < 20,
         "GPU path: {} names: {names:?}",
