@@ -92,6 +92,10 @@ pub struct Options {
     pub elide: Vec<usize>,
     /// Where the tokens' K and V bytes lie in the pools (`--kv-layout strip|vllm|hnd`).
     pub kv_layout: KvLayout,
+    /// Each request's tokens in consecutive slots, request after request (`--slots
+    /// sequential`: a fresh engine's blocks), instead of every slot in a seeded random order
+    /// (`--slots shuffled`, the default: an engine that has been running a while).
+    pub sequential_slots: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -112,6 +116,7 @@ fn options() -> Result<Options, String> {
         no_defer_head_writes: false,
         elide: Vec::new(),
         kv_layout: KvLayout::Strip,
+        sequential_slots: false,
     };
     let mut args = std::env::args().skip(1);
     let number = |v: Option<String>, what: &str| -> Result<usize, String> {
@@ -132,6 +137,13 @@ fn options() -> Result<Options, String> {
                     .into_iter()
                     .find(|l| l.name() == v)
                     .ok_or(format!("--kv-layout {v:?}: strip, vllm or hnd"))?;
+            }
+            "--slots" => {
+                o.sequential_slots = match args.next().as_deref() {
+                    Some("sequential") => true,
+                    Some("shuffled") => false,
+                    other => return Err(format!("--slots {other:?}: sequential or shuffled")),
+                }
             }
             "--quick" => o.quick = true,
             "--dry-run" => o.dry_run = true,
@@ -188,7 +200,8 @@ fn run(o: Options) -> Result<(), String> {
     let workloads = steps
         .iter()
         .map(|&k| {
-            let mut w = Workload::build(k).map_err(|e| format!("{}: {e}", k.name))?;
+            let mut w =
+                Workload::build(k, o.sequential_slots).map_err(|e| format!("{}: {e}", k.name))?;
             w.kv = o.kv_layout;
             Ok(w)
         })

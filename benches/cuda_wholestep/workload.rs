@@ -281,8 +281,10 @@ fn tokens_of(
 }
 
 impl Workload {
-    /// The host data of `kind`, seeded (every run measures the same inputs).
-    pub fn build(kind: StepKind) -> Result<Workload, Error> {
+    /// The host data of `kind`, seeded (every run measures the same inputs); each request's
+    /// tokens in consecutive slots with `sequential_slots`, else every slot in a seeded random
+    /// order.
+    pub fn build(kind: StepKind, sequential_slots: bool) -> Result<Workload, Error> {
         let seed = 0x5745_0000 ^ kind.bs as u64;
         let (prefixes, extends): (Vec<usize>, Vec<usize>) = match kind.prefill {
             Some(tokens) => (vec![0; kind.bs], vec![tokens; kind.bs]),
@@ -291,15 +293,27 @@ impl Workload {
         let lens: Vec<usize> = prefixes.iter().zip(&extends).map(|(p, e)| p + e).collect();
         let width = lens.iter().copied().max().unwrap_or(1);
         let used: usize = lens.iter().sum();
-        let slots = used + 1;
-        let order = shuffled(used, seed);
         let mut cells = vec![0i32; (kind.bs + 1) * width];
-        let mut next = order.into_iter();
-        for (r, &len) in lens.iter().enumerate() {
-            for pos in 0..len {
-                cells[(r + 1) * width + pos] = next.next().unwrap_or(0);
+        let slots = if sequential_slots {
+            // Each request from the next 16-token block on (block 0 holds the padding slot),
+            // its tokens consecutive, as a fresh paged engine's requests own their blocks.
+            let mut first = PAGED_SHAPE.block_size;
+            for (r, &len) in lens.iter().enumerate() {
+                for pos in 0..len {
+                    cells[(r + 1) * width + pos] = (first + pos) as i32;
+                }
+                first = (first + len).next_multiple_of(PAGED_SHAPE.block_size);
             }
-        }
+            first
+        } else {
+            let mut next = shuffled(used, seed).into_iter();
+            for (r, &len) in lens.iter().enumerate() {
+                for pos in 0..len {
+                    cells[(r + 1) * width + pos] = next.next().unwrap_or(0);
+                }
+            }
+            used + 1
+        };
         let table = ReqToToken::from_vec(kind.bs + 1, width, cells)?;
         let verify_entries: usize = prefixes.iter().sum();
         let write_tokens: usize = extends.iter().sum();
