@@ -16,14 +16,9 @@
 
 use candle_core::cuda_backend::cudarc::driver::CudaStream;
 use candle_core::{bail, DType, Device, Tensor, D};
-use kv_canary::cuda::{
-    transfers_issued, CudarcKvSource, DeviceBatch, DeviceRealKv, DeviceReqToToken, Gpu, Stream,
-};
-use kv_canary::step::{Canary, Findings, KvPair};
-use kv_canary::{
-    Cap, Full, InputAssertOff, PagedShape, RealKvHashMode, RealKvParams, RowLayout, Shape,
-    TokenLayout, WriteInputs,
-};
+use kv_canary::cuda::{transfers_issued, Gpu, PagedStepViews, PendingDeviceReport, Stream};
+use kv_canary::step::{Canary, Findings};
+use kv_canary::{Cap, Full, PagedShape, PagedStepArrays, RealKvHashMode, Shape};
 use kv_canary_candle::TensorMemory;
 use std::sync::Arc;
 
@@ -408,17 +403,6 @@ impl DeviceArrays {
     }
 }
 
-/// The canary's views of the engine's arrays and layer 0's caches, made once.
-pub struct CanaryViews {
-    table: TensorMemory<u32>,
-    context_lens: TensorMemory<u32>,
-    query_lens: TensorMemory<u32>,
-    bs: TensorMemory<i32>,
-    write: [TensorMemory<i64>; 3],
-    k: CudarcKvSource<'static>,
-    v: CudarcKvSource<'static>,
-}
-
 /// What a benchmark row measured.
 #[derive(Clone, Debug, Default)]
 pub struct Timing {
@@ -453,48 +437,6 @@ impl Timing {
 }
 
 type AnyResult<T> = crate::Result<T>;
-
-impl CanaryViews {
-    /// Views of `a` and of layer 0 of `kv`.
-    pub fn new(gpu: &Gpu, a: &DeviceArrays, kv: &GpuKv) -> AnyResult<Self> {
-        let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
-        let rows = RowLayout::dense(NUM_BLOCKS, shape.block_bytes());
-        let params = RealKvParams::from_sizes(BLOCK_SIZE, shape.token_bytes(), TOKEN_BYTES);
-        let bytes = |t: &Tensor| -> AnyResult<Arc<TensorMemory<u8>>> {
-            Ok(Arc::new(TensorMemory::<u8>::new(t)?))
-        };
-        Ok(CanaryViews {
-            table: TensorMemory::<u32>::new(&a.block_tables)?,
-            context_lens: TensorMemory::<u32>::new(&a.context_lens)?,
-            query_lens: TensorMemory::<u32>::new(&a.query_lens)?,
-            bs: TensorMemory::<i32>::new(&a.bs)?,
-            write: [
-                TensorMemory::<i64>::new(&a.input_ids)?,
-                TensorMemory::<i64>::new(&a.positions)?,
-                TensorMemory::<i64>::new(&a.slot_mapping)?,
-            ],
-            k: CudarcKvSource::shared(gpu, bytes(&kv.k[0])?, 0, rows, params)?,
-            v: CudarcKvSource::shared(gpu, bytes(&kv.v[0])?, 0, rows, params)?,
-        })
-    }
-
-    /// Layer 0's K and V as the tail's fingerprints under `mode`.
-    pub fn tail(&self, mode: RealKvHashMode) -> AnyResult<KvPair<DeviceRealKv<'_>>> {
-        let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
-        let k = self
-            .k
-            .source()
-            .with_token_layout(TokenLayout::vllm_k(shape)?)?;
-        let v = self
-            .v
-            .source()
-            .with_token_layout(TokenLayout::vllm_v(shape)?)?;
-        Ok(KvPair {
-            k: DeviceRealKv::new(mode, [k]),
-            v: DeviceRealKv::new(mode, [v]),
-        })
-    }
-}
 
 /// The benchmark's engine: model, caches, arrays, candle's device and the canary's GPU handle.
 pub struct Bench {
@@ -616,58 +558,52 @@ impl Bench {
     }
 }
 
-/// The canary's per-run views of the engine's arrays (borrowing [`CanaryViews`]): made once,
-/// kept for every step (dropping one synchronises the context).
-pub struct StepViews<'a> {
-    table: kv_canary::cuda::Borrowed<'a, DeviceReqToToken>,
-    batch: kv_canary::cuda::Borrowed<'a, DeviceBatch<Cap<ROWS>>>,
-    write:
-        kv_canary::cuda::Borrowed<'a, WriteInputs<Cap<TOKENS>, InputAssertOff, kv_canary::Device>>,
-    views: &'a CanaryViews,
+/// The canary's views of the benchmark's arrays (u32 block tables and lengths, the `bs` tensor,
+/// i64 ids, positions and slot mapping) and layer 0's caches in vLLM's layouts: made once, kept
+/// for every step (`PagedStepViews`, as the serving loop's `gpu_canary`).
+pub type BenchViews = PagedStepViews<Cap<ROWS>, Cap<TOKENS>>;
+
+impl Bench {
+    /// The canary's views of the arrays and of layer 0's caches.
+    pub fn views(&self) -> AnyResult<BenchViews> {
+        let a = &self.arrays;
+        let arrays = PagedStepArrays {
+            block_tables: TensorMemory::<u32>::shared(&a.block_tables)?,
+            blocks_per_row: MAX_BLOCKS,
+            block_size: BLOCK_SIZE,
+            context_lens: TensorMemory::<u32>::shared(&a.context_lens)?,
+            query_lens: TensorMemory::<u32>::shared(&a.query_lens)?,
+            bs: Some(TensorMemory::<i32>::shared(&a.bs)?),
+            input_ids: TensorMemory::<i64>::shared(&a.input_ids)?,
+            positions: TensorMemory::<i64>::shared(&a.positions)?,
+            slot_mapping: TensorMemory::<i64>::shared(&a.slot_mapping)?,
+        };
+        let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
+        Ok(
+            PagedStepViews::from_cudarc(&self.gpu, Cap, Cap, arrays)?.with_kv_cache(
+                TensorMemory::<u8>::shared(&self.kv.k[0])?,
+                TensorMemory::<u8>::shared(&self.kv.v[0])?,
+                NUM_BLOCKS,
+                shape,
+            )?,
+        )
+    }
 }
 
-impl<'a> StepViews<'a> {
-    /// The views over `views`.
-    pub fn new(gpu: &Gpu, views: &'a CanaryViews) -> AnyResult<Self> {
-        let table = DeviceReqToToken::block_table_from_cudarc(
-            gpu,
-            &views.table,
-            ROWS,
-            MAX_BLOCKS,
-            BLOCK_SIZE,
-        )?;
-        let batch = DeviceBatch::from_cudarc_query_lens(
-            gpu,
-            Cap::<ROWS>,
-            &views.context_lens,
-            &views.query_lens,
-            Some(&views.bs),
-        )?;
-        let [ids, pos, slots] = &views.write;
-        let write = WriteInputs::from_cudarc(gpu, Cap::<TOKENS>, ids, pos, slots)?;
-        Ok(StepViews {
-            table,
-            batch,
-            write,
-            views,
-        })
-    }
-
-    /// Plan, head verify and write of the step in the uploaded arrays; `forward` (the model's
-    /// K/V writes); the tail verify under `mode`: the pending report.
-    pub fn step(
-        &self,
-        canary: &mut GpuCanary,
-        mode: RealKvHashMode,
-        forward: impl FnOnce() -> AnyResult<()>,
-    ) -> AnyResult<kv_canary::cuda::PendingDeviceReport> {
-        let written = canary
-            .plan(&kv_canary::cuda::PlanInputs::full(&self.batch, &self.table))?
-            .verify_head()?
-            .write(&*self.write)?;
-        forward()?;
-        Ok(written.verify_tail(self.views.tail(mode)?)?)
-    }
+/// Plan, head verify and write of the step in the uploaded arrays; `forward` (the model's K/V
+/// writes); the tail verify under `mode`: the pending report.
+fn guarded_step(
+    canary: &mut GpuCanary,
+    views: &BenchViews,
+    mode: RealKvHashMode,
+    forward: impl FnOnce() -> AnyResult<()>,
+) -> AnyResult<PendingDeviceReport> {
+    let written = canary
+        .plan(&views.plan_inputs())?
+        .verify_head()?
+        .write(views.write_inputs())?;
+    forward()?;
+    Ok(written.verify_tail(views.fingerprints(mode))?)
 }
 
 /// A benchmark row: the model's step alone and guarded by the canary, same arrays, same
@@ -729,7 +665,7 @@ impl Bench {
     pub(crate) fn fill(
         &self,
         canary: &mut GpuCanary,
-        sv: &StepViews<'_>,
+        views: &BenchViews,
         mode: RealKvHashMode,
         bs: usize,
         prefix: usize,
@@ -766,7 +702,7 @@ impl Bench {
             self.arrays.upload(&h, true)?;
             let slots = self.arrays.slot_mapping.narrow(0, 0, t)?;
             let (k, v) = (kr.narrow(0, 0, t)?, vr.narrow(0, 0, t)?);
-            let pending = sv.step(canary, mode, || {
+            let pending = guarded_step(canary, views, mode, || {
                 Ok(mistralrs_paged_attn::reshape_and_cache(
                     &k,
                     &v,
@@ -789,7 +725,7 @@ impl Bench {
     #[allow(clippy::too_many_arguments)]
     fn timed(
         &self,
-        canary: Option<(&mut GpuCanary, &StepViews<'_>, RealKvHashMode)>,
+        canary: Option<(&mut GpuCanary, &BenchViews, RealKvHashMode)>,
         steps: usize,
         attend: Attend,
         max_context: usize,
@@ -815,7 +751,7 @@ impl Bench {
             self.arrays.upload(&host, false)?;
             timer.start.record(&self.stream)?;
             let pending = match canary.as_mut() {
-                Some((c, sv, mode)) => Some(sv.step(c, *mode, || {
+                Some((c, views, mode)) => Some(guarded_step(c, views, *mode, || {
                     self.model.forward(
                         &self.kv,
                         &self.arrays,
@@ -898,9 +834,8 @@ impl Bench {
         let mut rows = Vec::new();
         for &mode in modes {
             let mut canary = self.canary()?;
-            let views = CanaryViews::new(&self.gpu, &self.arrays, &self.kv)?;
-            let sv = StepViews::new(&self.gpu, &views)?;
-            let dirty = self.fill(&mut canary, &sv, mode, bs, prefix)?;
+            let views = self.views()?;
+            let dirty = self.fill(&mut canary, &views, mode, bs, prefix)?;
             if dirty > 0 {
                 println!("  (prefix fill: {dirty} report(s) with violations)");
             }
@@ -929,7 +864,7 @@ impl Bench {
             for r in 0..rounds {
                 let g = prefix + r * span;
                 guarded.add(self.timed(
-                    Some((&mut canary, &sv, mode)),
+                    Some((&mut canary, &views, mode)),
                     chunk,
                     Attend::Decode,
                     max,
@@ -985,10 +920,9 @@ impl Bench {
         let mut rows = Vec::new();
         for &mode in modes {
             let mut canary = self.canary()?;
-            let views = CanaryViews::new(&self.gpu, &self.arrays, &self.kv)?;
-            let sv = StepViews::new(&self.gpu, &views)?;
+            let views = self.views()?;
             let guarded = self.timed(
-                Some((&mut canary, &sv, mode)),
+                Some((&mut canary, &views, mode)),
                 steps,
                 Attend::Prefill,
                 tokens,

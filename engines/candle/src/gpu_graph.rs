@@ -12,43 +12,13 @@
 //! off, [`crate::gpu::cuda_device`]), and the canary-only graph, tried after it then, failed
 //! too; it now runs first.
 
-use crate::gpu::{median, Attend, Bench, Timer, MAX_BLOCKS, MAX_DECODE_CONTEXT};
-use crate::gpu::{BLOCK_SIZE, HEAD_DIM, KV_HEADS, NUM_BLOCKS, ROWS, TOKENS};
+use crate::gpu::{median, Attend, Bench, Timer, MAX_DECODE_CONTEXT, ROWS, TOKENS};
 use crate::Result;
 use candle_core::cuda_backend::cudarc::driver::sys::{
     CUgraphInstantiate_flags, CUstreamCaptureMode,
 };
-use kv_canary::cuda::{PagedStepViews, StepGraph};
-use kv_canary::{Cap, Error, PagedShape, PagedStepArrays, RealKvHashMode};
-use kv_canary_candle::TensorMemory;
-
-/// The canary's views of the benchmark's arrays and layer 0's caches, owned (a `StepGraph`'s
-/// inputs).
-type Views = PagedStepViews<Cap<ROWS>, Cap<TOKENS>>;
-
-fn views(bench: &Bench) -> Result<Views> {
-    let a = &bench.arrays;
-    let arrays = PagedStepArrays {
-        block_tables: TensorMemory::<u32>::shared(&a.block_tables)?,
-        blocks_per_row: MAX_BLOCKS,
-        block_size: BLOCK_SIZE,
-        context_lens: TensorMemory::<u32>::shared(&a.context_lens)?,
-        query_lens: TensorMemory::<u32>::shared(&a.query_lens)?,
-        bs: Some(TensorMemory::<i32>::shared(&a.bs)?),
-        input_ids: TensorMemory::<i64>::shared(&a.input_ids)?,
-        positions: TensorMemory::<i64>::shared(&a.positions)?,
-        slot_mapping: TensorMemory::<i64>::shared(&a.slot_mapping)?,
-    };
-    let shape = PagedShape::new(KV_HEADS, HEAD_DIM, 2, BLOCK_SIZE);
-    Ok(
-        PagedStepViews::from_cudarc(&bench.gpu, Cap, Cap, arrays)?.with_kv_cache(
-            TensorMemory::<u8>::shared(&bench.kv.k[0])?,
-            TensorMemory::<u8>::shared(&bench.kv.v[0])?,
-            NUM_BLOCKS,
-            shape,
-        )?,
-    )
-}
+use kv_canary::cuda::StepGraph;
+use kv_canary::{Cap, Error, RealKvHashMode};
 
 /// Rounds of alternating variants (see `gpu::decode_rows`).
 const ROUNDS: usize = 5;
@@ -114,9 +84,8 @@ impl Bench {
     ) -> Result<()> {
         let mut canary = self.canary()?;
         {
-            let cv = crate::gpu::CanaryViews::new(&self.gpu, &self.arrays, &self.kv)?;
-            let sv = crate::gpu::StepViews::new(&self.gpu, &cv)?;
-            self.fill(&mut canary, &sv, mode, bs, prefix)?;
+            let views = self.views()?;
+            self.fill(&mut canary, &views, mode, bs, prefix)?;
         }
         // One decode step's arrays, the same every replay (the token at position `prefix`).
         self.arrays
@@ -130,7 +99,7 @@ impl Bench {
         //    after the eager model step (first: a refused model capture can leave the context
         //    unable to capture, as session 25's run found). The eager step alone and the eager
         //    step with the replay alternate in rounds (the machine's drift falls on both).
-        let mut graph = StepGraph::new(canary, views(self)?, move |c, v| {
+        let mut graph = StepGraph::new(canary, self.views()?, move |c, v| {
             c.plan(&v.plan_inputs())?
                 .verify_head()?
                 .write(v.write_inputs())?
@@ -192,7 +161,7 @@ impl Bench {
         //    tail verify), when the model captured.
         if model_graph.is_some() {
             let forward = forward.clone();
-            let mut graph = StepGraph::new(canary, views(self)?, move |c, v| {
+            let mut graph = StepGraph::new(canary, self.views()?, move |c, v| {
                 let written = c
                     .plan(&v.plan_inputs())?
                     .verify_head()?
