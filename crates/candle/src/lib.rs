@@ -1,6 +1,7 @@
 //! kv-canary's adapter for engines on candle: [`TensorMemory`], a candle CUDA tensor's memory
 //! as the `cudarc` [`DevicePtr`](cudarc::driver::DevicePtr) that kv-canary's `from_cudarc`
-//! views read (feature `cuda`; without it the crate is empty).
+//! views read (feature `cuda`; without it only [`ElementRun`], the checks it makes, which need
+//! no device).
 //!
 //! candle keeps a tensor's `CudaSlice` behind its storage lock, so a view cannot borrow it
 //! for longer than one call; kv-canary's views are made once and kept (`Arc`s of the engine's
@@ -23,10 +24,11 @@
 //! let views = PagedStepViews::from_cudarc(&gpu, Cap, Cap, arrays)?;
 //! ```
 
-#![cfg_attr(not(feature = "cuda"), allow(unused))]
-
+mod element_run;
 #[cfg(feature = "cuda")]
 mod tensor_memory;
+
+pub use element_run::{ElementRun, NotARun};
 
 #[cfg(feature = "cuda")]
 pub use tensor_memory::TensorMemory;

@@ -1,5 +1,6 @@
 //! [`TensorMemory`]: a candle CUDA tensor's memory as a `cudarc` `DevicePtr`.
 
+use crate::element_run::ElementRun;
 use candle_core::cuda_backend::cudarc::driver::{
     sys::CUdeviceptr, CudaStream, DevicePtr, DeviceRepr, DeviceSlice, SyncOnDrop,
 };
@@ -70,23 +71,13 @@ impl<T> TensorMemory<T> {
         let stream = Arc::clone(slice.stream());
         let (base, in_use) = slice.device_ptr(&stream);
         drop(in_use);
-        let size = std::mem::size_of::<T>().max(1);
-        let (offset, bytes) = (
-            layout.start_offset() * std::mem::size_of::<E>(),
-            tensor.elem_count() * std::mem::size_of::<E>(),
-        );
-        if bytes % size != 0 || offset % std::mem::align_of::<T>() != 0 {
-            bail!(
-                "kv-canary: a {:?} tensor of {bytes} bytes at byte offset {offset} is not a whole, \
-                 aligned run of {size}-byte elements",
-                tensor.dtype()
-            );
-        }
+        let run = ElementRun::of::<E, T>(layout.start_offset(), tensor.elem_count())
+            .map_err(|e| candle_core::Error::Msg(format!("{e} ({:?} tensor)", tensor.dtype())))?;
         Ok(TensorMemory {
             _tensor: tensor.clone(),
             stream,
-            ptr: base + offset as u64,
-            len: bytes / size,
+            ptr: base + run.offset as u64,
+            len: run.len,
             _element: PhantomData,
         })
     }
