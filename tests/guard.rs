@@ -593,3 +593,46 @@ fn cached_blocks_sweep_as_their_slot_runs() {
     let index = CachedBlocks::new(16, [(1u32, None, usize::MAX / 4)]).unwrap_err();
     assert!(index.to_string().contains("index"), "{index}");
 }
+
+/// A corrupted record read later by another request (a fork sharing the prefix): the violation
+/// was judged when its first victim read it, so it is no new violation and makes no second
+/// record, but the new reader is a victim too and gets its verdict, once; the first victim and
+/// the culprit are not judged again.
+#[test]
+fn a_later_reader_of_a_judged_corruption_is_a_victim_too() {
+    let policy = Policy {
+        violations: Action::PerRequest,
+        ..Policy::default()
+    };
+    let (mut canary, mut guard) = (canary(), Guard::new(policy));
+    step(&mut canary, &mut guard, &[(1, 0, 3, "a")], &[1, 2, 3]).unwrap();
+    step(&mut canary, &mut guard, &[(2, 0, 2, "c")], &[5, 6]).unwrap();
+    step(&mut canary, &mut guard, &[(2, 2, 1, "c")], &[2]).unwrap();
+    let first = step(&mut canary, &mut guard, &[(1, 3, 0, "a")], &[]).unwrap();
+    assert_eq!(first.verdict_of(&"a"), Some(Verdict::Recompute));
+    assert_eq!(first.verdict_of(&"c"), Some(Verdict::Abort));
+    // "b" forked from "a" (the same pool row: the same cached slots) reads slot 2 next step.
+    let later = step(&mut canary, &mut guard, &[(1, 3, 0, "b")], &[]).unwrap();
+    assert!(later.new_violations.is_empty(), "{later:?}");
+    assert!(later
+        .records
+        .iter()
+        .all(|r| !matches!(r, kv_canary::guard::Record::Violation { .. })));
+    assert_eq!(
+        later.verdict_of(&"b"),
+        Some(Verdict::Recompute),
+        "{later:?}"
+    );
+    let b = later.verdicts.iter().find(|v| v.request == "b").unwrap();
+    assert_eq!((b.role, b.slot), (Role::Victim, 2));
+    assert_eq!(later.verdicts.len(), 1, "only the new reader: {later:?}");
+    // Both read it again: nobody is judged twice.
+    let again = step(
+        &mut canary,
+        &mut guard,
+        &[(1, 3, 0, "a"), (1, 3, 0, "b")],
+        &[],
+    )
+    .unwrap();
+    assert!(again.verdicts.is_empty(), "{again:?}");
+}

@@ -6,6 +6,7 @@ use super::watchdog::Stall;
 use crate::canary::{FailReason, Violation};
 use crate::error::Error;
 use crate::step::{Findings, SlotRows, Unverified};
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
@@ -41,7 +42,9 @@ pub struct Judgement<Id> {
     /// off; the engine logs these.
     pub new_violations: Vec<Violation>,
     /// One verdict per request concerned (the strongest when several violations concern it),
-    /// under [`Action::PerRequest`]; [`Verdict::Keep`] for every one under [`Action::Log`].
+    /// under [`Action::PerRequest`]; [`Verdict::Keep`] for every one under [`Action::Log`]. A
+    /// request that reads a corrupted record judged before (a fork or a later request sharing
+    /// the cached prefix) is a victim then, once, though the violation is not new.
     pub verdicts: Vec<RequestVerdict<Id>>,
     /// What went unchecked, on the first report of a run of unverified ones (when unverified
     /// steps are not off); `None` while the run lasts and when every check ran.
@@ -90,7 +93,8 @@ fn key(v: &Violation) -> ViolationKey {
 pub struct Guard<Id> {
     policy: Policy,
     last_writer: HashMap<i64, Id>,
-    judged: HashSet<ViolationKey>,
+    /// Each violation judged, with the requests judged for it (its culprit and victims).
+    judged: HashMap<ViolationKey, HashSet<Id>>,
     unverified_run: bool,
     stats: Stats,
     stats_every: u64,
@@ -102,7 +106,7 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
         Guard {
             policy,
             last_writer: HashMap::new(),
-            judged: HashSet::new(),
+            judged: HashMap::new(),
             unverified_run: false,
             stats: Stats::default(),
             stats_every: 100,
@@ -162,10 +166,16 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
             lost_slots: Vec::new(),
         };
         self.stats.step += 1;
+        // Verify violations judged before that this report shows again: their readers not
+        // judged for them yet (a later reader of a corrupted record) are victims now.
+        let mut seen_before: Vec<Violation> = Vec::new();
         if self.policy.violations != Action::Off {
             for v in report.violations() {
-                if self.judged.insert(key(v)) {
+                if let Entry::Vacant(e) = self.judged.entry(key(v)) {
+                    e.insert(HashSet::new());
                     judgement.new_violations.push(*v);
+                } else if !v.is_write() {
+                    seen_before.push(*v);
                 }
             }
         }
@@ -240,9 +250,22 @@ impl<Id: Clone + Eq + Hash + core::fmt::Debug> Guard<Id> {
                     concerned.push(id);
                 }
             }
+            if let Some(judged) = self.judged.get_mut(&key(v)) {
+                judged.extend(concerned.iter().cloned());
+            }
             judgement
                 .records
                 .push(Record::violation(self.stats.step, v, concerned));
+        }
+        for v in &seen_before {
+            let Some(judged) = self.judged.get_mut(&key(v)) else {
+                continue;
+            };
+            for id in rows.verified_by(v.slot).iter().filter_map(|&r| request(r)) {
+                if judged.insert(id.clone()) {
+                    concern(id, victim, Role::Victim, v);
+                }
+            }
         }
         judgement.verdicts = order
             .into_iter()

@@ -13,7 +13,8 @@
 //! (the victim's cached prefix is lost: treat it as a cache miss), [`Verdict::Abort`] (the
 //! culprit's own state is wrong). The policy's [`Action`] picks, per kind of finding, among off,
 //! log, per-request verdicts and failing the engine (SGLang's `none` / `log` / `raise`). Every
-//! violation is judged once, however many steps report the same corrupted record; a run of
+//! violation is judged once, however many steps report the same corrupted record (a request
+//! that reads it later, sharing the cached prefix, is judged a victim then, once); a run of
 //! unverified steps (a plan over its verify capacity, with both numbers) is reported once.
 //!
 //! ```
