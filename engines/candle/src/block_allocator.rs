@@ -52,6 +52,8 @@ pub struct BlockAllocator {
     pub hits: u64,
     /// Copies on write.
     pub copies: u64,
+    /// Cached blocks dropped because their KV failed a verify.
+    pub dropped: u64,
 }
 
 impl Default for BlockAllocator {
@@ -70,6 +72,7 @@ impl BlockAllocator {
             evictions: 0,
             hits: 0,
             copies: 0,
+            dropped: 0,
         }
     }
 
@@ -154,6 +157,25 @@ impl BlockAllocator {
             self.by_hash.remove(&c.hash);
         }
         self.free.push_front(block);
+    }
+
+    /// Drops `block` from the prefix cache (its KV failed a verify: the canary's lost slots),
+    /// so no new sequence takes it; an idle one goes to the head of the free queue. `true`
+    /// when it was cached.
+    pub fn drop_cached(&mut self, block: u32) -> bool {
+        let Some(m) = self.meta.get_mut(block as usize) else {
+            return false;
+        };
+        let Some(c) = m.cached.take() else {
+            return false;
+        };
+        self.by_hash.remove(&c.hash);
+        self.dropped += 1;
+        if m.refs == 0 {
+            self.free.retain(|&f| f != block);
+            self.free.push_front(block);
+        }
+        true
     }
 
     /// One more reference to each of `blocks` (a fork).

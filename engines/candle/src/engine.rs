@@ -58,6 +58,8 @@ pub struct Stats {
     pub step_entries: u64,
     /// Verify entries its sweeps checked.
     pub sweep_entries: u64,
+    /// Cached blocks dropped from the prefix cache because their KV failed a verify.
+    pub cache_drops: u64,
 }
 
 /// The engine, its model and canary run by `B` ([`CpuBackend`] unless the GPU path's).
@@ -216,6 +218,12 @@ impl Engine {
         Ok(engine.sched.transcripts)
     }
 
+    /// Every finding of `config.steps` steps on the CPU, a bug run included (it does not stop at
+    /// the first report).
+    pub fn run_to_end(config: &RunConfig) -> Result<Outcome> {
+        Engine::run_to_end_on(config, CpuBackend::new(config.seed, config.canary)?)
+    }
+
     /// The requests `Engine::run` sees arrive with `seed` in `steps` steps, in order.
     pub fn arrivals(seed: u64, steps: u64) -> Vec<Request> {
         let mut w = Workload::new(seed);
@@ -255,6 +263,7 @@ impl<B: ModelBackend> Engine<B> {
             self.misdirect_one_slot(step);
         }
         let stepped = self.backend.step(step, &self.arrays)?;
+        self.drop_lost(&stepped.findings);
         self.findings.extend(stepped.findings);
         self.count();
         self.sched.update(&mut self.arrays, &stepped.sampled);
@@ -268,8 +277,20 @@ impl<B: ModelBackend> Engine<B> {
             self.flip_idle(step)?;
         }
         let found = self.backend.sweep(step, &self.sched.alloc)?;
+        self.drop_lost(&found);
         self.findings.extend(found);
         Ok(())
+    }
+
+    /// The guard's lost slots (a verify failed there: every sweep finding, a step's verify
+    /// findings) leave the prefix cache: a later request recomputes those tokens instead of
+    /// reading the corrupted KV.
+    fn drop_lost(&mut self, found: &[Finding]) {
+        for f in found.iter().filter(|f| f.evict) {
+            if let Ok(block) = u32::try_from(f.slot / BLOCK_SIZE as i64) {
+                self.sched.alloc.drop_cached(block);
+            }
+        }
     }
 
     fn count(&mut self) {
@@ -286,14 +307,27 @@ impl<B: ModelBackend> Engine<B> {
     /// The bug's first report, or the whole run's findings, with `backend`: runs up to
     /// `config.steps` steps, a bug run stopping at the first report after the bug was made.
     pub fn run_on(config: &RunConfig, backend: B) -> Result<Outcome> {
+        Engine::run_with(config, backend, true)
+    }
+
+    /// Runs `config.steps` steps with `backend`, a bug run included: every finding.
+    pub fn run_to_end_on(config: &RunConfig, backend: B) -> Result<Outcome> {
+        Engine::run_with(config, backend, false)
+    }
+
+    fn run_with(config: &RunConfig, backend: B, stop_at_report: bool) -> Result<Outcome> {
         let mut engine = Engine::with_backend(config, backend)?;
         while engine.step < config.steps {
             engine.step()?;
-            if config.bug.is_some() && engine.bugs.made.is_some() && !engine.findings.is_empty() {
+            if stop_at_report
+                && config.bug.is_some()
+                && engine.bugs.made.is_some()
+                && !engine.findings.is_empty()
+            {
                 break;
             }
         }
-        if engine.findings.is_empty() || config.bug.is_none() {
+        if engine.findings.is_empty() || config.bug.is_none() || !stop_at_report {
             engine.findings.extend(engine.backend.finish()?);
         }
         let s = &mut engine.stats;
@@ -305,6 +339,7 @@ impl<B: ModelBackend> Engine<B> {
         (s.step_entries, s.sweep_entries) = engine.backend.checked();
         let alloc = &engine.sched.alloc;
         (s.prefix_hits, s.evictions, s.copies) = (alloc.hits, alloc.evictions, alloc.copies);
+        s.cache_drops = alloc.dropped;
         Ok(Outcome {
             transcripts: std::mem::take(&mut engine.sched.transcripts),
             made: engine.bugs.made.clone(),
@@ -407,5 +442,73 @@ impl<B: ModelBackend> Engine<B> {
         self.bugs
             .record(step, Vec::new(), Some(slot as i64), detail);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Engine, RunConfig};
+    use crate::backend::ModelBackend;
+    use crate::block_allocator::block_hash;
+    use crate::config::BLOCK_SIZE;
+
+    /// The engine honours the guard's lost slots: a K byte of a system prompt's first block
+    /// (the most shared prefixes) flipped while the block sits idle in the prefix cache is
+    /// reported once (by the verify of the request that takes the block next, or by a sweep),
+    /// and the block leaves the prefix cache: nothing else is reported to step 400 while the
+    /// cache keeps serving other prefixes. Without the drop the corrupted block stays cached,
+    /// to be taken as a prefix again (seed 7: a sweep reports it again at step 383).
+    #[test]
+    fn a_lost_cached_block_is_never_served_again() {
+        let config = RunConfig {
+            seed: 7,
+            steps: 400,
+            bug: None,
+            bug_step: 0,
+            canary: true,
+        };
+        let mut e = Engine::new(&config).expect("an engine");
+        let firsts: Vec<u64> = (e.workload.system_prompts().iter())
+            .filter(|p| p.len() >= BLOCK_SIZE)
+            .map(|p| block_hash(None, &p[..BLOCK_SIZE]))
+            .collect();
+        // From step 60, the first step at which a system prompt's first block sits idle.
+        let block = loop {
+            e.step().expect("a step");
+            let idle = (e.sched.alloc.idle_cached()).find(|(_, c)| firsts.contains(&c.hash));
+            match idle {
+                Some((block, _)) if e.step >= 60 => break block,
+                _ => assert!(e.step < 200, "no system prompt block idle by step 200"),
+            }
+        };
+        let flipped_at = e.step;
+        e.backend
+            .flip_k_byte(block as usize * BLOCK_SIZE)
+            .expect("a flip");
+        let hits_before = e.sched.alloc.hits;
+        while e.step < config.steps {
+            e.step().expect("a step");
+        }
+        e.findings
+            .extend(e.backend.finish().expect("the last report"));
+        let reported = e.findings.first().expect("the flip is reported").step;
+        assert!(
+            e.findings.iter().all(|f| f.step == reported),
+            "reported once, at step {reported}: {:?}",
+            e.findings
+        );
+        assert_eq!(e.sched.alloc.dropped, 1);
+        assert!(
+            e.sched.alloc.hits > hits_before + 20,
+            "the cache kept serving other prefixes: {} hits after the flip",
+            e.sched.alloc.hits - hits_before
+        );
+        eprintln!(
+            "block {block} flipped after step {flipped_at}, reported at step {reported} by {} \
+             ({} finding(s)); {} prefix-cache hits after",
+            e.findings[0].launch,
+            e.findings.len(),
+            e.sched.alloc.hits - hits_before
+        );
     }
 }

@@ -45,6 +45,11 @@ impl Workload {
         }
     }
 
+    /// The shared system prompts prompts often start with.
+    pub fn system_prompts(&self) -> &[Vec<u32>] {
+        &self.system
+    }
+
     /// This step's arrival, if any.
     pub fn arrive(&mut self) -> Option<Request> {
         if self.rng.unit() >= self.arrival {
