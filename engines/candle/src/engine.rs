@@ -218,12 +218,6 @@ impl Engine {
         Ok(engine.sched.transcripts)
     }
 
-    /// Every finding of `config.steps` steps on the CPU, a bug run included (it does not stop at
-    /// the first report).
-    pub fn run_to_end(config: &RunConfig) -> Result<Outcome> {
-        Engine::run_to_end_on(config, CpuBackend::new(config.seed, config.canary)?)
-    }
-
     /// The requests `Engine::run` sees arrive with `seed` in `steps` steps, in order.
     pub fn arrivals(seed: u64, steps: u64) -> Vec<Request> {
         let mut w = Workload::new(seed);
@@ -307,27 +301,14 @@ impl<B: ModelBackend> Engine<B> {
     /// The bug's first report, or the whole run's findings, with `backend`: runs up to
     /// `config.steps` steps, a bug run stopping at the first report after the bug was made.
     pub fn run_on(config: &RunConfig, backend: B) -> Result<Outcome> {
-        Engine::run_with(config, backend, true)
-    }
-
-    /// Runs `config.steps` steps with `backend`, a bug run included: every finding.
-    pub fn run_to_end_on(config: &RunConfig, backend: B) -> Result<Outcome> {
-        Engine::run_with(config, backend, false)
-    }
-
-    fn run_with(config: &RunConfig, backend: B, stop_at_report: bool) -> Result<Outcome> {
         let mut engine = Engine::with_backend(config, backend)?;
         while engine.step < config.steps {
             engine.step()?;
-            if stop_at_report
-                && config.bug.is_some()
-                && engine.bugs.made.is_some()
-                && !engine.findings.is_empty()
-            {
+            if config.bug.is_some() && engine.bugs.made.is_some() && !engine.findings.is_empty() {
                 break;
             }
         }
-        if engine.findings.is_empty() || config.bug.is_none() || !stop_at_report {
+        if engine.findings.is_empty() || config.bug.is_none() {
             engine.findings.extend(engine.backend.finish()?);
         }
         let s = &mut engine.stats;
