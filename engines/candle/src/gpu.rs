@@ -46,8 +46,9 @@ pub const TOKENS: usize = 8192;
 pub const MAX_BLOCKS: usize = TOKENS / BLOCK_SIZE;
 /// Blocks a decode row holds at most (a ~2k prefix and the timed steps).
 pub const ROW_BLOCKS: usize = 136;
-/// Rounds of alternating guarded and model-only decode steps a benchmark row times.
-const ROUNDS: usize = 5;
+/// Rounds of alternating guarded and model-only steps a benchmark row times (the decode rows
+/// and the graph experiment's rows).
+pub(crate) const ROUNDS: usize = 5;
 /// Longest decode context.
 pub const MAX_DECODE_CONTEXT: usize = ROW_BLOCKS * BLOCK_SIZE;
 /// Blocks of the pool (block 0 the null block).

@@ -12,16 +12,13 @@
 //! off, [`crate::gpu::cuda_device`]), and the canary-only graph, tried after it then, failed
 //! too; it now runs first.
 
-use crate::gpu::{median, Attend, Bench, Timer, MAX_DECODE_CONTEXT, ROWS, TOKENS};
+use crate::gpu::{median, Attend, Bench, Timer, MAX_DECODE_CONTEXT, ROUNDS, ROWS, TOKENS};
 use crate::Result;
 use candle_core::cuda_backend::cudarc::driver::sys::{
     CUgraphInstantiate_flags, CUstreamCaptureMode,
 };
 use kv_canary::cuda::StepGraph;
 use kv_canary::{Cap, Error, RealKvHashMode};
-
-/// Rounds of alternating variants (see `gpu::decode_rows`).
-const ROUNDS: usize = 5;
 
 /// The ms of each of `steps` runs of `run` between two events on candle's stream (after 3
 /// untimed ones).
@@ -107,8 +104,8 @@ impl Bench {
         });
         graph.capture()?;
         let (mut dirty, mut alone, mut guarded) = (0, Vec::new(), Vec::new());
+        let chunk = steps.div_ceil(ROUNDS);
         for _ in 0..ROUNDS {
-            let chunk = steps.div_ceil(ROUNDS);
             alone.extend(time(self, chunk, || Ok(forward().map(drop)?))?);
             guarded.extend(time(self, chunk, || {
                 forward()?;
